@@ -1,0 +1,24 @@
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench notebooks clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[tf,samples,bench,notebooks,test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m shmloader demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) bench/cpu_vs_workers.py
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache
