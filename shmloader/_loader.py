@@ -1,0 +1,508 @@
+"""The Loader: plans batches, feeds the workers, hands filled slots to the consumer.
+
+Everything here runs in the consumer's thread, inside ``next()``: there is no background
+thread in the main process. Workers report through pipes; the loader waits on those pipes,
+on a wake-up pipe poked by lease finalizers, and on a deadline, never on anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import selectors
+import sys
+import threading
+import time
+import warnings
+import weakref
+from collections import deque
+from typing import Any, Callable, Iterator
+
+import cloudpickle
+import numpy as np
+
+from ._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
+from ._plan import EpochCursor, EpochPlan
+from ._pool import Task, Worker, kill_worker, start_worker, stop_workers
+from ._protocol import DONE, MAX_ERROR_BYTES, OP_READ, ST_ERROR, ST_OK, ST_READY, TASK
+from ._ring import Layout, Ring
+from ._source import Source
+
+__all__ = ["Loader"]
+
+log = logging.getLogger("shmloader")
+
+# Tasks queued per worker: one in progress and one waiting, so a worker never idles for the
+# round trip to the loader, while most samples stay unassigned for whichever worker frees first.
+_DEPTH = 2
+# Batches the consumer typically holds at once: the one in hand plus tf.data's prefetch buffer.
+_CONSUMER_HELD = 3
+# A fresh interpreter importing numpy and decord takes ~0.3 s; a loaded machine may need more.
+_START_TIMEOUT_S = 60.0
+# How often a waiting loader checks worker liveness even when no pipe speaks.
+_POLL_S = 0.5
+
+
+class _Exhausted(Exception):
+    """The plan is done (or the loader was closed): iteration ends."""
+
+
+class _Batch:
+    __slots__ = ("seq", "epoch", "cursor", "slot", "samples", "pending")
+
+    def __init__(self, seq: int, cursor: EpochCursor, slot: int, samples: list[int]) -> None:
+        self.seq = seq
+        self.epoch = cursor.epoch
+        self.cursor = cursor
+        self.slot = slot
+        self.samples = samples  # sample index per position; -1 where a skip left a hole
+        self.pending = len(samples)
+
+
+class Loader:
+    """Decode ``source`` in ``workers`` processes into a ring of ``slots`` shared-memory batches.
+
+    Iterating yields dicts of numpy arrays with a leading batch axis: views into shared
+    memory, valid for as long as you hold them (see NOTE [ Slot lease ] in ``_ring``).
+    ``len(loader)`` is the number of batches per epoch; ``epochs=None`` repeats forever.
+    """
+
+    def __init__(self, source: Source, *, batch_size: int, workers: int | None = None,
+                 slots: int | None = None, shuffle: bool = False, seed: int = 0,
+                 epochs: int | None = 1, drop_remainder: bool = False, ordered: bool = True,
+                 on_error: str = "raise", timeout: float = 60.0,
+                 transform: Callable[[dict, np.random.Generator], Any] | None = None,
+                 shm_dir: str | None = None) -> None:
+        _check_int("batch_size", batch_size, 1)
+        if workers is not None:
+            _check_int("workers", workers, 1)
+        if slots is not None:
+            _check_int("slots", slots, 2)
+        if epochs is not None:
+            _check_int("epochs", epochs, 1)
+        _check_int("seed", seed, 0)
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        self._source = source
+        self._batch_size = batch_size
+        self._epochs = epochs
+        self._drop_remainder = drop_remainder
+        self._ordered = ordered
+        self._on_error = on_error
+        self._timeout = float(timeout)
+        self._plan = EpochPlan(len(source), batch_size, shuffle=shuffle, seed=seed,
+                               drop_remainder=drop_remainder)
+        out_spec, scratch = _probe_transform(source, transform, seed)
+        self._layout = Layout.build(out_spec, batch_size)
+        nworkers = workers or os.cpu_count() or 1
+        if slots is None:
+            filling = -(-nworkers * _DEPTH // batch_size) + 1
+            slots = filling + _CONSUMER_HELD + 1
+        self._nslots = slots
+
+        self._lock = threading.RLock()
+        self._closed = False
+        self._error: BaseException | None = None
+        self._workers: list[Worker] = []
+        self._ring = Ring(self._layout, slots, shm_dir)
+        self._selector = selectors.DefaultSelector()
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._ring, self._selector)
+        self._config = pickle.dumps((list(sys.path), cloudpickle.dumps({
+            "layout": self._layout, "slots": slots, "source": source, "transform": transform,
+            "seed": seed, "scratch": scratch,
+        })))
+        self._selector.register(self._ring.wake_fd, selectors.EVENT_READ, None)
+        try:
+            for wid in range(nworkers):
+                self._spawn(wid)
+        except BaseException:
+            self.close()
+            raise
+
+        self._free = list(range(slots - 1, -1, -1))
+        self._leased = 0
+        self._cursor: EpochCursor | None = None
+        self._plan_done = False
+        self._seq = 0
+        self._inflight: dict[int, _Batch] = {}  # by seq: insertion order is plan order
+        self._done_order: deque[_Batch] = deque()  # completed, in completion order
+        self._queue: deque[tuple[_Batch, int]] = deque()  # positions not yet sent to a worker
+        self._warned_copy = False
+        self._t0 = time.monotonic()
+        self._stats = dict(batches=0, samples=0, skipped=0, dropped=0, copied=0,
+                           consumer_wait_s=0.0, worker_busy_s=0.0, worker_restarts=0, epoch=0)
+        self.skipped: list[tuple[int, int, str]] = []  # (epoch, sample, reason), most recent last
+
+    # ----------------------------------------------------------------- public
+    def __len__(self) -> int:
+        return self._plan.batches_per_epoch()
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        try:
+            while True:
+                # No local holds the batch while the generator is suspended: its slot can come
+                # back as soon as the consumer drops it.
+                yield self._next()
+        except _Exhausted:
+            return
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers and free the ring (see NOTE [ Shutdown ] in ``_pool``). Idempotent."""
+        self._closed = True
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def element_spec(self) -> dict[str, tuple[tuple[int | None, ...], np.dtype]]:
+        """Field -> (batch shape with ``None`` for the batch axis unless ``drop_remainder``, dtype)."""
+        b = self._batch_size if self._drop_remainder else None
+        return {f.name: ((b, *f.shape), f.dtype) for f in self._layout.fields}
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    def worker_pids(self) -> list[int]:
+        return [w.pid for w in self._workers if w.alive()]
+
+    def stats(self) -> dict[str, Any]:
+        """Counters since the loader started: batches, samples, skipped, consumer_wait_s, ..."""
+        s = dict(self._stats)
+        s["elapsed_s"] = time.monotonic() - self._t0
+        s["workers"] = len(self._workers)
+        s["slots"] = self._nslots
+        s["leased"] = self._leased
+        return s
+
+    def as_dataset(self, prefetch: int | None = -1):
+        """A ``tf.data.Dataset`` over this loader (``prefetch=-1`` is ``tf.data.AUTOTUNE``)."""
+        from ._tf import as_dataset
+
+        return as_dataset(self, prefetch)
+
+    # -------------------------------------------------------------- iteration
+    def _next(self) -> dict[str, np.ndarray]:
+        with self._lock:
+            if self._error is not None:
+                raise LoaderError("the loader stopped after an earlier error") from self._error
+            t0 = time.perf_counter()
+            try:
+                while True:
+                    if self._closed:
+                        raise _Exhausted
+                    self._collect_releases()
+                    self._dispatch()
+                    batch, n = self._take_ready()
+                    if batch is not None:
+                        return self._hand_out(batch, n)
+                    if not self._inflight and self._plan_done:
+                        self._stop_workers()
+                        raise _Exhausted
+                    self._wait()
+            except LoaderError as e:
+                self._error = e
+                self._stop_workers()
+                raise
+            finally:
+                self._stats["consumer_wait_s"] += time.perf_counter() - t0
+
+    def _collect_releases(self) -> None:
+        released = self._ring.released
+        while not released.empty():
+            self._free.append(released.get())
+            self._leased -= 1
+
+    def _dispatch(self) -> None:
+        """Give free slots to the next batches of the plan, then feed the workers."""
+        while self._free and not self._plan_done:
+            cur = self._cursor
+            if cur is None or not cur.has_batch():
+                epoch = 0 if cur is None else cur.epoch + 1
+                if (self._epochs is not None and epoch >= self._epochs) or \
+                        (cur is not None and cur.limit == 0):
+                    self._plan_done = True
+                    break
+                self._cursor = EpochCursor(self._plan, epoch)
+                if self._cursor.limit == 0:  # fewer samples than one batch, none kept
+                    self._plan_done = True
+                continue
+            b = _Batch(self._seq, cur, self._free.pop(), cur.next_batch())
+            self._seq += 1
+            self._inflight[b.seq] = b
+            self._queue.extend((b, pos) for pos in range(len(b.samples)))
+        self._feed()
+
+    def _feed(self) -> None:
+        while self._queue:
+            candidates = [w for w in self._workers if len(w.outstanding) < _DEPTH and w.task_w >= 0]
+            if not candidates:
+                return
+            w = min(candidates, key=lambda w: len(w.outstanding))
+            b, pos = self._queue.popleft()
+            task = Task(b, pos, b.samples[pos], b.epoch, b.slot)
+            try:
+                os.write(w.task_w, TASK.pack(OP_READ, task.slot, pos, task.sample, task.epoch))
+            except (BrokenPipeError, OSError):
+                self._queue.appendleft((b, pos))
+                self._read_worker(w)  # it died: its pipe tells how
+                if w in self._workers:
+                    self._worker_lost(w, f"{w.how_it_ended()}")
+                continue
+            if not w.outstanding:
+                w.head_since = time.monotonic()
+            w.outstanding.append(task)
+
+    def _take_ready(self) -> tuple[_Batch | None, int]:
+        while True:
+            if self._ordered:
+                b = next(iter(self._inflight.values()), None)
+                if b is None or b.pending:
+                    return None, 0
+            else:
+                if not self._done_order:
+                    return None, 0
+                b = self._done_order.popleft()
+            del self._inflight[b.seq]
+            n = self._compact(b)
+            if n:
+                return b, n
+            self._free.append(b.slot)
+
+    def _compact(self, b: _Batch) -> int:
+        """Close holes left by skipped samples; return how many samples the batch keeps."""
+        valid = [p for p, s in enumerate(b.samples) if s >= 0]
+        n = len(valid)
+        if n < len(b.samples) and n:
+            views = self._ring.slot_views[b.slot]
+            for dst, src in enumerate(valid):
+                if dst != src:
+                    for arr in views.values():
+                        arr[dst] = arr[src]
+        if n and self._drop_remainder and n < self._batch_size:
+            self._stats["dropped"] += n
+            return 0
+        return n
+
+    def _hand_out(self, b: _Batch, n: int) -> dict[str, np.ndarray]:
+        self._stats["batches"] += 1
+        self._stats["samples"] += n
+        self._stats["epoch"] = b.epoch
+        if self._leased + 1 >= self._nslots:
+            # NOTE [ Slot lease ]: never lease the last slot, or a hoarding consumer deadlocks us.
+            out = {k: v[:n].copy() for k, v in self._ring.slot_views[b.slot].items()}
+            self._free.append(b.slot)
+            self._stats["copied"] += 1
+            if not self._warned_copy:
+                self._warned_copy = True
+                warnings.warn(f"the consumer holds {self._leased} of {self._nslots} ring slots; "
+                              "further batches are copied until it releases some. Pass a larger "
+                              "`slots=` to keep delivery zero-copy.", RuntimeWarning, stacklevel=4)
+            return out
+        self._leased += 1
+        return self._ring.lease(b.slot, n)
+
+    # ---------------------------------------------------------------- waiting
+    def _wait(self) -> None:
+        now = time.monotonic()
+        timeout = _POLL_S
+        for w in list(self._workers):
+            if not w.ready:
+                deadline = w.started + max(self._timeout, _START_TIMEOUT_S)
+            elif w.outstanding:
+                deadline = w.head_since + self._timeout
+            else:
+                continue
+            if now >= deadline:
+                self._timed_out(w)
+                return
+            timeout = min(timeout, deadline - now)
+        for key, _ in self._selector.select(max(timeout, 0.0)):
+            if key.data is None:
+                self._ring.drain_wake()
+            elif key.data in self._workers:
+                self._read_worker(key.data)
+        for w in list(self._workers):
+            if w.proc.poll() is not None:
+                self._read_worker(w)
+                if w in self._workers:
+                    self._worker_lost(w, w.how_it_ended())
+
+    def _read_worker(self, w: Worker) -> None:
+        eof = False
+        while w.done_r >= 0:
+            try:
+                chunk = os.read(w.done_r, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                eof = True
+                break
+            w.buf += chunk
+        buf = w.buf
+        while len(buf) >= DONE.size:
+            status, slot, pos, sample, busy, plen = DONE.unpack_from(buf)
+            if plen > MAX_ERROR_BYTES:
+                self._protocol_error(w, f"an error report of {plen} bytes")
+            if len(buf) < DONE.size + plen:
+                break
+            payload = bytes(buf[DONE.size : DONE.size + plen])
+            del buf[: DONE.size + plen]
+            self._on_message(w, status, slot, pos, sample, busy, payload)
+        if eof and w in self._workers:
+            w.proc.wait()
+            self._worker_lost(w, w.how_it_ended())
+
+    def _on_message(self, w: Worker, status: int, slot: int, pos: int, sample: int,
+                    busy: float, payload: bytes) -> None:
+        if status == ST_READY:
+            w.ready = True
+            w.head_since = time.monotonic()
+            return
+        head = w.outstanding[0] if w.outstanding else None
+        if status not in (ST_OK, ST_ERROR) or head is None or \
+                (head.slot, head.pos, head.sample) != (slot, pos, sample):
+            self._protocol_error(w, f"an unexpected message (status {status}, slot {slot}, position {pos})")
+        w.outstanding.popleft()
+        w.head_since = time.monotonic()
+        w.busy_s += busy
+        w.tasks_done += 1
+        self._stats["worker_busy_s"] += busy
+        if status == ST_OK:
+            self._position_done(head.batch)
+        else:
+            self._sample_failed(head, payload)
+        self._feed()
+
+    def _position_done(self, b: _Batch) -> None:
+        b.pending -= 1
+        if not b.pending:
+            self._done_order.append(b)
+
+    def _sample_failed(self, task: Task, payload: bytes) -> None:
+        try:
+            info = json.loads(payload.decode("utf-8", "replace"))
+            exc_type, message, tb = str(info["type"]), str(info["message"]), str(info["traceback"])
+        except (ValueError, KeyError, TypeError):
+            exc_type, message, tb = "Exception", "(unreadable error report)", ""
+        err = SampleError(task.sample, self._source.describe(task.sample), exc_type, message)
+        err.__cause__ = RemoteTraceback(tb)
+        if self._on_error == "raise":
+            raise err
+        self._skip(task, f"{exc_type}: {message}")
+
+    def _skip(self, task: Task, reason: str) -> None:
+        """Drop one sample and refill its position from the same epoch (``on_error="skip"``)."""
+        where = self._source.describe(task.sample)
+        log.warning("skipped sample %d (%s): %s", task.sample, where, reason)
+        self._stats["skipped"] += 1
+        self.skipped.append((task.epoch, task.sample, reason))
+        b = task.batch
+        refill = b.cursor.refill()
+        if refill is None:
+            b.samples[task.pos] = -1
+            self._position_done(b)
+        else:
+            b.samples[task.pos] = refill
+            self._queue.appendleft((b, task.pos))
+
+    def _timed_out(self, w: Worker) -> None:
+        kill_worker(w)
+        if not w.ready:
+            self._worker_lost(w, f"did not start within {max(self._timeout, _START_TIMEOUT_S):.0f} s and was killed")
+        else:
+            self._worker_lost(w, f"spent more than timeout={self._timeout:g} s on one sample and was killed")
+
+    def _worker_lost(self, w: Worker, how: str) -> None:
+        """A worker is gone: raise, or (``on_error="skip"``) skip its sample and start another."""
+        self._remove(w)
+        head = w.outstanding[0] if w.outstanding else None
+        holding = f"sample {head.sample} ({self._source.describe(head.sample)})" if head else "no sample"
+        if self._on_error == "raise" or head is None or not w.ready:
+            raise WorkerDiedError(w.pid, how, holding)
+        # Its other tasks never started: send them again, first, in the same order.
+        for task in reversed(list(w.outstanding)[1:]):
+            self._queue.appendleft((task.batch, task.pos))
+        self._skip(head, f"worker pid {w.pid} {how}")
+        self._stats["worker_restarts"] += 1
+        self._spawn(w.wid)
+
+    def _protocol_error(self, w: Worker, what: str) -> None:
+        kill_worker(w)
+        self._remove(w)
+        raise LoaderError(f"worker pid {w.pid} sent {what}; it was stopped")
+
+    # ---------------------------------------------------------------- workers
+    def _spawn(self, wid: int) -> None:
+        w = start_worker(wid, self._ring.fd, self._config)
+        self._workers.append(w)
+        self._selector.register(w.done_r, selectors.EVENT_READ, w)
+
+    def _remove(self, w: Worker) -> None:
+        if w in self._workers:
+            self._workers.remove(w)
+        if w.done_r >= 0:
+            self._selector.unregister(w.done_r)
+        stop_workers([w], grace=0.0)
+
+    def _stop_workers(self) -> None:
+        workers = list(self._workers)
+        for w in workers:
+            if w.done_r >= 0:
+                self._selector.unregister(w.done_r)
+        stop_workers(workers)
+
+
+def _shutdown(workers: list[Worker], ring: Ring, selector: selectors.BaseSelector) -> None:
+    """Steps 1-5 of NOTE [ Shutdown ] in ``_pool``; runs on close(), GC or interpreter exit."""
+    stop_workers(list(workers))
+    workers.clear()
+    selector.close()
+    ring.close()
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _probe_transform(source: Source, transform, seed: int):
+    """Run ``transform`` once on a zero sample to learn what it produces.
+
+    Returns (output spec, decode spec or None). The decode spec is set when the transform
+    changes a shape or dtype: workers then decode into a private buffer and copy the result.
+    """
+    spec = source.spec()
+    if transform is None:
+        return spec, None
+    sample = {k: np.zeros(shape, dtype) for k, (shape, dtype) in spec.items()}
+    try:
+        result = transform(dict(sample), np.random.default_rng((seed, 0, 0)))
+    except Exception as e:
+        raise ValueError(f"transform failed on a zero-filled sample: {type(e).__name__}: {e}") from e
+    if result is None:
+        return spec, None
+    if not isinstance(result, dict):
+        raise TypeError(f"transform must modify the sample in place and return None, or return a "
+                        f"dict of arrays; it returned {type(result).__name__}")
+    out = {}
+    for k, v in result.items():
+        a = np.asarray(v)
+        if a.dtype.hasobject:
+            raise TypeError(f"transform output {k!r} has dtype object")
+        out[k] = (a.shape, a.dtype)
+    return out, (None if out == spec else spec)

@@ -1,0 +1,150 @@
+"""Worker processes and the pipes to them.
+
+NOTE [ Shutdown ]
+Each worker holds three pipe ends: tasks (read), results (write), lifeline (read). The
+loader holds the other ends and nobody else does (descriptors are close-on-exec and passed
+to one child only), so:
+  * a worker waiting for a task sees EOF on its task pipe when the loader closes it or dies;
+  * a worker busy in native code sees EOF on the lifeline from a watcher thread, which ends
+    the process (decord releases the GIL while decoding, so the thread gets to run);
+  * the loader sees EOF on a result pipe when its worker dies, however it died.
+Closing runs in this order, and is safe to repeat:
+  1. stop handing out tasks;
+  2. close every task and lifeline pipe: idle and busy workers exit by themselves;
+  3. wait a short grace period, then SIGKILL what is left (a worker spinning in native code
+     while holding the GIL), and reap every child so no zombie remains;
+  4. close the result pipes;
+  5. close the ring's descriptor (``Ring.close``); its mapping goes with the last leased array.
+A whole process group killed at once leaves nothing behind: the ring has no name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import shmloader
+
+# How long closing waits for workers to leave by themselves before killing them.
+_GRACE_S = 1.0
+
+
+@dataclass(slots=True)
+class Task:
+    batch: object  # loader's batch record
+    pos: int
+    sample: int
+    epoch: int
+    slot: int
+
+
+@dataclass(slots=True, eq=False)
+class Worker:
+    wid: int
+    proc: subprocess.Popen
+    task_w: int
+    done_r: int
+    life_w: int
+    started: float
+    ready: bool = False
+    head_since: float = 0.0  # when the worker began its oldest outstanding task
+    outstanding: deque = field(default_factory=deque)
+    buf: bytearray = field(default_factory=bytearray)
+    busy_s: float = 0.0
+    tasks_done: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def how_it_ended(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "is still running"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"was killed by {name}"
+        return f"exited with code {code}"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    # `python -m shmloader._worker` must find this very package, installed or not.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(shmloader.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    # Decoding threads are chosen per worker; BLAS/OpenMP pools inside workers would oversubscribe.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, "1")
+    return env
+
+
+def start_worker(wid: int, ring_fd: int, config: bytes) -> Worker:
+    """Start one worker by fork+exec of a fresh interpreter (see ``_worker``)."""
+    task_r, task_w = os.pipe2(os.O_CLOEXEC)
+    done_r, done_w = os.pipe2(os.O_CLOEXEC)
+    life_r, life_w = os.pipe2(os.O_CLOEXEC)
+    cfg_fd = os.memfd_create("shmloader-config", os.MFD_CLOEXEC)
+    try:
+        _write_all(cfg_fd, config)
+        os.lseek(cfg_fd, 0, os.SEEK_SET)
+        child_fds = (task_r, done_w, life_r, ring_fd, cfg_fd)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shmloader._worker", *map(str, child_fds)],
+            pass_fds=child_fds, stdin=subprocess.DEVNULL, env=_env(), close_fds=True,
+        )
+    except BaseException:
+        for fd in (task_w, done_r, life_w):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (task_r, done_w, life_r, cfg_fd):
+            os.close(fd)
+    os.set_blocking(done_r, False)
+    return Worker(wid, proc, task_w, done_r, life_w, started=time.monotonic())
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def stop_workers(workers: list[Worker], grace: float = _GRACE_S) -> None:
+    """Steps 2-4 of NOTE [ Shutdown ]. Safe to call again on the same workers."""
+    for w in workers:
+        for name in ("task_w", "life_w"):
+            fd = getattr(w, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(w, name, -1)
+    deadline = time.monotonic() + grace
+    for w in workers:
+        try:
+            w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for w in workers:
+        if w.proc.poll() is None:
+            w.proc.kill()
+            w.proc.wait()
+        if w.done_r >= 0:
+            os.close(w.done_r)
+            w.done_r = -1
+
+
+def kill_worker(w: Worker) -> None:
+    if w.proc.poll() is None:
+        w.proc.kill()
+    w.proc.wait()
+    stop_workers([w], grace=0.0)

@@ -1,0 +1,199 @@
+"""The shared-memory ring: ``slots`` whole-batch buffers in one anonymous segment.
+
+The main process creates the segment and is its only owner; workers attach to the file
+descriptor they inherit and never create or free anything. The segment has no name
+(``memfd_create``, or ``O_TMPFILE`` inside a directory the user picks), so nothing is left in
+``/dev/shm`` whatever kills us; its pages are reserved up front so that a small shared-memory
+mount fails here, with a clear error, instead of raising SIGBUS on first touch.
+
+NOTE [ Slot lease ]
+TensorFlow does not copy the arrays a ``from_generator`` generator yields: the tensor aliases
+the slot and TF keeps a reference to the array while the tensor lives. So a slot is free
+again only when every array handed out for it has been released, never merely at the next
+``yield``. Each hand-out builds a fresh ``uint8`` array over the slot (the *lease*); the field
+arrays are views whose ``base`` is that lease, and a ``weakref.finalize`` on it returns the
+slot to the free list. The finalizer may run on any thread (TF's, or the garbage collector's),
+so it only appends to a ``SimpleQueue`` (safe there) and pokes a wake-up pipe; the loader
+moves slots back to its free list on its own thread. The loader never hands out its last
+unleased slot: when the consumer already holds all the others, that batch is copied instead,
+so a consumer that hoards batches can neither deadlock the pipeline nor see data overwritten.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import mmap
+import os
+import queue
+import threading
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._errors import LoaderError
+
+__all__ = ["Field", "Layout", "Ring", "attach_views"]
+
+# Every field starts on a 64-byte boundary (cache line, AVX-512 loads); slots start on a page.
+_ALIGN = 64
+_PAGE = mmap.PAGESIZE
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    shape: tuple[int, ...]  # per sample
+    dtype: np.dtype
+    offset: int  # within a slot
+    nbytes: int  # for a whole batch
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where each field of a batch lives inside a slot."""
+
+    batch_size: int
+    fields: tuple[Field, ...]
+    slot_bytes: int
+
+    @classmethod
+    def build(cls, spec: dict[str, tuple[tuple[int, ...], np.dtype]], batch_size: int) -> "Layout":
+        fields, offset = [], 0
+        for name, (shape, dtype) in spec.items():
+            dtype = np.dtype(dtype)
+            shape = tuple(int(s) for s in shape)
+            nbytes = batch_size * math.prod(shape) * dtype.itemsize
+            fields.append(Field(name, shape, dtype, offset, nbytes))
+            offset += -(-nbytes // _ALIGN) * _ALIGN
+        slot_bytes = max(_PAGE, -(-offset // _PAGE) * _PAGE)
+        return cls(batch_size, tuple(fields), slot_bytes)
+
+    def views(self, buf: np.ndarray) -> dict[str, np.ndarray]:
+        """Field arrays (leading batch axis) over one slot's ``uint8`` buffer."""
+        return {
+            f.name: buf[f.offset : f.offset + f.nbytes].view(f.dtype).reshape((self.batch_size, *f.shape))
+            for f in self.fields
+        }
+
+
+def _create_segment(nbytes: int, shm_dir: str | None) -> int:
+    if shm_dir is None:
+        fd = os.memfd_create("shmloader", os.MFD_CLOEXEC)
+    else:
+        fd = os.open(shm_dir, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, nbytes)
+        os.posix_fallocate(fd, 0, nbytes)  # ftruncate reserves nothing: see module docstring
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+            where = "memory for shared segments" if shm_dir is None else f"space in {shm_dir}"
+            raise LoaderError(
+                f"not enough {where}: the ring needs {nbytes / 2**20:.1f} MiB "
+                f"({os.strerror(e.errno)}). Use fewer slots or a smaller batch, or give the "
+                f"container more shared memory (docker run --shm-size=...)"
+            ) from e
+        raise
+    return fd
+
+
+class Ring:
+    """Owner side of the ring. Only the main process creates one."""
+
+    def __init__(self, layout: Layout, slots: int, shm_dir: str | None = None) -> None:
+        self.layout = layout
+        self.slots = slots
+        self.nbytes = layout.slot_bytes * slots
+        self.fd = _create_segment(self.nbytes, shm_dir)
+        self._mm = mmap.mmap(self.fd, self.nbytes)
+        whole = np.frombuffer(self._mm, np.uint8)
+        self.address = whole.ctypes.data
+        # The loader's own (unleased) views of each slot, for compaction and copies.
+        self.slot_views = [
+            layout.views(whole[s * layout.slot_bytes : (s + 1) * layout.slot_bytes]) for s in range(slots)
+        ]
+        del whole
+        self.released: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._waker = _Waker()
+
+    @property
+    def wake_fd(self) -> int:
+        return self._waker.read_fd
+
+    def lease(self, slot: int, n: int) -> dict[str, np.ndarray]:
+        """Arrays for the first ``n`` samples of ``slot``; the slot comes back when they die.
+
+        See NOTE [ Slot lease ].
+        """
+        size = self.layout.slot_bytes
+        buf = np.frombuffer(self._mm, np.uint8, count=size, offset=slot * size)
+        views = self.layout.views(buf)
+        weakref.finalize(buf, _release, self.released, self._waker, slot)
+        del buf
+        return {k: v[:n] for k, v in views.items()}
+
+    def drain_wake(self) -> None:
+        self._waker.drain()
+
+    def contains(self, address: int) -> bool:
+        return self.address <= address < self.address + self.nbytes
+
+    def close(self) -> None:
+        """Close the descriptor; the mapping goes when the last leased array does."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self._waker.close()
+        self.slot_views = []
+        try:
+            self._mm.close()
+        except BufferError:
+            pass  # the consumer still holds batches; the mapping goes with the last of them
+
+
+class _Waker:
+    """A self-pipe that lease finalizers poke; safe to poke after it was closed."""
+
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # Reentrant: a finalizer may run from garbage collection inside wake() itself.
+        self._lock = threading.RLock()
+
+    def wake(self) -> None:
+        with self._lock:
+            if self._write_fd >= 0:
+                try:
+                    os.write(self._write_fd, b"\0")
+                except BlockingIOError:
+                    pass  # already full of wake-ups: the loader will drain it
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.read_fd, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in (self.read_fd, self._write_fd):
+                if fd >= 0:
+                    os.close(fd)
+            self.read_fd = self._write_fd = -1
+
+
+def _release(released: queue.SimpleQueue, waker: _Waker, slot: int) -> None:
+    released.put(slot)
+    waker.wake()
+
+
+def attach_views(fd: int, layout: Layout, slots: int) -> list[dict[str, np.ndarray]]:
+    """Worker side: map the inherited segment once and return every slot's field arrays."""
+    nbytes = layout.slot_bytes * slots
+    if os.fstat(fd).st_size < nbytes:
+        raise LoaderError("shared segment is smaller than its layout")
+    mm = mmap.mmap(fd, nbytes)
+    whole = np.frombuffer(mm, np.uint8)
+    return [layout.views(whole[s * layout.slot_bytes : (s + 1) * layout.slot_bytes]) for s in range(slots)]

@@ -1,0 +1,67 @@
+"""What a source is: a fixed number of samples, each a dict of fixed-shape arrays.
+
+A source object is built in the main process, pickled by value to each worker, and there
+asked to write sample ``index`` into preallocated arrays (views of a ring slot). The main
+process never reads a sample; it only plans which index goes where.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+Spec = dict[str, tuple[tuple[int, ...], np.dtype]]
+
+
+class Source(Protocol):
+    def __len__(self) -> int:
+        """Number of samples per epoch."""
+
+    def spec(self) -> Spec:
+        """Field name -> (per-sample shape, dtype)."""
+
+    def describe(self, index: int) -> str:
+        """What sample ``index`` is, for error messages (a path, or ``index N``)."""
+
+    def worker_init(self) -> None:
+        """Called once in each worker before its first read."""
+
+    def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
+        """Write sample ``index`` into ``out`` (arrays of exactly ``spec`` shape and dtype)."""
+
+
+def normalize_spec(spec) -> Spec:
+    """Check a user's ``{name: (shape, dtype)}`` and return it with tuple shapes and numpy dtypes."""
+    if not isinstance(spec, dict) or not spec:
+        raise TypeError("spec must be a non-empty dict {name: (shape, dtype)}")
+    out: Spec = {}
+    for name, value in spec.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"spec keys must be non-empty strings, got {name!r}")
+        try:
+            shape, dtype = value
+            shape = tuple(int(s) for s in shape)
+            dtype = np.dtype(dtype)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"spec[{name!r}] must be (shape, dtype), got {value!r}") from e
+        if any(s < 0 for s in shape):
+            raise ValueError(f"spec[{name!r}] has a negative dimension: {shape}")
+        if dtype.hasobject or dtype.kind in "OUSV":
+            raise TypeError(f"spec[{name!r}]: dtype {dtype} cannot live in shared memory")
+        out[name] = (shape, dtype)
+    return out
+
+
+def check_sample(sample, spec: Spec, what: str) -> None:
+    """Raise a ValueError naming ``what`` if ``sample`` does not match ``spec``."""
+    if not isinstance(sample, dict):
+        raise ValueError(f"{what} returned {type(sample).__name__}, expected a dict of arrays")
+    if set(sample) != set(spec):
+        raise ValueError(f"{what} returned keys {sorted(sample)}, spec has {sorted(spec)}")
+    for name, (shape, dtype) in spec.items():
+        a = np.asarray(sample[name])
+        if a.shape != shape:
+            raise ValueError(f"{what}: {name!r} has shape {a.shape}, spec says {shape}")
+        if not np.can_cast(a.dtype, dtype, casting="same_kind"):
+            raise ValueError(f"{what}: {name!r} has dtype {a.dtype}, spec says {dtype}")
