@@ -100,7 +100,7 @@ def main(argv: list[str]) -> int:
             return 0
         t0 = time.perf_counter()
         try:
-            out = {k: v[pos] for k, v in slots[slot].items()}
+            out = {k: v[pos, ...] for k, v in slots[slot].items()}  # 0-d views too
             rng = np.random.default_rng((seed, epoch, sample))
             if scratch is None:
                 source.read(sample, rng, out)

@@ -1,0 +1,91 @@
+"""Synthetic sample videos whose frames say who they are.
+
+Every frame is a 4 x 8 grid of cells; each cell is light (bit 1) or dark (bit 0). Rows 0-1
+hold the frame number, rows 2-3 the video id, 16 bits each, most significant bit first. The
+cells are large enough to survive H.264/MPEG-4 compression and resizing down to 32 x 32, so
+tests (and users) can check exactly which frames of which video arrived. Writing needs PyAV
+(``pip install shmloader[samples]``); reading the codes needs numpy only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["make_videos", "write_video", "read_codes", "frame_image"]
+
+_ROWS, _COLS = 4, 8
+_BITS = 16
+
+
+def frame_image(video_id: int, frame: int, height: int, width: int) -> np.ndarray:
+    """The RGB frame ``frame`` of video ``video_id``."""
+    bits = [(frame >> (_BITS - 1 - i)) & 1 for i in range(_BITS)]
+    bits += [(video_id >> (_BITS - 1 - i)) & 1 for i in range(_BITS)]
+    grid = np.array(bits, dtype=bool).reshape(_ROWS, _COLS)
+    hue = np.array([(video_id * 67) % 256, (video_id * 151 + 80) % 256, (video_id * 37 + 160) % 256])
+    light = 160 + hue // 4  # luma well above 128 whatever the tint
+    dark = hue // 6  # and well below
+    ys = np.arange(height) * _ROWS // height
+    xs = np.arange(width) * _COLS // width
+    cells = grid[ys[:, None], xs[None, :]]
+    return np.where(cells[..., None], light, dark).astype(np.uint8)
+
+
+def read_codes(video: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(video ids, frame numbers) of frames ``[..., H, W, 3]`` written by :func:`write_video`."""
+    video = np.asarray(video)
+    h, w = video.shape[-3:-1]
+    ys = ((np.arange(_ROWS) + 0.5) * h / _ROWS).astype(int)
+    xs = ((np.arange(_COLS) + 0.5) * w / _COLS).astype(int)
+    luma = video[..., ys[:, None], xs[None, :], :].astype(np.float32).mean(-1)
+    bits = (luma > 100).reshape(*video.shape[:-3], _ROWS * _COLS).astype(np.int64)
+    weights = 1 << np.arange(_BITS - 1, -1, -1, dtype=np.int64)
+    frames = (bits[..., :_BITS] * weights).sum(-1)
+    ids = (bits[..., _BITS:] * weights).sum(-1)
+    return ids, frames
+
+
+def write_video(path: str | os.PathLike, video_id: int, frames: int = 48, size: tuple[int, int] = (96, 128),
+                codec: str = "libx264", fps: int = 25) -> str:
+    """Write one synthetic video with a real codec (``libx264`` or ``mpeg4``)."""
+    import av
+
+    h, w = size
+    path = os.fspath(path)
+    with av.open(path, "w") as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        if codec == "libx264":
+            stream.options = {"crf": "18", "preset": "veryfast"}
+        else:
+            stream.bit_rate = 4_000_000
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(frame_image(video_id, i, h, w), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def make_videos(folder: str | os.PathLike, count: int = 8, frames: int = 48, size: tuple[int, int] = (96, 128),
+                codec: str = "libx264", classes: int = 2) -> tuple[list[str], list[int]]:
+    """Write ``count`` videos ``video_000.mp4``... (skipping those already there); return paths, labels.
+
+    Video ``i`` has id ``i`` in its frame codes and label ``i % classes``.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths, labels = [], []
+    for i in range(count):
+        p = folder / f"video_{i:03d}_{frames}f_{size[0]}x{size[1]}_{codec}.mp4"
+        if not p.exists():
+            tmp = p.with_suffix(".tmp.mp4")
+            write_video(tmp, i, frames, size, codec)
+            os.replace(tmp, p)
+        paths.append(str(p))
+        labels.append(i % classes)
+    return paths, labels
