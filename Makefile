@@ -20,5 +20,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/cpu_vs_workers.py
 
+notebooks: $(STAMP)
+	$(PY) -m pip install --quiet jupyterlab
+	$(VENV)/bin/jupyter lab notebooks/
+
 clean:
 	rm -rf $(VENV) .cache .pytest_cache
