@@ -1,0 +1,123 @@
+"""Command line: ``shmloader demo`` and ``shmloader make-videos DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "shmloader" / "samples"
+
+
+def _size(text: str) -> tuple[int, int]:
+    h, _, w = text.lower().partition("x")
+    return int(h), int(w)
+
+
+def make_videos_cmd(args) -> int:
+    from ._samples import make_videos
+
+    paths, _ = make_videos(args.dir, count=args.count, frames=args.frames, size=args.size, codec=args.codec,
+                           classes=args.classes)
+    for p in paths:
+        print(p)
+    return 0
+
+
+def _cpu_seconds(procs) -> float:
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except Exception:  # a process that already left counts nothing more
+            pass
+    return total
+
+
+def measure(paths, labels, workers: int, batches: int, batch_size: int, clip_len: int, size, progress=None):
+    """Stream ``batches`` batches through ``as_dataset()``; return throughput and CPU figures."""
+    import psutil
+
+    from . import Loader, VideoClips
+
+    clips = VideoClips(paths, labels, clip_len=clip_len, frame_step=2, size=size)
+    me = psutil.Process()
+    with Loader(clips, batch_size=batch_size, workers=workers, shuffle=True, epochs=None) as loader:
+        kids = [psutil.Process(pid) for pid in loader.worker_pids()]
+        it = iter(loader.as_dataset())
+        t_first = time.perf_counter()
+        next(it)  # warm-up: worker start and the first batch are not throughput
+        first = time.perf_counter() - t_first
+        main0, kids0, t0 = _cpu_seconds([me]), _cpu_seconds(kids), time.perf_counter()
+        nbytes = 0
+        for _ in range(batches):
+            b = next(it)
+            nbytes += int(b["video"].shape.num_elements())
+            if progress is not None:
+                progress.update(1)
+        dt = time.perf_counter() - t0
+        main_s, kids_s = _cpu_seconds([me]) - main0, _cpu_seconds(kids) - kids0
+        del it, b
+    clips_n = batches * batch_size
+    return {"workers": workers, "clips_s": clips_n / dt, "frames_s": clips_n * clip_len / dt,
+            "main_cpu_pct": 100 * main_s / dt, "worker_cpu_pct": 100 * kids_s / dt,
+            "main_cpu_s_per_gb": main_s / (nbytes / 1e9), "first_batch_s": first}
+
+
+def demo_cmd(args) -> int:
+    from tqdm import tqdm
+
+    from ._samples import make_videos
+
+    folder = Path(args.videos) if args.videos else _cache_dir()
+    print(f"sample videos: {folder}")
+    paths, labels = make_videos(folder, count=args.count, frames=64, size=(240, 320))
+    workers = args.workers or list(range(1, (os.cpu_count() or 1) + 1))
+    rows = []
+    with tqdm(total=len(workers) * args.batches, unit="batch", desc="streaming") as bar:
+        for w in workers:
+            bar.set_postfix(workers=w)
+            rows.append(measure(paths, labels, w, args.batches, args.batch_size, args.clip_len, args.size, bar))
+    h, w_ = args.size
+    print(f"\n{args.clip_len}x{h}x{w_} clips, batch {args.batch_size}, through loader.as_dataset():\n")
+    print(f"{'workers':>7} {'clips/s':>8} {'frames/s':>9} {'CPU% main':>9} {'CPU% workers':>12} {'first batch s':>13}")
+    for r in rows:
+        print(f"{r['workers']:>7} {r['clips_s']:>8.1f} {r['frames_s']:>9.0f} {r['main_cpu_pct']:>9.0f} "
+              f"{r['worker_cpu_pct']:>12.0f} {r['first_batch_s']:>13.2f}")
+    if len(rows) > 1:
+        print(f"\n{rows[-1]['workers']} workers / 1 worker: {rows[-1]['clips_s'] / rows[0]['clips_s']:.2f}x")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="shmloader", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("demo", help="stream sample videos through as_dataset() for 1..N workers")
+    d.add_argument("--videos", help="folder for the sample videos (default: the user cache)")
+    d.add_argument("--count", type=int, default=12, help="sample videos to make")
+    d.add_argument("--workers", type=int, nargs="*", help="worker counts (default 1..cores)")
+    d.add_argument("--batches", type=int, default=16, help="batches measured per worker count")
+    d.add_argument("--batch-size", type=int, default=8)
+    d.add_argument("--clip-len", type=int, default=16)
+    d.add_argument("--size", type=_size, default=(112, 112), help="HxW (default 112x112)")
+    d.set_defaults(fn=demo_cmd)
+    m = sub.add_parser("make-videos", help="write synthetic videos whose frames encode video id and frame number")
+    m.add_argument("dir")
+    m.add_argument("--count", type=int, default=8)
+    m.add_argument("--frames", type=int, default=48)
+    m.add_argument("--size", type=_size, default=(96, 128), help="HxW (default 96x128)")
+    m.add_argument("--codec", default="libx264", choices=["libx264", "mpeg4"])
+    m.add_argument("--classes", type=int, default=2)
+    m.set_defaults(fn=make_videos_cmd)
+    args = parser.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
