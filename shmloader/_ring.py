@@ -147,10 +147,12 @@ class Ring:
             self.fd = -1
         self._waker.close()
         self.slot_views = []
-        try:
-            self._mm.close()
-        except BufferError:
-            pass  # the consumer still holds batches; the mapping goes with the last of them
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # the consumer still holds batches: the mapping goes with the last of them
+            self._mm = None
 
 
 class _Waker:

@@ -1,0 +1,132 @@
+"""tf.data: zero-copy delivery, the lease rule through prefetch, Keras, and lean workers.
+
+This module imports TensorFlow at the top, as nearly every training script does.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import psutil
+import tensorflow as tf
+
+import shmloader
+from shmloader._samples import read_codes
+
+from .conftest import our_mappings
+
+
+def check_batch(video, index, start, frame_step=1):
+    ids, frames = read_codes(video)
+    assert (ids == index[:, None]).all()
+    assert (frames == start[:, None] + frame_step * np.arange(frames.shape[1])).all()
+
+
+def test_element_spec(videos):
+    paths, labels = videos
+    clips = shmloader.VideoClips(paths, labels, clip_len=4, size=(40, 56))
+    with shmloader.Loader(clips, batch_size=3, workers=1) as loader:
+        spec = loader.as_dataset().element_spec
+        assert spec["video"] == tf.TensorSpec((None, 4, 40, 56, 3), tf.uint8, name="video")
+        assert spec["label"].shape.as_list() == [None] and spec["label"].dtype == tf.int64
+        assert set(spec) == {"video", "label", "index", "start"}
+    with shmloader.Loader(clips, batch_size=3, workers=1, drop_remainder=True) as loader:
+        assert loader.as_dataset().element_spec["video"].shape.as_list() == [3, 4, 40, 56, 3]
+
+
+def slot_of(loader, video: np.ndarray, index: np.ndarray) -> int:
+    matches = [s for s, views in enumerate(loader._ring.slot_views)
+               if np.array_equal(views["video"][: len(video)], video) and np.array_equal(views["index"][: len(index)], index)]
+    assert len(matches) == 1
+    return matches[0]
+
+
+def test_dataset_tensors_alias_the_ring(videos):
+    """A write into the ring shows through a tensor already delivered: TF did not copy the slot.
+
+    (``Tensor.numpy()`` itself copies memory TF does not own, so aliasing is shown by behaviour.)
+    """
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(48, 64))
+    with shmloader.Loader(clips, batch_size=2, workers=2, epochs=3) as loader:
+        n = 0
+        for batch in loader.as_dataset(prefetch=2):
+            video, index = batch["video"].numpy(), batch["index"].numpy()
+            check_batch(video, index, batch["start"].numpy())
+            ring_video = loader._ring.slot_views[slot_of(loader, video, index)]["video"]
+            ring_video[0, 0, 0, 0, 0] ^= 0xFF
+            assert batch["video"].numpy()[0, 0, 0, 0, 0] == video[0, 0, 0, 0, 0] ^ 0xFF
+            ring_video[0, 0, 0, 0, 0] ^= 0xFF
+            n += 1
+        assert n == 12
+        assert loader.stats()["copied"] == 0
+        assert len(our_mappings()) == 1  # one ring for every batch
+
+
+def test_batch_held_through_prefetch_never_changes(videos):
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(48, 64))
+    with shmloader.Loader(clips, batch_size=2, workers=2, slots=4, shuffle=True, epochs=5) as loader:
+        it = iter(loader.as_dataset(prefetch=tf.data.AUTOTUNE))
+        held = next(it)
+        snapshot = held["video"].numpy().copy()
+        n = sum(1 for _ in it)
+        assert n == 5 * 4 - 1
+        np.testing.assert_array_equal(held["video"].numpy(), snapshot)
+        check_batch(held["video"].numpy(), held["index"].numpy(), held["start"].numpy())
+        del it, held
+
+
+def test_take_100_with_small_ring(videos):
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(32, 40))
+    with shmloader.Loader(clips, batch_size=2, workers=2, slots=3, shuffle=True, epochs=None) as loader:
+        kept = list(loader.as_dataset().take(100))
+        assert len(kept) == 100
+        for b in kept:
+            check_batch(b["video"].numpy(), b["index"].numpy(), b["start"].numpy())
+        stats = loader.stats()
+        assert stats["leased"] <= 2 and stats["copied"] >= 98 - stats["leased"]
+        del kept, b
+    gc.collect()
+
+
+def test_keras_fit_conv3d(videos):
+    paths, labels = videos
+    clips = shmloader.VideoClips(paths, labels, clip_len=4, size=(32, 40))
+    with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, epochs=2, drop_remainder=True) as loader:
+        ds = loader.as_dataset().map(lambda b: (tf.cast(b["video"], tf.float32) / 255.0, b["label"]))
+        model = tf.keras.Sequential([
+            tf.keras.Input((4, 32, 40, 3)),
+            tf.keras.layers.Conv3D(4, 3, activation="relu"),
+            tf.keras.layers.GlobalAveragePooling3D(),
+            tf.keras.layers.Dense(3),
+        ])
+        model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        history = model.fit(ds, epochs=2, steps_per_epoch=len(loader), verbose=0)
+        assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
+        assert loader.stats()["batches"] == 2 * len(loader)
+
+
+def test_workers_stay_lean_and_run_local_transform(videos):
+    """TF imported here; workers must not import it, and a closure defined here must run there."""
+    paths, _ = videos
+    flip_marker = 7
+
+    def transform(sample, rng):  # not importable by name: sent by value
+        sample["video"][:] = sample["video"][:, :, ::-1]
+        sample["label"][...] = flip_marker
+
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(48, 64))
+    with shmloader.Loader(clips, batch_size=2, workers=2, transform=transform) as loader:
+        it = iter(loader)
+        b = next(it)
+        assert (b["label"] == flip_marker).all()
+        check_batch(b["video"][:, :, :, ::-1], b["index"], b["start"])
+        for pid in loader.worker_pids():
+            proc = psutil.Process(pid)
+            rss_mib = proc.memory_info().rss / 2**20
+            assert rss_mib < 200, f"worker {pid} uses {rss_mib:.0f} MiB"
+            assert not [m.path for m in proc.memory_maps() if "tensorflow" in m.path.lower()]
+        del b, it
