@@ -1,0 +1,241 @@
+"""Measuring one run: throughput at the consumer, CPU and memory sampled with psutil.
+
+CPU is reported as ``top`` shows it: percent of one core, so two busy cores read 200 %.
+"Main" is the process that runs the consumer (and, for thread-based loaders, the decoding);
+"workers" are the loader's processes (``Loader.worker_pids()``, torch's worker processes, the
+decode-only processes of the physical limit).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import psutil
+
+# Sampling period: often enough to catch RSS peaks of short runs, rare enough to cost
+# nothing measurable (one cpu_times + memory_info per process per tick).
+_TICK_S = 0.1
+
+
+@dataclass
+class _Snapshot:
+    t: float
+    main_cpu: float
+    worker_cpu: dict[int, float]
+
+
+class Sampler:
+    """A thread that samples CPU times and RSS of this process and of ``pids()``.
+
+    ``window_start()`` / ``window_end()`` bracket the steady-state part of a run; CPU is the
+    difference of cumulative CPU times over it (per worker pid, first and last time seen, so a
+    worker that appears or dies inside the window still counts). RSS peak covers the whole run.
+    """
+
+    def __init__(self, pids: Callable[[], list[int]] = lambda: [],
+                 children: bool = False) -> None:
+        self.pids = pids
+        self.children = children  # also watch every descendant of this process
+        self._me = psutil.Process()
+        self._procs: dict[int, psutil.Process] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._windowed = False
+        self.peak_rss = 0
+        self.peak_main_rss = 0
+        self._thread = threading.Thread(target=self._run, daemon=True, name="bench-sampler")
+
+    def __enter__(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _worker_pids(self) -> set[int]:
+        try:
+            pids = set(self.pids())
+        except Exception:
+            pids = set()
+        if self.children:
+            pids.update(c.pid for c in self._me.children(recursive=True))
+        return pids
+
+    def _tick(self) -> tuple[float, dict[int, float]]:
+        main = self._me.cpu_times()
+        main_cpu = main.user + main.system
+        rss = main_rss = self._me.memory_info().rss
+        cpu = {}
+        for pid in self._worker_pids():
+            p = self._procs.get(pid)
+            try:
+                if p is None:
+                    p = self._procs[pid] = psutil.Process(pid)
+                t = p.cpu_times()
+                cpu[pid] = t.user + t.system
+                rss += p.memory_info().rss
+            except psutil.Error:
+                self._procs.pop(pid, None)
+        self.peak_rss = max(self.peak_rss, rss)
+        self.peak_main_rss = max(self.peak_main_rss, main_rss)
+        return main_cpu, cpu
+
+    def _record(self, cpu: dict[int, float]) -> None:
+        with self._lock:
+            if self._windowed:
+                for pid, c in cpu.items():
+                    self._first.setdefault(pid, c)
+                    self._last[pid] = c
+
+    def _run(self) -> None:
+        while not self._stop.wait(_TICK_S):
+            _, cpu = self._tick()
+            self._record(cpu)
+
+    def snapshot(self) -> _Snapshot:
+        main_cpu, cpu = self._tick()
+        self._record(cpu)
+        with self._lock:
+            worker = {pid: self._last[pid] - self._first[pid] for pid in self._last}
+        return _Snapshot(time.perf_counter(), main_cpu, worker)
+
+    def window_start(self) -> _Snapshot:
+        with self._lock:
+            self._windowed = True
+            self._first.clear()
+            self._last.clear()
+        return self.snapshot()
+
+    def window_end(self) -> _Snapshot:
+        snap = self.snapshot()
+        with self._lock:
+            self._windowed = False
+        return snap
+
+
+@dataclass
+class Result:
+    loader: str
+    workload: str
+    workers: str  # "1", "2", ... or "auto"
+    rep: int
+    clips: int = 0
+    seconds: float = 0.0
+    clips_per_s: float = 0.0
+    frames_per_s: float = 0.0
+    gb_per_s: float = 0.0
+    main_cpu_pct: float = 0.0
+    workers_cpu_pct: float = 0.0
+    main_cpu_s_per_gb: float = 0.0
+    peak_rss_mib: float = 0.0
+    peak_main_rss_mib: float = 0.0
+    first_batch_s: float = 0.0
+    error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def window_result(res: Result, a: _Snapshot, b: _Snapshot, clips: int, clip_len: int,
+                  clip_bytes: int, sampler: Sampler) -> Result:
+    dt = b.t - a.t
+    gb = clips * clip_bytes / 1e9
+    main = b.main_cpu - a.main_cpu
+    res.clips, res.seconds = clips, dt
+    res.clips_per_s = clips / dt
+    res.frames_per_s = clips * clip_len / dt
+    res.gb_per_s = gb / dt
+    res.main_cpu_pct = 100 * main / dt
+    res.workers_cpu_pct = 100 * sum(b.worker_cpu.values()) / dt
+    res.main_cpu_s_per_gb = main / gb if gb else float("nan")
+    res.peak_rss_mib = sampler.peak_rss / 2**20
+    res.peak_main_rss_mib = sampler.peak_main_rss / 2**20
+    return res
+
+
+def touch(batch) -> int:
+    """What the consumer does with a batch: read one byte of every clip and the labels.
+
+    A stand-in for handing the batch to a training step; the same small cost for every loader.
+    Returns the number of clips in the batch.
+    """
+    video = batch["video"]
+    firsts = video[:, 0, 0, 0, 0]
+    _ = (firsts.numpy() if hasattr(firsts, "numpy") else firsts).sum()
+    _ = batch["label"][0]
+    return int(video.shape[0])
+
+
+def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration: float,
+                 warmup: int, min_batches: int) -> Result:
+    """Build a pipeline with ``make()``, time its first batch, then measure ``duration`` s."""
+    with Sampler(children=True) as sampler:
+        t0 = time.perf_counter()
+        pipe = make()
+        sampler.pids = pipe.pids
+        try:
+            it = pipe.batches
+            touch(next(it))
+            res.first_batch_s = time.perf_counter() - t0
+            for _ in range(warmup):
+                touch(next(it))
+            a = sampler.window_start()
+            clips = batches = 0
+            while batches < min_batches or time.perf_counter() - a.t < duration:
+                clips += touch(next(it))
+                batches += 1
+            b = sampler.window_end()
+            window_result(res, a, b, clips, clip_len, clip_bytes, sampler)
+            stats = getattr(pipe, "stats", None)
+            if stats is not None:
+                s = stats()
+                res.extra["copied_batches"] = s.get("copied", 0)
+                res.extra["consumer_wait_s"] = round(s.get("consumer_wait_s", 0.0), 3)
+        finally:
+            pipe.close()
+    return res
+
+
+def machine_info() -> dict:
+    import importlib.metadata as md
+
+    import numpy as np
+
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+
+    def version(dist: str) -> str | None:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return None
+
+    return {
+        "cpu_model": cpu,
+        "logical_cores": psutil.cpu_count(logical=True),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "decord": version("decord2") or version("decord"),
+        "tensorflow": version("tensorflow-cpu") or version("tensorflow"),
+        "torch": version("torch"),
+        "shmloader": version("shmloader"),
+        "psutil": psutil.__version__,
+    }
