@@ -25,7 +25,7 @@ import numpy as np
 
 from ._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
 from ._plan import EpochCursor, EpochPlan
-from ._pool import Task, Worker, kill_worker, start_worker, stop_workers
+from ._pool import Task, Worker, start_worker, stop_workers
 from ._protocol import DONE, MAX_ERROR_BYTES, OP_READ, ST_ERROR, ST_OK, ST_READY, TASK
 from ._ring import Layout, Ring
 from ._source import Source
@@ -50,7 +50,7 @@ class _Exhausted(Exception):
 
 
 class _Batch:
-    __slots__ = ("seq", "epoch", "cursor", "slot", "samples", "pending")
+    __slots__ = ("seq", "epoch", "cursor", "slot", "samples", "pending", "retried")
 
     def __init__(self, seq: int, cursor: EpochCursor, slot: int, samples: list[int]) -> None:
         self.seq = seq
@@ -59,6 +59,7 @@ class _Batch:
         self.slot = slot
         self.samples = samples  # sample index per position; -1 where a skip left a hole
         self.pending = len(samples)
+        self.retried: set[int] = set()  # positions already sent again after their worker died
 
 
 class Loader:
@@ -412,6 +413,7 @@ class Loader:
         self._stats["skipped"] += 1
         self.skipped.append((task.epoch, task.sample, reason))
         b = task.batch
+        b.retried.discard(task.pos)
         refill = b.cursor.refill()
         if refill is None:
             b.samples[task.pos] = -1
@@ -421,13 +423,14 @@ class Loader:
             self._queue.appendleft((b, task.pos))
 
     def _timed_out(self, w: Worker) -> None:
-        kill_worker(w)
+        w.proc.kill()  # it may be spinning in native code with the GIL held: nothing softer works
         if not w.ready:
             self._worker_lost(w, f"did not start within {max(self._timeout, _START_TIMEOUT_S):.0f} s and was killed")
         else:
-            self._worker_lost(w, f"spent more than timeout={self._timeout:g} s on one sample and was killed")
+            self._worker_lost(w, f"spent more than timeout={self._timeout:g} s on one sample and was killed",
+                              timed_out=True)
 
-    def _worker_lost(self, w: Worker, how: str) -> None:
+    def _worker_lost(self, w: Worker, how: str, timed_out: bool = False) -> None:
         """A worker is gone: raise, or (``on_error="skip"``) skip its sample and start another."""
         self._remove(w)
         head = w.outstanding[0] if w.outstanding else None
@@ -437,12 +440,19 @@ class Loader:
         # Its other tasks never started: send them again, first, in the same order.
         for task in reversed(list(w.outstanding)[1:]):
             self._queue.appendleft((task.batch, task.pos))
-        self._skip(head, f"worker pid {w.pid} {how}")
+        b = head.batch
+        if timed_out or head.pos in b.retried:
+            self._skip(head, f"worker pid {w.pid} {how}")
+        else:
+            # A worker can die of something else (the OOM killer, a stray signal): try the
+            # sample once more on a fresh worker before calling it bad.
+            b.retried.add(head.pos)
+            self._queue.appendleft((b, head.pos))
         self._stats["worker_restarts"] += 1
         self._spawn(w.wid)
 
     def _protocol_error(self, w: Worker, what: str) -> None:
-        kill_worker(w)
+        w.proc.kill()
         self._remove(w)
         raise LoaderError(f"worker pid {w.pid} sent {what}; it was stopped")
 

@@ -141,10 +141,3 @@ def stop_workers(workers: list[Worker], grace: float = _GRACE_S) -> None:
         if w.done_r >= 0:
             os.close(w.done_r)
             w.done_r = -1
-
-
-def kill_worker(w: Worker) -> None:
-    if w.proc.poll() is None:
-        w.proc.kill()
-    w.proc.wait()
-    stop_workers([w], grace=0.0)

@@ -31,6 +31,7 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
+import psutil
 
 from ._errors import LoaderError
 
@@ -79,11 +80,18 @@ class Layout:
 
 
 def _create_segment(nbytes: int, shm_dir: str | None) -> int:
+    available = psutil.virtual_memory().available
+    if nbytes > available:
+        raise LoaderError(f"the ring needs {nbytes / 2**30:.2f} GiB but only {available / 2**30:.2f} GiB "
+                          "of memory is available: use fewer slots or a smaller batch or clip")
     if shm_dir is None:
         fd = os.memfd_create("shmloader", os.MFD_CLOEXEC)
     else:
+        if not os.path.isdir(shm_dir):
+            raise ValueError(f"shm_dir {shm_dir!r} is not a directory")
         fd = os.open(shm_dir, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
     try:
+        os.fchmod(fd, 0o600)  # ours alone, even through /proc/<pid>/fd
         os.ftruncate(fd, nbytes)
         os.posix_fallocate(fd, 0, nbytes)  # ftruncate reserves nothing: see module docstring
     except OSError as e:

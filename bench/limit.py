@@ -1,0 +1,68 @@
+"""The physical limit: ``decode_clip`` alone in W processes, no loader and no consumer.
+
+Each process decodes its own shard of the sample stream (and runs the workload's transform,
+which is part of the work) from a common start signal for ``duration`` seconds, then reports
+how many clips it finished and in how long. The sum of their rates is the most clips per
+second that W processes of this machine can produce; a loader can at best deliver that.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+from measure import Result, Sampler, window_result
+from workloads import ClipSet, Workload, decode_clip, sample_keys
+
+# A process that does not report back within this much of the planned duration has hung.
+_SLACK_S = 60.0
+
+
+def _decode_for(clips: ClipSet, wl: Workload, shard: int, shards: int, ready, go, duration: float,
+                out) -> None:
+    keys = sample_keys(len(clips), shard, shards)
+    decode_clip(clips, wl, *next(keys))  # imports and first open outside the timed part
+    ready.put(shard)
+    go.wait()
+    t0 = time.perf_counter()
+    n = 0
+    while time.perf_counter() - t0 < duration:
+        decode_clip(clips, wl, *next(keys))
+        n += 1
+    out.put((shard, n, time.perf_counter() - t0))
+
+
+def physical_limit(clips: ClipSet, wl: Workload, workers: int, duration: float, res: Result) -> Result:
+    ctx = mp.get_context("forkserver")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    with Sampler(children=True) as sampler:
+        t0 = time.perf_counter()
+        procs = [ctx.Process(target=_decode_for, args=(clips, wl, i, workers, ready, go, duration, out),
+                             daemon=True) for i in range(workers)]
+        for p in procs:
+            p.start()
+        try:
+            for _ in procs:
+                ready.get(timeout=_SLACK_S)
+            res.first_batch_s = time.perf_counter() - t0  # start-up: imports and first clip
+            a = sampler.window_start()
+            go.set()
+            reports = [out.get(timeout=duration + _SLACK_S) for _ in procs]
+            b = sampler.window_end()
+        finally:
+            for p in procs:
+                p.join(timeout=5)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+            for q in (ready, out):
+                q.close()
+                q.join_thread()
+    rate = sum(n / dt for _, n, dt in reports)
+    clips_done = sum(n for _, n, _ in reports)
+    window_result(res, a, b, clips_done, wl.clip_len, wl.clip_bytes, sampler)
+    # Rates from each process's own clock: the window above also holds the wait for the last report.
+    res.clips_per_s = rate
+    res.frames_per_s = rate * wl.clip_len
+    res.gb_per_s = rate * wl.clip_bytes / 1e9
+    return res
