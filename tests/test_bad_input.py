@@ -1,0 +1,114 @@
+"""Bad input: every damaged or wrong file ends in an error naming it, or a counted skip."""
+
+from __future__ import annotations
+
+import os
+
+import av
+import numpy as np
+import pytest
+
+import shmloader
+from shmloader._samples import frame_image, write_video
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def audio_only(path):
+    with av.open(str(path), "w") as c:
+        stream = c.add_stream("aac", rate=44100)
+        for i in range(20):
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            frame.sample_rate, frame.pts = 44100, i * 1024
+            for p in stream.encode(frame):
+                c.mux(p)
+        for p in stream.encode():
+            c.mux(p)
+
+
+def over_reported(path, frames=40):
+    """An MP4 whose index (written first, 'faststart') lists more frames than the file still holds."""
+    full = path.with_suffix(".full.mp4")
+    with av.open(str(full), "w", options={"movflags": "faststart"}) as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 128, 96, "yuv420p"
+        for i in range(frames):
+            for p in s.encode(av.VideoFrame.from_ndarray(frame_image(9, i, 96, 128), format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    data = full.read_bytes()
+    path.write_bytes(data[: int(len(data) * 0.8)])
+
+
+def make_bad(kind, tmp_path, good):
+    p = tmp_path / f"{kind}.mp4"
+    if kind == "missing":
+        pass
+    elif kind == "empty":
+        p.write_bytes(b"")
+    elif kind == "random":
+        p.write_bytes(os.urandom(20000))
+    elif kind == "truncated":
+        data = open(good, "rb").read()
+        p.write_bytes(data[: len(data) // 2])
+    elif kind == "text":
+        p.write_text("this is not a video\n" * 200)
+    elif kind == "audio_only":
+        audio_only(p)
+    elif kind == "short":
+        write_video(p, 5, frames=3)
+    elif kind == "over_reported":
+        over_reported(p)
+    elif kind == "directory":
+        p.mkdir()
+    return str(p)
+
+
+KINDS = ["missing", "empty", "random", "truncated", "text", "audio_only", "short", "over_reported", "directory"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bad_file_raises_naming_path(kind, videos, tmp_path):
+    paths, _ = videos
+    bad = make_bad(kind, tmp_path, paths[0])
+    # Every clip of the over-reported file reaches past what remains of it.
+    clips = shmloader.VideoClips([paths[0], bad, paths[1]], clip_len=36 if kind == "over_reported" else 4,
+                                 size=(32, 40))
+    with shmloader.Loader(clips, batch_size=3, workers=2, timeout=20) as loader:
+        with pytest.raises(shmloader.SampleError) as info:
+            list(loader)
+    assert bad in str(info.value) and info.value.index == 1
+    assert info.value.__cause__ is not None and info.value.reason
+    if kind == "short":
+        assert "shorter than one clip" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bad_file_skipped_and_counted(kind, videos, tmp_path):
+    paths, _ = videos
+    bad = make_bad(kind, tmp_path, paths[0])
+    clips = shmloader.VideoClips([paths[0], bad, paths[1]], clip_len=36 if kind == "over_reported" else 4,
+                                 size=(32, 40))
+    with shmloader.Loader(clips, batch_size=2, workers=2, on_error="skip", timeout=20) as loader:
+        got = sorted(int(i) for b in loader for i in b["index"])
+        assert loader.stats()["skipped"] == 1 and loader.stats()["samples"] == 2
+    assert got == [0, 2]
+
+
+def test_native_size_mismatch_names_file(videos, tmp_path):
+    paths, _ = videos
+    other = write_video(tmp_path / "other.mp4", 3, frames=20, size=(64, 80))
+    clips = shmloader.VideoClips([paths[0], other], clip_len=4)
+    assert clips.size == (96, 128)
+    with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
+        with pytest.raises(shmloader.SampleError, match="64x80 but the loader's clips are 96x128") as info:
+            list(loader)
+    assert other in str(info.value)
+
+
+def test_native_size_of_unreadable_first_file(tmp_path):
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"nope")
+    with pytest.raises(ValueError, match="bad.mp4"):
+        shmloader.VideoClips([str(bad)], clip_len=4)
