@@ -1,0 +1,179 @@
+"""The notebooks run top to bottom in a real Jupyter kernel, draw their figures, and leave nothing behind.
+
+Each notebook is read into memory and executed there (the committed files stay clean), with the
+working directory set to ``notebooks/`` as JupyterLab would; the executed copy is saved under the
+test's temporary directory for inspection. The kernel is this interpreter (a kernelspec written
+for ``sys.executable`` is put first on ``JUPYTER_PATH``), so it imports the same shmloader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+pytest.importorskip("matplotlib")
+pytest.importorskip("tensorflow")
+pytest.importorskip("av")
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+# Figures (image/png outputs) each notebook must produce, at least.
+FIGURES = {
+    "01_quickstart.ipynb": 1,
+    "02_how_many_workers.ipynb": 2,
+    "03_train_keras.ipynb": 1,
+}
+
+# Each notebook takes about a minute on two busy cores; a cell gets most of the budget because
+# the benchmark notebook spends its time in one or two cells.
+CELL_TIMEOUT_S = 240
+NOTEBOOK_TIMEOUT_S = 420
+
+
+@pytest.fixture(scope="module")
+def kernel_name(tmp_path_factory):
+    """A ``python3`` kernelspec that runs this very interpreter, ahead of any other on the path."""
+    root = tmp_path_factory.mktemp("jupyter")
+    spec_dir = root / "kernels" / "python3"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (shmloader tests)",
+        "language": "python",
+    }))
+    saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "MPLBACKEND")}
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in (str(root), saved["JUPYTER_PATH"]) if p)
+    os.environ.pop("MPLBACKEND", None)  # let ipykernel pick its inline backend, which emits image/png
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        spec = KernelSpecManager().get_kernel_spec("python3")
+        assert spec.argv[0] == sys.executable, f"python3 kernel resolves to {spec.argv}"
+        yield "python3"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _memfds(pid: int) -> list[str]:
+    """Descriptors of shmloader's shared segments that process ``pid`` still holds."""
+    out = []
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if "shmloader" in target:
+            out.append(target)
+    return out
+
+
+def _alive(pids: dict[int, float]) -> list[int]:
+    """Which of ``pids`` (pid -> create time) still run, zombies counted as gone."""
+    left = []
+    for pid, created in pids.items():
+        try:
+            p = psutil.Process(pid)
+            if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return left
+
+
+def _images(nb) -> int:
+    return sum(1 for cell in nb.cells if cell.cell_type == "code"
+               for out in cell.get("outputs", []) if "image/png" in out.get("data", {}))
+
+
+def _run(name: str, kernel_name: str, tmp_path: Path):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    last = max(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    seen: dict[int, float] = {}  # every descendant of the kernel seen after a cell
+    at_end: dict[str, object] = {}
+
+    def after_cell(cell, cell_index, execute_reply):
+        kernel = psutil.Process(client.km.provisioner.pid)
+        kids = [p for p in kernel.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+        for p in kids:
+            seen.setdefault(p.pid, p.create_time())
+        if cell_index == last:
+            # The last cell has run and the kernel is still up: a loader left open shows here,
+            # before shutting the kernel down would hide it. Give closing workers a moment.
+            deadline = time.monotonic() + 5
+            while kids and time.monotonic() < deadline:
+                time.sleep(0.1)
+                kids = [p for p in kernel.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+            at_end["children"] = [(p.pid, " ".join(p.cmdline())) for p in kids]
+            at_end["memfds"] = _memfds(kernel.pid)
+
+    client = nbclient.NotebookClient(
+        nb, kernel_name=kernel_name, timeout=CELL_TIMEOUT_S, allow_errors=False,
+        resources={"metadata": {"path": str(NOTEBOOKS)}}, on_cell_executed=after_cell,
+    )
+    shm_before = set(os.listdir("/dev/shm"))
+    t0 = time.monotonic()
+    try:
+        client.execute()
+    finally:
+        nbformat.write(nb, tmp_path / name)  # the executed copy, outputs and all
+    elapsed = time.monotonic() - t0
+    print(f"{name}: {elapsed:.1f} s, {len(seen)} worker processes seen")
+    assert at_end, "the last cell never reported back"
+    assert at_end["children"] == [], f"processes left when the notebook ended: {at_end['children']}"
+    assert at_end["memfds"] == [], f"shared segments still open in the kernel: {at_end['memfds']}"
+    deadline = time.monotonic() + 5
+    while _alive(seen) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _alive(seen) == [], f"processes outlived the kernel: {_alive(seen)}"
+    assert set(os.listdir("/dev/shm")) - shm_before == set(), "entries left in /dev/shm"
+    return nb
+
+
+def _check(name: str, kernel_name: str, tmp_path: Path) -> None:
+    nb = _run(name, kernel_name, tmp_path)
+    assert _images(nb) >= FIGURES[name], f"{name} drew {_images(nb)} figures, expected {FIGURES[name]}"
+
+
+def test_every_notebook_is_tested():
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(FIGURES)
+
+
+def test_committed_notebooks_have_no_outputs():
+    for name in FIGURES:
+        nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+        nbformat.validate(nb)
+        dirty = [i for i, c in enumerate(nb.cells)
+                 if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))]
+        assert dirty == [], f"{name}: cells {dirty} were committed with outputs; clear them"
+
+
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT_S)
+def test_quickstart(kernel_name, tmp_path):
+    _check("01_quickstart.ipynb", kernel_name, tmp_path)
+
+
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT_S)
+def test_how_many_workers(kernel_name, tmp_path):
+    _check("02_how_many_workers.ipynb", kernel_name, tmp_path)
+
+
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT_S)
+def test_train_keras(kernel_name, tmp_path):
+    _check("03_train_keras.ipynb", kernel_name, tmp_path)
