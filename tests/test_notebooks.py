@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -102,46 +103,87 @@ def _images(nb) -> int:
                for out in cell.get("outputs", []) if "image/png" in out.get("data", {}))
 
 
+class _Watcher:
+    """Records every descendant of the kernel, polling in a thread while the notebook runs."""
+
+    def __init__(self) -> None:
+        self.kernel: psutil.Process | None = None
+        self.seen: dict[int, float] = {}  # pid -> create time
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self, pid: int) -> None:
+        self.kernel = psutil.Process(pid)
+        self._thread.start()
+
+    def children(self) -> list[psutil.Process]:
+        kids = []
+        try:
+            for p in self.kernel.children(recursive=True):
+                try:
+                    if p.status() != psutil.STATUS_ZOMBIE:
+                        self.seen.setdefault(p.pid, p.create_time())
+                        kids.append(p)
+                except psutil.NoSuchProcess:
+                    pass
+        except psutil.NoSuchProcess:
+            pass
+        return kids
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.1):
+            self.children()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
 def _run(name: str, kernel_name: str, tmp_path: Path):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     last = max(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    seen: dict[int, float] = {}  # every descendant of the kernel seen after a cell
+    watcher = _Watcher()
     at_end: dict[str, object] = {}
 
+    def on_start(notebook):
+        watcher.start(client.km.provisioner.pid)
+
     def after_cell(cell, cell_index, execute_reply):
-        kernel = psutil.Process(client.km.provisioner.pid)
-        kids = [p for p in kernel.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-        for p in kids:
-            seen.setdefault(p.pid, p.create_time())
-        if cell_index == last:
-            # The last cell has run and the kernel is still up: a loader left open shows here,
-            # before shutting the kernel down would hide it. Give closing workers a moment.
-            deadline = time.monotonic() + 5
-            while kids and time.monotonic() < deadline:
-                time.sleep(0.1)
-                kids = [p for p in kernel.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-            at_end["children"] = [(p.pid, " ".join(p.cmdline())) for p in kids]
-            at_end["memfds"] = _memfds(kernel.pid)
+        if cell_index != last:
+            return
+        # The last cell has run and the kernel is still up: a loader left open shows here,
+        # before shutting the kernel down would hide it. Give closing workers a moment.
+        deadline = time.monotonic() + 5
+        kids = watcher.children()
+        while kids and time.monotonic() < deadline:
+            time.sleep(0.1)
+            kids = watcher.children()
+        at_end["children"] = [(p.pid, " ".join(p.cmdline())) for p in kids]
+        at_end["memfds"] = _memfds(watcher.kernel.pid)
 
     client = nbclient.NotebookClient(
         nb, kernel_name=kernel_name, timeout=CELL_TIMEOUT_S, allow_errors=False,
-        resources={"metadata": {"path": str(NOTEBOOKS)}}, on_cell_executed=after_cell,
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+        on_notebook_start=on_start, on_cell_executed=after_cell,
     )
     shm_before = set(os.listdir("/dev/shm"))
     t0 = time.monotonic()
     try:
         client.execute()
     finally:
+        watcher.stop()
         nbformat.write(nb, tmp_path / name)  # the executed copy, outputs and all
     elapsed = time.monotonic() - t0
-    print(f"{name}: {elapsed:.1f} s, {len(seen)} worker processes seen")
+    print(f"{name}: {elapsed:.1f} s, {len(watcher.seen)} kernel child processes seen")
+    assert watcher.seen, "no worker process was ever seen: is the watcher watching the kernel?"
     assert at_end, "the last cell never reported back"
     assert at_end["children"] == [], f"processes left when the notebook ended: {at_end['children']}"
     assert at_end["memfds"] == [], f"shared segments still open in the kernel: {at_end['memfds']}"
     deadline = time.monotonic() + 5
-    while _alive(seen) and time.monotonic() < deadline:
+    while _alive(watcher.seen) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _alive(seen) == [], f"processes outlived the kernel: {_alive(seen)}"
+    assert _alive(watcher.seen) == [], f"processes outlived the kernel: {_alive(watcher.seen)}"
     assert set(os.listdir("/dev/shm")) - shm_before == set(), "entries left in /dev/shm"
     return nb
 

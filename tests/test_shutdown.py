@@ -29,11 +29,12 @@ SCRIPT = textwrap.dedent("""
         time.sleep(float(os.environ.get("SAMPLE_S", "0.02")))
         return {"x": np.full((1000,), i, np.int64)}
 
-    loader = shmloader.Loader(shmloader.FunctionSource(fn, {"x": ((1000,), np.int64)}, 1000),
+    loader = shmloader.Loader(shmloader.FunctionSource(fn, {"x": ((1000,), np.int64)}, 1000, check=False),
                               batch_size=4, workers=2, epochs=None, shm_dir=os.environ.get("SHM_DIR") or None)
+    print(" ".join(map(str, loader.worker_pids())), flush=True)
     it = iter(loader)
     next(it)
-    print(" ".join(map(str, loader.worker_pids())), flush=True)
+    print("first batch", flush=True)
     if os.environ.get("MODE") == "iterate":
         for b in it:
             pass
@@ -42,13 +43,15 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def start(tmp_path, **env):
+def start(tmp_path, first_batch=True, **env):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True, env={**os.environ, **env})
     pids = [int(p) for p in proc.stdout.readline().split()]
     assert len(pids) == 2, proc.stderr.read()
+    if first_batch:
+        assert proc.stdout.readline().strip() == "first batch"
     return proc, pids
 
 
@@ -103,8 +106,8 @@ def test_ctrl_c_only_main_process_reports(tmp_path):
 
 @pytest.mark.parametrize("sample_s", ["0.02", "30"])  # workers idle / busy in a sample
 def test_parent_killed_workers_exit(tmp_path, sample_s):
-    proc, pids = start(tmp_path, SAMPLE_S=sample_s)
-    time.sleep(0.3)
+    proc, pids = start(tmp_path, first_batch=sample_s != "30", SAMPLE_S=sample_s)
+    time.sleep(1.0)  # busy case: both workers are inside a 30 s sample by now
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert wait_gone(pids, 5) < 5
