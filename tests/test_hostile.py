@@ -1,0 +1,73 @@
+"""Hostile input: protocol strings, forged worker messages, segment permissions, fork safety."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+import numpy as np
+import psutil
+import pytest
+
+import shmloader
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize("path", ["http://example.com/v.mp4", "https://x/v.mp4", "concat:a.mp4|b.mp4",
+                                  "file:/etc/passwd", "pipe:0", "tcp://127.0.0.1:9/"])
+def test_protocols_refused_without_opt_in(path):
+    with pytest.raises(ValueError, match="allow_urls"):
+        shmloader.VideoClips(["ok.mp4", path], size=(32, 32))
+
+
+def test_local_paths_are_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    clips = shmloader.VideoClips(["a.mp4", "sub/b.mp4"], size=(32, 32))
+    assert clips.paths == [str(tmp_path / "a.mp4"), str(tmp_path / "sub/b.mp4")]
+    # With the opt-in the string goes to FFmpeg as given.
+    assert shmloader.VideoClips(["http://h/v.mp4"], size=(32, 32), allow_urls=True).paths == ["http://h/v.mp4"]
+
+
+def forge(kind):
+    def fn(i, rng):
+        if i == 3:
+            done_fd = int(sys.argv[2])  # the worker's result pipe
+            if kind == "slot":
+                from shmloader._protocol import DONE
+                os.write(done_fd, DONE.pack(0, 10**6, 0, 3, 0.0, 0))
+            elif kind == "huge":
+                from shmloader._protocol import DONE
+                os.write(done_fd, DONE.pack(1, 0, 0, 3, 0.0, 2**31))
+            else:
+                os.write(done_fd, os.urandom(64))
+        return {"x": np.zeros(2)}
+    return fn
+
+
+@pytest.mark.parametrize("kind", ["slot", "huge", "garbage"])
+def test_forged_worker_messages_are_rejected(kind):
+    src = shmloader.FunctionSource(forge(kind), {"x": ((2,), np.float64)}, 8, check=False)
+    with shmloader.Loader(src, batch_size=2, workers=1) as loader:
+        with pytest.raises(shmloader.LoaderError, match="worker pid .* sent"):
+            list(loader)
+
+
+@pytest.mark.parametrize("shm_dir", [None, "/dev/shm"])
+def test_segment_is_private(shm_dir):
+    src = shmloader.FunctionSource(lambda i, rng: {"x": np.zeros(2)}, {"x": ((2,), np.float64)}, 4)
+    with shmloader.Loader(src, batch_size=2, workers=1, shm_dir=shm_dir) as loader:
+        st = os.fstat(loader._ring.fd)
+        assert stat.S_IMODE(st.st_mode) == 0o600
+        assert st.st_nlink == 0  # no name anywhere: nothing to find, nothing to leak
+
+
+def test_workers_are_exec_not_fork():
+    """Workers are fresh interpreters running our entry module: fork safety after TF holds by construction."""
+    src = shmloader.FunctionSource(lambda i, rng: {"x": np.zeros(2)}, {"x": ((2,), np.float64)}, 4)
+    with shmloader.Loader(src, batch_size=2, workers=2) as loader:
+        for pid in loader.worker_pids():
+            cmd = psutil.Process(pid).cmdline()
+            assert cmd[1:3] == ["-m", "shmloader._worker"]
+            assert psutil.Process(pid).ppid() == os.getpid()
