@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[tf,samples,bench,notebooks,test]'
+	$(PY) -m pip install --quiet -e '.[tf,hdf5,samples,bench,notebooks,test]'
 	touch $(STAMP)
 
 demo: $(STAMP)

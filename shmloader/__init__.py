@@ -1,9 +1,10 @@
 """shmloader: decode video clips in a process pool into a shared-memory ring, zero-copy into tf.data."""
 
+from ._arrays import ArraySource, HDF5Source
 from ._errors import LoaderError, SampleError, WorkerDiedError
 from ._function import FunctionSource
-from ._loader import Loader
+from ._loader import Loader, eval_loader
 from ._video import VideoClips
 
-__all__ = ["FunctionSource", "Loader", "LoaderError", "SampleError", "VideoClips", "WorkerDiedError"]
+__all__ = ["ArraySource", "FunctionSource", "HDF5Source", "Loader", "LoaderError", "SampleError", "VideoClips", "WorkerDiedError", "eval_loader"]
 __version__ = "0.1.0"

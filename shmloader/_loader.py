@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import pickle
 import selectors
@@ -30,7 +31,7 @@ from ._protocol import DONE, MAX_ERROR_BYTES, OP_READ, ST_ERROR, ST_OK, ST_READY
 from ._ring import Layout, Ring
 from ._source import Source
 
-__all__ = ["Loader"]
+__all__ = ["Loader", "eval_loader"]
 
 log = logging.getLogger("shmloader")
 
@@ -75,7 +76,8 @@ class Loader:
                  epochs: int | None = 1, drop_remainder: bool = False, ordered: bool = True,
                  on_error: str = "raise", timeout: float = 60.0,
                  transform: Callable[[dict, np.random.Generator], Any] | None = None,
-                 shm_dir: str | None = None) -> None:
+                 shm_dir: str | None = None, shard: tuple[int, int] = (0, 1),
+                 state: dict | None = None, log_every: float | None = None) -> None:
         _check_int("batch_size", batch_size, 1)
         if workers is not None:
             _check_int("workers", workers, 1)
@@ -98,7 +100,10 @@ class Loader:
         self._on_error = on_error
         self._timeout = float(timeout)
         self._plan = EpochPlan(len(source), batch_size, shuffle=shuffle, seed=seed,
-                               drop_remainder=drop_remainder)
+                               drop_remainder=drop_remainder, shard=tuple(shard))
+        self._start = (0, 0)  # (epoch, batch) where this loader's stream begins
+        if state is not None:
+            self._start = self._check_state(state)
         out_spec, scratch = _probe_transform(source, transform, seed)
         self._layout = Layout.build(out_spec, batch_size)
         nworkers = workers or os.cpu_count() or 1
@@ -137,7 +142,10 @@ class Loader:
         self._warned_copy = False
         self._t0 = time.monotonic()
         self._stats = dict(batches=0, samples=0, skipped=0, dropped=0, copied=0,
-                           consumer_wait_s=0.0, worker_busy_s=0.0, worker_restarts=0, epoch=0)
+                           consumer_wait_s=0.0, worker_busy_s=0.0, worker_restarts=0, epoch=0,
+                           decoded=0)
+        self._log_every = log_every
+        self._last_log = time.monotonic()
         self.skipped: list[tuple[int, int, str]] = []  # (epoch, sample, reason), most recent last
 
     # ----------------------------------------------------------------- public
@@ -182,19 +190,101 @@ class Loader:
         return [w.pid for w in self._workers if w.alive()]
 
     def stats(self) -> dict[str, Any]:
-        """Counters since the loader started: batches, samples, skipped, consumer_wait_s, ..."""
+        """Counters since the loader started, and whether training is input-bound.
+
+        ``consumer_wait_fraction``: share of the time the consumer spent waiting inside
+        ``next()``; above ~0.1 the model is starved (input-bound). ``worker_busy_fraction``:
+        per worker, share of its life spent on samples. ``samples_per_worker_s``: decode rate of
+        one busy worker. ``recommended_workers``: workers needed to meet the consumer's demand
+        (what it consumed while not waiting) at that rate, at most one per CPU.
+        """
+        now = time.monotonic()
         s = dict(self._stats)
-        s["elapsed_s"] = time.monotonic() - self._t0
+        s["elapsed_s"] = elapsed = now - self._t0
         s["workers"] = len(self._workers)
         s["slots"] = self._nslots
         s["leased"] = self._leased
+        s["samples_per_s"] = s["samples"] / elapsed if elapsed > 0 else 0.0
+        s["consumer_wait_fraction"] = min(1.0, s["consumer_wait_s"] / elapsed) if elapsed > 0 else 0.0
+        s["worker_busy_fraction"] = [min(1.0, w.busy_s / max(now - w.started, 1e-9)) for w in self._workers]
+        done = s["decoded"]
+        rate = done / s["worker_busy_s"] if s["worker_busy_s"] > 0 else 0.0
+        s["samples_per_worker_s"] = rate
+        demand = s["samples"] / max(elapsed - s["consumer_wait_s"], 1e-9)
+        cpus = os.cpu_count() or 1
+        s["recommended_workers"] = max(1, min(cpus, math.ceil(demand / rate))) if rate and s["samples"] else None
+        s["input_bound"] = s["consumer_wait_fraction"] > 0.1
         return s
 
-    def as_dataset(self, prefetch: int | None = -1):
-        """A ``tf.data.Dataset`` over this loader (``prefetch=-1`` is ``tf.data.AUTOTUNE``)."""
+    def stats_line(self) -> str:
+        """One line for a log or a progress bar: is training input-bound, and what to do about it."""
+        s = self.stats()
+        busy = ", ".join(f"{100 * b:.0f}%" for b in s["worker_busy_fraction"]) or "-"
+        verdict = "input-bound" if s["input_bound"] else "compute-bound"
+        rec = s["recommended_workers"]
+        return (f"{verdict}: consumer waited {100 * s['consumer_wait_fraction']:.0f}% of the time; "
+                f"{s['samples_per_s']:.1f} samples/s; workers busy {busy}; "
+                f"{s['samples_per_worker_s']:.1f} samples/s per busy worker"
+                + (f"; recommended workers: {rec}" if rec else ""))
+
+    def as_dataset(self, prefetch: int | None = -1, input_context=None):
+        """A ``tf.data.Dataset`` over this loader (``prefetch=-1`` is ``tf.data.AUTOTUNE``).
+
+        With a ``tf.distribute.InputContext`` the loader serves shard
+        ``input_pipeline_id`` of ``num_input_pipelines``, and ``batch_size`` is per replica.
+        """
         from ._tf import as_dataset
 
+        if input_context is not None:
+            self.set_shard(input_context.input_pipeline_id, input_context.num_input_pipelines)
         return as_dataset(self, prefetch)
+
+    def set_shard(self, index: int, count: int) -> None:
+        """Serve only shard ``index`` of ``count`` of every epoch (one per host); before iterating."""
+        if self._seq:
+            raise LoaderError("set_shard() must come before the first batch")
+        p = self._plan
+        self._plan = EpochPlan(p.num_samples, p.batch_size, shuffle=p.shuffle, seed=p.seed,
+                               drop_remainder=p.drop_remainder, shard=(index, count))
+
+    def state(self, consumed: int | None = None) -> dict[str, Any]:
+        """Where the stream stands, as a small JSON-serialisable dict for ``Loader(..., state=)``.
+
+        ``consumed``: batches the consumer has really used since this loader started (with
+        ``prefetch`` some delivered batches still wait in TF's buffer); default: all delivered.
+        The resumed loader delivers exactly the batches an uninterrupted run would have
+        delivered next: same seed, same order (``ordered=True``), same clip starts.
+        """
+        if not self._ordered:
+            raise LoaderError("state() needs ordered=True: unordered delivery has no resumable position")
+        done = self._stats["batches"] if consumed is None else int(consumed)
+        if not 0 <= done <= self._stats["batches"]:
+            raise ValueError(f"consumed={consumed} but only {self._stats['batches']} batches were delivered")
+        per_epoch = len(self)
+        position = self._start[1] + done
+        p = self._plan
+        return {"version": 1, "epoch": self._start[0] + (position // per_epoch if per_epoch else 0),
+                "batch": position % per_epoch if per_epoch else 0, "seed": p.seed,
+                "num_samples": p.num_samples, "batch_size": p.batch_size, "shuffle": p.shuffle,
+                "drop_remainder": p.drop_remainder, "shard": list(p.shard),
+                "exact": self._stats["skipped"] == 0}
+
+    def _check_state(self, state: dict) -> tuple[int, int]:
+        p = self._plan
+        mine = {"num_samples": p.num_samples, "batch_size": p.batch_size, "shuffle": p.shuffle,
+                "seed": p.seed, "drop_remainder": p.drop_remainder, "shard": list(p.shard)}
+        if not isinstance(state, dict) or state.get("version") != 1:
+            raise ValueError("state must be a dict returned by Loader.state()")
+        wrong = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
+        if wrong:
+            raise ValueError("state was saved by a loader with other settings: " +
+                             ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in wrong.items()))
+        if not self._ordered:
+            raise ValueError("resuming needs ordered=True")
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        if epoch < 0 or not 0 <= batch < max(1, self._plan.batches_per_epoch()):
+            raise ValueError(f"state position epoch={epoch}, batch={batch} is out of range")
+        return epoch, batch
 
     # -------------------------------------------------------------- iteration
     def _next(self) -> dict[str, np.ndarray]:
@@ -233,12 +323,14 @@ class Loader:
         while self._free and not self._plan_done:
             cur = self._cursor
             if cur is None or not cur.has_batch():
-                epoch = 0 if cur is None else cur.epoch + 1
+                epoch = self._start[0] if cur is None else cur.epoch + 1
                 if (self._epochs is not None and epoch >= self._epochs) or \
                         (cur is not None and cur.limit == 0):
                     self._plan_done = True
                     break
                 self._cursor = EpochCursor(self._plan, epoch)
+                if cur is None:  # resuming mid-epoch: the batches before were delivered already
+                    self._cursor.pos = min(self._start[1] * self._batch_size, self._cursor.limit)
                 if self._cursor.limit == 0:  # fewer samples than one batch, none kept
                     self._plan_done = True
                 continue
@@ -300,6 +392,9 @@ class Loader:
         return n
 
     def _hand_out(self, b: _Batch, n: int) -> dict[str, np.ndarray]:
+        if self._log_every is not None and time.monotonic() - self._last_log >= self._log_every:
+            self._last_log = time.monotonic()
+            log.info("%s", self.stats_line())
         self._stats["batches"] += 1
         self._stats["samples"] += n
         self._stats["epoch"] = b.epoch
@@ -383,6 +478,7 @@ class Loader:
         w.busy_s += busy
         w.tasks_done += 1
         self._stats["worker_busy_s"] += busy
+        self._stats["decoded"] += 1
         if status == ST_OK:
             self._position_done(head.batch)
         else:
@@ -458,7 +554,7 @@ class Loader:
 
     # ---------------------------------------------------------------- workers
     def _spawn(self, wid: int) -> None:
-        w = start_worker(wid, self._ring.fd, self._config)
+        w = start_worker(wid, self._ring.fd, self._config, tuple(getattr(self._source, "fds", ())))
         self._workers.append(w)
         self._selector.register(w.done_r, selectors.EVENT_READ, w)
 
@@ -475,6 +571,19 @@ class Loader:
             if w.done_r >= 0:
                 self._selector.unregister(w.done_r)
         stop_workers(workers)
+
+
+def eval_loader(source: Source, *, batch_size: int, workers: int | None = 1, **kwargs) -> Loader:
+    """A loader for validation or test: every clip exactly once, in order, the last partial batch
+    kept; ``VideoClips`` switch to ``sampling="uniform"``. One worker by default, so that an
+    evaluation pass beside a training loader takes one core rather than all of them.
+    """
+    if hasattr(source, "with_options") and getattr(source, "sampling", None) == "random":
+        source = source.with_options(sampling="uniform")
+    for key, value in (("shuffle", False), ("epochs", 1), ("drop_remainder", False), ("ordered", True)):
+        if kwargs.setdefault(key, value) != value:
+            raise ValueError(f"an evaluation loader needs {key}={value!r}")
+    return Loader(source, batch_size=batch_size, workers=workers, **kwargs)
 
 
 def _shutdown(workers: list[Worker], ring: Ring, selector: selectors.BaseSelector) -> None:

@@ -14,21 +14,35 @@ __all__ = ["EpochPlan", "EpochCursor"]
 
 
 class EpochPlan:
+    """Every host computes the same epoch order; shard ``i`` of ``n`` takes every n-th sample of
+    it from position ``i``, so the shards of an epoch are disjoint and together hold all of it."""
+
     def __init__(self, num_samples: int, batch_size: int, *, shuffle: bool, seed: int,
-                 drop_remainder: bool) -> None:
+                 drop_remainder: bool, shard: tuple[int, int] = (0, 1)) -> None:
         self.num_samples = num_samples
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
         self.drop_remainder = drop_remainder
+        index, count = shard
+        if not (isinstance(count, int) and count >= 1 and isinstance(index, int) and 0 <= index < count):
+            raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
+        self.shard = (index, count)
 
     def order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
-            return np.arange(self.num_samples, dtype=np.int64)
-        return np.random.default_rng((self.seed, epoch)).permutation(self.num_samples).astype(np.int64)
+            full = np.arange(self.num_samples, dtype=np.int64)
+        else:
+            full = np.random.default_rng((self.seed, epoch)).permutation(self.num_samples).astype(np.int64)
+        index, count = self.shard
+        return full[index::count]
+
+    def samples_per_epoch(self) -> int:
+        index, count = self.shard
+        return len(range(index, self.num_samples, count))
 
     def batches_per_epoch(self) -> int:
-        n, b = self.num_samples, self.batch_size
+        n, b = self.samples_per_epoch(), self.batch_size
         return n // b if self.drop_remainder else -(-n // b)
 
 

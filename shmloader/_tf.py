@@ -19,3 +19,49 @@ def as_dataset(loader, prefetch: int | None = AUTOTUNE) -> tf.data.Dataset:
     if prefetch is not None and prefetch != 0:
         ds = ds.prefetch(prefetch)
     return ds
+
+
+def distributed_dataset(strategy: tf.distribute.Strategy, make_loader, global_batch_size: int):
+    """``strategy.distribute_datasets_from_function`` over one loader per input pipeline (host).
+
+    ``make_loader(batch_size)`` builds the loader with the per-replica batch size; each pipeline
+    serves its own shard of every epoch, so the hosts together see each sample once per epoch.
+    Returns the distributed dataset and the list of loaders built here (close them when done).
+    """
+    loaders = []
+
+    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        loader = make_loader(ctx.get_per_replica_batch_size(global_batch_size))
+        loaders.append(loader)
+        return loader.as_dataset(input_context=ctx)
+
+    return strategy.distribute_datasets_from_function(dataset_fn), loaders
+
+
+class LoaderCheckpoint(tf.keras.callbacks.Callback):
+    """Write ``loader.state()`` as JSON to ``path`` at the end of every Keras epoch.
+
+    tf.data cannot checkpoint a ``from_generator`` pipeline, so save the loader's position next
+    to the model checkpoint: the count is of batches Keras really trained on, not of batches
+    sitting in the prefetch buffer. Resume with ``Loader(..., state=json.load(open(path)))`` and
+    ``model.fit(..., initial_epoch=...)``.
+    """
+
+    def __init__(self, loader, path: str) -> None:
+        super().__init__()
+        self.loader = loader
+        self.path = path
+        self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        self.steps += 1
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        import json
+        import os
+
+        state = self.loader.state(consumed=self.steps)
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+        os.replace(tmp, self.path)

@@ -30,6 +30,8 @@ _BAD_WIDTHS = frozenset({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96, 144})
 # video, evaluation order), and a reader costs a container open and an index scan.
 _READER_CACHE = 4
 
+_VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg")
+
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
 
 
@@ -100,6 +102,75 @@ class VideoClips:
         self.native = size is None
         self.size = size if size is not None else _native_size(self.paths[0])
         self._decoder = None
+
+    @classmethod
+    def from_folder(cls, root: str | os.PathLike, *, extensions: Sequence[str] = _VIDEO_EXTENSIONS,
+                    **kwargs) -> "VideoClips":
+        """Videos in class sub-folders: ``root/<class>/*.mp4``; labels follow the sorted class names.
+
+        The class names are kept in ``clips.classes`` (label ``i`` is ``classes[i]``).
+        """
+        root = os.path.abspath(os.fspath(root))
+        classes = sorted(d.name for d in os.scandir(root) if d.is_dir() and not d.name.startswith("."))
+        paths, labels = [], []
+        exts = tuple(e.lower() for e in extensions)
+        for label, name in enumerate(classes):
+            for dirpath, dirnames, files in os.walk(os.path.join(root, name)):
+                dirnames.sort()
+                for f in sorted(files):
+                    if f.lower().endswith(exts):
+                        paths.append(os.path.join(dirpath, f))
+                        labels.append(label)
+        if not paths:
+            raise ValueError(f"no videos ({', '.join(exts)}) in class folders under {root!r}")
+        clips = cls(paths, labels, **kwargs)
+        clips.classes = classes
+        return clips
+
+    @classmethod
+    def from_csv(cls, manifest: str | os.PathLike, *, path_column: str = "path",
+                 label_column: str | None = "label", **kwargs) -> "VideoClips":
+        """Videos listed in a CSV (with a header) or JSON manifest; relative paths are taken
+        against the manifest's folder. JSON: a list of ``{"path": ..., "label": ...}`` objects."""
+        import csv
+        import json
+
+        manifest = os.path.abspath(os.fspath(manifest))
+        base = os.path.dirname(manifest)
+        with open(manifest, newline="") as f:
+            if manifest.lower().endswith(".json"):
+                rows = json.load(f)
+                if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                    raise ValueError(f"{manifest!r}: expected a JSON list of objects")
+            else:
+                rows = list(csv.DictReader(f))
+        if not rows:
+            raise ValueError(f"{manifest!r} lists no videos")
+        paths, labels = [], []
+        for n, row in enumerate(rows, start=2):
+            if path_column not in row or not row[path_column]:
+                raise ValueError(f"{manifest!r} row {n}: no {path_column!r}")
+            p = str(row[path_column])
+            paths.append(p if _URL.match(p) or os.path.isabs(p) else os.path.join(base, p))
+            if label_column is not None:
+                try:
+                    labels.append(int(row[label_column]))
+                except (KeyError, TypeError, ValueError):
+                    raise ValueError(f"{manifest!r} row {n}: {label_column!r} must be an integer, "
+                                     f"got {row.get(label_column)!r}") from None
+        return cls(paths, labels if label_column is not None else None, **kwargs)
+
+    def with_options(self, **changes) -> "VideoClips":
+        """A copy with some constructor arguments changed, e.g. ``sampling="uniform"`` for evaluation."""
+        kwargs = dict(labels=self.labels, clip_len=self.clip_len, frame_step=self.frame_step,
+                      clips_per_video=self.clips_per_video, sampling=self.sampling,
+                      size=None if self.native else self.size, allow_urls=True,
+                      decode_threads=self.decode_threads)
+        kwargs.update(changes)
+        clips = type(self)(self.paths, **kwargs)
+        if hasattr(self, "classes"):
+            clips.classes = self.classes
+        return clips
 
     def __len__(self) -> int:
         return len(self.paths) * self.clips_per_video

@@ -12,10 +12,13 @@ import shmloader
 
 
 def test_public_names():
-    assert sorted(shmloader.__all__) == ["FunctionSource", "Loader", "LoaderError", "SampleError",
-                                         "VideoClips", "WorkerDiedError"]
+    assert sorted(shmloader.__all__) == ["ArraySource", "FunctionSource", "HDF5Source", "Loader", "LoaderError",
+                                         "SampleError", "VideoClips", "WorkerDiedError", "eval_loader"]
     for name in shmloader.__all__:
         assert getattr(shmloader, name).__module__.startswith("shmloader")
+    import shmloader.tfdata as tfdata
+
+    assert sorted(tfdata.__all__) == ["LoaderCheckpoint", "as_dataset", "distributed_dataset"]
     assert issubclass(shmloader.SampleError, shmloader.LoaderError)
     assert issubclass(shmloader.WorkerDiedError, shmloader.LoaderError)
 

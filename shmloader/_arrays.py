@@ -1,0 +1,138 @@
+"""ArraySource and HDF5Source: rows of arrays, read in the workers."""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import weakref
+
+import numpy as np
+
+from ._source import Spec
+
+__all__ = ["ArraySource", "HDF5Source"]
+
+
+def _rows(arrays: dict) -> int:
+    lengths = {k: len(v) for k, v in arrays.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"all arrays need the same number of rows, got {lengths}")
+    return next(iter(lengths.values()))
+
+
+class ArraySource:
+    """Samples are rows of in-memory arrays: ``{name: array[N, ...]}`` gives N samples.
+
+    The arrays are copied once into an anonymous shared segment that every worker maps, so
+    memory does not grow with the number of workers.
+    """
+
+    def __init__(self, arrays: dict[str, np.ndarray]) -> None:
+        if not isinstance(arrays, dict) or not arrays:
+            raise TypeError("arrays must be a non-empty dict {name: array}")
+        arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+        for k, a in arrays.items():
+            if a.ndim < 1 or a.dtype.hasobject:
+                raise ValueError(f"array {k!r} must have a leading sample axis and a numeric dtype")
+        self.length = _rows(arrays)
+        self._meta, offset = {}, 0
+        for k, a in arrays.items():
+            self._meta[k] = (offset, a.shape, a.dtype.str)
+            offset += -(-a.nbytes // 64) * 64
+        self._nbytes = max(offset, 1)
+        self.fd = os.memfd_create("shmloader-arrays", os.MFD_CLOEXEC)
+        os.fchmod(self.fd, 0o600)
+        os.ftruncate(self.fd, self._nbytes)
+        os.posix_fallocate(self.fd, 0, self._nbytes)
+        mm = mmap.mmap(self.fd, self._nbytes)
+        for k, a in arrays.items():
+            off = self._meta[k][0]
+            np.frombuffer(mm, np.uint8, a.nbytes, off)[:] = a.reshape(-1).view(np.uint8)
+        mm.close()
+        self._finalizer = weakref.finalize(self, os.close, self.fd)
+        self._views = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """Descriptors the workers must inherit."""
+        return (self.fd,)
+
+    def spec(self) -> Spec:
+        return {k: (tuple(shape[1:]), np.dtype(dt)) for k, (_, shape, dt) in self._meta.items()}
+
+    def describe(self, index: int) -> str:
+        return f"row {index}"
+
+    def __getstate__(self):
+        return {"fd": self.fd, "length": self.length, "_meta": self._meta, "_nbytes": self._nbytes}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._views = None
+
+    def worker_init(self) -> None:
+        mm = mmap.mmap(self.fd, self._nbytes, prot=mmap.PROT_READ)
+        self._views = {k: np.frombuffer(mm, np.dtype(dt), math.prod(shape), off).reshape(shape)
+                       for k, (off, shape, dt) in self._meta.items()}
+
+    def read(self, index: int, rng, out: dict[str, np.ndarray]) -> None:
+        for k, dst in out.items():
+            dst[...] = self._views[k][index]
+
+
+class HDF5Source:
+    """Samples are rows of datasets in an HDF5 file, read (partially) in the workers.
+
+    Only metadata (shapes, dtypes) is read here; each worker opens the file itself and reads
+    row ``index`` of every dataset. Needs ``h5py``.
+    """
+
+    def __init__(self, path: str | os.PathLike, datasets: list[str] | tuple[str, ...]) -> None:
+        import h5py
+
+        self.path = os.path.abspath(os.fspath(path))
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("datasets is empty")
+        self._spec, lengths = {}, {}
+        with h5py.File(self.path, "r") as f:
+            for name in self.datasets:
+                if name not in f:
+                    raise KeyError(f"{self.path!r} has no dataset {name!r}")
+                d = f[name]
+                if d.ndim < 1 or d.dtype.kind not in "biuf":
+                    raise ValueError(f"dataset {name!r} must have a sample axis and a numeric dtype")
+                self._spec[name.strip("/").replace("/", "_")] = (tuple(d.shape[1:]), np.dtype(d.dtype))
+                lengths[name] = d.shape[0]
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"datasets need the same number of rows, got {lengths}")
+        self.length = next(iter(lengths.values()))
+        self._file = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def spec(self) -> Spec:
+        return dict(self._spec)
+
+    def describe(self, index: int) -> str:
+        return f"{self.path!r}, row {index}"
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_file"] = None
+        return state
+
+    def worker_init(self) -> None:
+        import h5py
+
+        self._file = h5py.File(self.path, "r")
+        self._dsets = [(key, self._file[name]) for key, name in zip(self._spec, self.datasets)]
+
+    def read(self, index: int, rng, out: dict[str, np.ndarray]) -> None:
+        for key, d in self._dsets:
+            d.read_direct(out[key], source_sel=np.s_[index])
