@@ -145,6 +145,9 @@ class Loader:
                            consumer_wait_s=0.0, worker_busy_s=0.0, worker_restarts=0, epoch=0,
                            decoded=0)
         self._log_every = log_every
+        self._t_first: float | None = None  # when the first batch was handed out
+        self._first_batch_s: float | None = None
+        self._first_wait_s: float | None = None
         self._last_log = time.monotonic()
         self.skipped: list[tuple[int, int, str]] = []  # (epoch, sample, reason), most recent last
 
@@ -205,12 +208,17 @@ class Loader:
         s["slots"] = self._nslots
         s["leased"] = self._leased
         s["samples_per_s"] = s["samples"] / elapsed if elapsed > 0 else 0.0
-        s["consumer_wait_fraction"] = min(1.0, s["consumer_wait_s"] / elapsed) if elapsed > 0 else 0.0
+        # Steady state only: the wait for the workers to start and fill the first batch is
+        # reported as first_batch_s, not counted against the pipeline.
+        s["first_batch_s"] = self._first_batch_s
+        window = now - self._t_first if self._t_first is not None else 0.0
+        steady_wait = s["consumer_wait_s"] - (self._first_wait_s or 0.0)
+        s["consumer_wait_fraction"] = min(1.0, max(0.0, steady_wait / window)) if window > 0 else 0.0
         s["worker_busy_fraction"] = [min(1.0, w.busy_s / max(now - w.started, 1e-9)) for w in self._workers]
         done = s["decoded"]
         rate = done / s["worker_busy_s"] if s["worker_busy_s"] > 0 else 0.0
         s["samples_per_worker_s"] = rate
-        demand = s["samples"] / max(elapsed - s["consumer_wait_s"], 1e-9)
+        demand = s["samples"] / max(window - steady_wait, 1e-9)
         cpus = os.cpu_count() or 1
         s["recommended_workers"] = max(1, min(cpus, math.ceil(demand / rate))) if rate and s["samples"] else None
         s["input_bound"] = s["consumer_wait_fraction"] > 0.1
@@ -311,6 +319,8 @@ class Loader:
                 raise
             finally:
                 self._stats["consumer_wait_s"] += time.perf_counter() - t0
+                if self._first_wait_s is None and self._t_first is not None:
+                    self._first_wait_s = self._stats["consumer_wait_s"]
 
     def _collect_releases(self) -> None:
         released = self._ring.released
@@ -395,6 +405,9 @@ class Loader:
         if self._log_every is not None and time.monotonic() - self._last_log >= self._log_every:
             self._last_log = time.monotonic()
             log.info("%s", self.stats_line())
+        if self._t_first is None:
+            self._t_first = time.monotonic()
+            self._first_batch_s = self._t_first - self._t0
         self._stats["batches"] += 1
         self._stats["samples"] += n
         self._stats["epoch"] = b.epoch
