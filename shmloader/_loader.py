@@ -35,11 +35,13 @@ __all__ = ["Loader", "eval_loader"]
 
 log = logging.getLogger("shmloader")
 
-# Tasks queued per worker: one in progress and one waiting, so a worker never idles for the
-# round trip to the loader, while most samples stay unassigned for whichever worker frees first.
+# Samples per worker that keep it busy between two visits of the consumer: sizes the ring. Every
+# sample of every batch that has a slot is sent to a worker at once (the least loaded), so the
+# workers go on decoding while the consumer is busy in a training step and not calling us.
 _DEPTH = 2
-# Batches the consumer typically holds at once: the one in hand plus tf.data's prefetch buffer.
-_CONSUMER_HELD = 3
+# Batches the consumer typically holds at once: the one in hand plus tf.data's prefetch buffer,
+# which AUTOTUNE grows to a handful (5 were seen held in Keras fit).
+_CONSUMER_HELD = 6
 # A fresh interpreter importing numpy and decord takes ~0.3 s; a loaded machine may need more.
 _START_TIMEOUT_S = 60.0
 # How often a waiting loader checks worker liveness even when no pipe speaks.
@@ -134,6 +136,7 @@ class Loader:
         self._free = list(range(slots - 1, -1, -1))
         self._leased = 0
         self._cursor: EpochCursor | None = None
+        self._pass_end = epochs  # first epoch not in the current pass (resumed runs end where they would have)
         self._plan_done = False
         self._seq = 0
         self._inflight: dict[int, _Batch] = {}  # by seq: insertion order is plan order
@@ -156,6 +159,10 @@ class Loader:
         return self._plan.batches_per_epoch()
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        """Yield batches. Iterating again after a finished pass starts the next pass of
+        ``epochs`` epochs (epoch numbers, and so shuffles and clip starts, go on), which is what
+        Keras does with a validation set each epoch; an unfinished stream is continued."""
+        self._begin_pass()
         try:
             while True:
                 # No local holds the batch while the generator is suspended: its slot can come
@@ -206,7 +213,7 @@ class Loader:
         s["elapsed_s"] = elapsed = now - self._t0
         s["workers"] = len(self._workers)
         s["slots"] = self._nslots
-        s["leased"] = self._leased
+        s["leased"] = self._leased - self._ring.released.qsize()  # releases not yet collected
         s["samples_per_s"] = s["samples"] / elapsed if elapsed > 0 else 0.0
         # Steady state only: the wait for the workers to start and fill the first batch is
         # reported as first_batch_s, not counted against the pipeline.
@@ -295,6 +302,13 @@ class Loader:
         return epoch, batch
 
     # -------------------------------------------------------------- iteration
+    def _begin_pass(self) -> None:
+        with self._lock:
+            if self._plan_done and not self._inflight and self._epochs is not None and self._seq:
+                next_epoch = self._cursor.epoch + 1 if self._cursor is not None else self._start[0]
+                self._pass_end = next_epoch + self._epochs
+                self._plan_done = False
+
     def _next(self) -> dict[str, np.ndarray]:
         with self._lock:
             if self._error is not None:
@@ -310,10 +324,13 @@ class Loader:
                     if batch is not None:
                         return self._hand_out(batch, n)
                     if not self._inflight and self._plan_done:
-                        self._stop_workers()
-                        raise _Exhausted
+                        raise _Exhausted  # workers stay, idle, for another pass; close() ends them
                     self._wait()
-            except LoaderError as e:
+            except (LoaderError, OSError, ValueError) as e:
+                if self._closed:  # closed from another thread while we waited: just the end
+                    raise _Exhausted from None
+                if not isinstance(e, LoaderError):
+                    raise
                 self._error = e
                 self._stop_workers()
                 raise
@@ -334,7 +351,7 @@ class Loader:
             cur = self._cursor
             if cur is None or not cur.has_batch():
                 epoch = self._start[0] if cur is None else cur.epoch + 1
-                if (self._epochs is not None and epoch >= self._epochs) or \
+                if (self._epochs is not None and epoch >= self._pass_end) or \
                         (cur is not None and cur.limit == 0):
                     self._plan_done = True
                     break
@@ -352,7 +369,7 @@ class Loader:
 
     def _feed(self) -> None:
         while self._queue:
-            candidates = [w for w in self._workers if len(w.outstanding) < _DEPTH and w.task_w >= 0]
+            candidates = [w for w in self._workers if w.task_w >= 0]
             if not candidates:
                 return
             w = min(candidates, key=lambda w: len(w.outstanding))
@@ -541,6 +558,8 @@ class Loader:
 
     def _worker_lost(self, w: Worker, how: str, timed_out: bool = False) -> None:
         """A worker is gone: raise, or (``on_error="skip"``) skip its sample and start another."""
+        if self._closed:
+            raise _Exhausted  # close() from another thread ended it: no failure to report
         self._remove(w)
         head = w.outstanding[0] if w.outstanding else None
         holding = f"sample {head.sample} ({self._source.describe(head.sample)})" if head else "no sample"

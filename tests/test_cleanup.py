@@ -60,12 +60,13 @@ def test_garbage_collection_closes():
     assert our_fds() == [] and our_mappings() == []
 
 
-def test_last_batch_stops_workers():
+def test_finished_pass_keeps_workers_for_the_next_until_close():
     loader = make()
     pids = loader.worker_pids()
     assert sum(len(b["x"]) for b in loader) == 40
-    assert gone(pids)
+    assert loader.worker_pids() == pids  # idle, ready for another pass
     loader.close()
+    assert gone(pids)
 
 
 def test_repeated_loaders_leak_no_descriptors():

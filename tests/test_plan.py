@@ -103,3 +103,17 @@ def test_bad_loader_arguments(kw, msg):
     src = shmloader.FunctionSource(ident, SPEC, 5)
     with pytest.raises(ValueError, match=msg):
         shmloader.Loader(src, **kw)
+
+
+def test_iterating_again_runs_the_next_pass():
+    """Each new iteration after a finished pass is the next epoch(s): what Keras does with validation data."""
+    src = shmloader.FunctionSource(ident, SPEC, 10)
+    with shmloader.Loader(src, batch_size=4, workers=2, shuffle=True, seed=2, epochs=1) as one_pass, \
+            shmloader.Loader(src, batch_size=4, workers=2, shuffle=True, seed=2, epochs=3) as three:
+        passes = [[b["i"].tolist() for b in one_pass] for _ in range(3)]
+        assert [x for p in passes for x in p] == [b["i"].tolist() for b in three]
+        assert passes[0] != passes[1]  # a new epoch, a new order
+        it = iter(one_pass)
+        first = next(it)["i"].tolist()
+        assert [b["i"].tolist() for b in one_pass][0] != first  # an unfinished pass is continued
+        del it

@@ -49,7 +49,7 @@ def test_dataset_tensors_alias_the_ring(videos):
     """
     paths, _ = videos
     clips = shmloader.VideoClips(paths, clip_len=4, size=(48, 64))
-    with shmloader.Loader(clips, batch_size=2, workers=2, epochs=3) as loader:
+    with shmloader.Loader(clips, batch_size=1, workers=2, epochs=1) as loader:  # every batch distinct
         n = 0
         for batch in loader.as_dataset(prefetch=2):
             video, index = batch["video"].numpy(), batch["index"].numpy()
@@ -59,7 +59,7 @@ def test_dataset_tensors_alias_the_ring(videos):
             assert batch["video"].numpy()[0, 0, 0, 0, 0] == video[0, 0, 0, 0, 0] ^ 0xFF
             ring_video[0, 0, 0, 0, 0] ^= 0xFF
             n += 1
-        assert n == 12
+        assert n == 8
         assert loader.stats()["copied"] == 0
         assert len(our_mappings()) == 1  # one ring for every batch
 

@@ -98,3 +98,42 @@ def test_stats_says_compute_bound_with_slow_consumer():
     assert not s["input_bound"] and s["consumer_wait_fraction"] < 0.1
     assert s["recommended_workers"] == 1
     assert "compute-bound" in loader.stats_line()
+
+
+def test_workers_keep_decoding_while_the_consumer_trains():
+    """During a long training step the workers fill every free slot, so the next batches are ready."""
+    src = shmloader.FunctionSource(slow_decode, {"x": ((), np.int64)}, 64, check=False)
+    with shmloader.Loader(src, batch_size=8, workers=2) as loader:  # ~0.12 s of decoding per batch
+        it = iter(loader)
+        next(it)
+        time.sleep(1.5)  # a long step: enough time to decode the next 3 batches and more
+        waits = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            next(it)
+            waits.append(time.perf_counter() - t0)
+        del it
+    assert max(waits) < 0.05, waits
+
+
+def test_close_from_another_thread_ends_iteration_quietly():
+    import threading
+
+    src = shmloader.FunctionSource(slow_decode, {"x": ((), np.int64)}, 10**6, check=False)
+    loader = shmloader.Loader(src, batch_size=4, workers=2, epochs=None)
+    outcome = []
+
+    def consume():
+        try:
+            n = sum(1 for _ in loader)
+            outcome.append(n)
+        except BaseException as e:  # noqa: BLE001 - the test reports whatever escaped
+            outcome.append(e)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(0.8)
+    loader.close()
+    t.join(10)
+    assert not t.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], int) and outcome[0] > 0, outcome
