@@ -1,11 +1,18 @@
 """The loaders compared, one function each, all feeding the same tf.data consumer.
 
 Each function builds a pipeline for (clips, workload, workers, batch size) and returns a
-``Pipeline``: an iterator of batches ``{"video": [B, T, H, W, 3] uint8, "label": [B] int64}``
-as tf.data delivers them, the pids whose CPU counts as "workers", and a ``close``.
+``Pipeline``: ``next(pipe)`` gives a batch ``{"video": [B, T, H, W, 3] uint8, "label": [B]
+int64}`` as tf.data delivers it; ``pids()`` are the processes whose CPU counts as "workers".
 
 TensorFlow and torch are imported inside the functions: torch's forkserver workers import
 this module and must not pay for TensorFlow.
+
+NOTE [ Closing a from_generator pipeline ]
+Dropping a tf.data iterator waits for its prefetch thread's call into the generator to
+return. A generator blocked on producers that were stopped first never returns, and the
+program hangs. So every generator here waits with short timeouts and returns once the
+pipeline's ``stop`` event is set, and ``Pipeline.close`` runs in this order: set ``stop``,
+drop the iterator, then stop producers (threads, torch workers, shmloader's workers).
 """
 
 from __future__ import annotations
@@ -17,18 +24,31 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from workloads import ClipSet, SharedKeys, Workload, decode_clip, sample_keys, shm_transform
+from workloads import ClipSet, SharedKeys, Workload, decode_clip, python_heavy, sample_keys, shm_transform
 
 # Clips the thread loader's queue holds: two batches, so producers never wait on one stack.
 _QUEUE_BATCHES = 2
+# How often a blocked generator or producer looks at the stop event.
+_POLL_S = 0.05
 
 
 @dataclass
 class Pipeline:
-    batches: Iterator[dict]
+    batches: Iterator[dict] | None
+    stop: threading.Event
     pids: Callable[[], list[int]] = lambda: []
-    close: Callable[[], None] = lambda: None
-    notes: list[str] = field(default_factory=list)
+    teardown: list[Callable[[], None]] = field(default_factory=list)
+    stats: Callable[[], dict] | None = None
+
+    def __next__(self) -> dict:
+        return next(self.batches)
+
+    def close(self) -> None:
+        """NOTE [ Closing a from_generator pipeline ]. Safe to call again."""
+        self.stop.set()
+        self.batches = None
+        while self.teardown:
+            self.teardown.pop(0)()
 
 
 def _batch_signature(wl: Workload, batch_size: int):
@@ -38,40 +58,51 @@ def _batch_signature(wl: Workload, batch_size: int):
             "label": tf.TensorSpec((batch_size,), tf.int64)}
 
 
-def _dataset_pipeline(ds, **kw) -> Pipeline:
-    it = iter(ds)
+def _stack(items: list[tuple[np.ndarray, int]]) -> dict[str, np.ndarray]:
+    return {"video": np.stack([clip for clip, _ in items]),
+            "label": np.array([label for _, label in items], np.int64)}
 
-    def close() -> None:
-        nonlocal it
-        it = None
 
-    return Pipeline(batches=it, close=close, **kw)
+def _batched_dataset(batches_gen, wl: Workload, batch_size: int, stop: threading.Event) -> Pipeline:
+    """``from_generator`` of whole batches, then ``prefetch(AUTOTUNE)``."""
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_generator(batches_gen, output_signature=_batch_signature(wl, batch_size))
+    return Pipeline(iter(ds.prefetch(tf.data.AUTOTUNE)), stop)
 
 
 # ----------------------------------------------------------------------- 1. naive
 def naive(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
-    """``from_generator`` over a serial decode loop; ``workers`` is ignored (always 1)."""
+    """``from_generator`` over a serial decode loop, ``batch``, ``prefetch``; always one decoder."""
     import tensorflow as tf
+
+    stop = threading.Event()
 
     def clips_gen():
         for epoch, sample in sample_keys(len(clips)):
+            if stop.is_set():
+                return
             clip, label = decode_clip(clips, wl, epoch, sample)
             yield {"video": clip, "label": label}
 
     sig = {"video": tf.TensorSpec(wl.shape, tf.uint8), "label": tf.TensorSpec((), tf.int64)}
     ds = tf.data.Dataset.from_generator(clips_gen, output_signature=sig)
     ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-    return _dataset_pipeline(ds)
+    return Pipeline(iter(ds), stop)
 
 
 # ---------------------------------------------------------------- 2. tf map + AUTOTUNE
 def tf_map(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
-    """Indices from ``from_generator``, ``map(tf.numpy_function(decode), AUTOTUNE)``, batch,
-    prefetch. tf.data picks the parallelism; ``workers`` is ignored."""
+    """Keys from ``from_generator``, ``map(tf.numpy_function(decode), AUTOTUNE)``, batch,
+    prefetch. tf.data picks the parallelism (``workers`` is not used)."""
     import tensorflow as tf
+
+    stop = threading.Event()
 
     def keys_gen():
         for key in sample_keys(len(clips)):
+            if stop.is_set():
+                return
             yield np.asarray(key, np.int64)
 
     def decode(key: np.ndarray):
@@ -87,56 +118,55 @@ def tf_map(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipel
     ds = tf.data.Dataset.from_generator(keys_gen, output_signature=tf.TensorSpec((2,), tf.int64))
     ds = ds.map(tf_decode, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-    return _dataset_pipeline(ds)
+    return Pipeline(iter(ds), stop)
 
 
 # ------------------------------------------------------------- 3. threads + queue
 def threads(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
-    """``workers`` threads decode into a bounded ``queue.Queue``; a generator stacks batches."""
-    import tensorflow as tf
-
+    """``workers`` threads decode into a bounded ``queue.Queue``; the generator stacks batches."""
     keys = SharedKeys(len(clips))
     q: queue.Queue = queue.Queue(maxsize=_QUEUE_BATCHES * batch_size)
     stop = threading.Event()
+    failed: list[BaseException] = []
 
     def produce() -> None:
-        while not stop.is_set():
-            item = decode_clip(clips, wl, *next(keys))
+        try:
             while not stop.is_set():
-                try:
-                    q.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    pass
+                item = decode_clip(clips, wl, *next(keys))
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=_POLL_S)
+                        break
+                    except queue.Full:
+                        pass
+        except BaseException as e:  # the consumer raises it instead of waiting forever
+            failed.append(e)
+            stop.set()
+
+    def batches_gen():
+        items: list = []
+        while not stop.is_set():
+            try:
+                items.append(q.get(timeout=_POLL_S))
+            except queue.Empty:
+                continue
+            if len(items) == batch_size:
+                yield _stack(items)
+                items = []
+        if failed:
+            raise failed[0]
 
     pool = [threading.Thread(target=produce, daemon=True, name=f"bench-decode-{i}")
             for i in range(workers)]
     for t in pool:
         t.start()
 
-    def batches_gen():
-        while True:
-            items = [q.get() for _ in range(batch_size)]
-            yield {"video": np.stack([c for c, _ in items]),
-                   "label": np.array([lab for _, lab in items], np.int64)}
-
-    ds = tf.data.Dataset.from_generator(batches_gen, output_signature=_batch_signature(wl, batch_size))
-    ds = ds.prefetch(tf.data.AUTOTUNE)
-    pipe = _dataset_pipeline(ds)
-    close_it = pipe.close
-
-    def close() -> None:
-        close_it()
-        stop.set()
-        while True:  # unblock producers waiting on a full queue
-            try:
-                q.get_nowait()
-            except queue.Empty:
-                break
+    def join() -> None:
         for t in pool:
             t.join(timeout=10)
 
-    pipe.close = close
+    pipe = _batched_dataset(batches_gen, wl, batch_size, stop)
+    pipe.teardown.append(join)
     return pipe
 
 
@@ -159,7 +189,7 @@ class _TorchClips:
 
 
 class _EndlessKeys:
-    """Sampler: epoch after epoch of ``sample_keys``, encoded as one int per sample."""
+    """Sampler: epoch after epoch of ``sample_keys``, each encoded as one int."""
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -168,7 +198,7 @@ class _EndlessKeys:
         return (epoch * self.n + sample for epoch, sample in sample_keys(self.n))
 
 
-def torch_available() -> str | None:
+def torch_missing() -> str | None:
     """None when torch imports, else why not."""
     try:
         import torch  # noqa: F401
@@ -178,86 +208,77 @@ def torch_available() -> str | None:
 
 
 def torch_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
-    """``torch.utils.data.DataLoader(num_workers=workers)``, forkserver workers, into from_generator.
+    """``torch.utils.data.DataLoader(num_workers=workers)`` with forkserver workers.
 
-    forkserver, not the Linux default fork: forking a process that runs TensorFlow's thread
-    pools is unsafe, and spawn would re-import this benchmark in every worker.
+    Not the Linux default, fork: forking a process that runs TensorFlow's thread pools is
+    unsafe; and spawn would re-import the benchmark's main module in every worker.
     """
     import multiprocessing as mp
 
-    import tensorflow as tf
-    import torch
     from torch.utils.data import DataLoader
 
-    ctx = mp.get_context("forkserver")
+    stop = threading.Event()
     dl = DataLoader(_TorchClips(clips, wl), batch_size=batch_size, sampler=_EndlessKeys(len(clips)),
-                    num_workers=workers, multiprocessing_context=ctx, drop_last=True,
-                    prefetch_factor=2, persistent_workers=False)
+                    num_workers=workers, multiprocessing_context=mp.get_context("forkserver"),
+                    drop_last=True, prefetch_factor=2)
     dl_iter = iter(dl)
 
     def batches_gen():
         for video, label in dl_iter:
+            if stop.is_set():
+                return
             yield {"video": video.numpy(), "label": label.numpy().astype(np.int64)}
-
-    ds = tf.data.Dataset.from_generator(batches_gen, output_signature=_batch_signature(wl, batch_size))
-    ds = ds.prefetch(tf.data.AUTOTUNE)
-    pipe = _dataset_pipeline(ds)
-    close_it = pipe.close
 
     def pids() -> list[int]:
         return [w.pid for w in getattr(dl_iter, "_workers", []) if w.is_alive()]
 
-    def close() -> None:
-        close_it()
-        shutdown = getattr(dl_iter, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-
-    pipe.pids, pipe.close = pids, close
-    del torch
+    pipe = _batched_dataset(batches_gen, wl, batch_size, stop)
+    pipe.pids = pids
+    pipe.teardown.append(dl_iter._shutdown_workers)
     return pipe
 
 
 # ------------------------------------------------------------- 5. decord VideoLoader
 def video_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
-    """``decord.VideoLoader`` with one CPU context per worker, ``shuffle=2`` (random clip order).
+    """``decord.VideoLoader`` with one CPU context per worker and ``shuffle=2`` (random order).
 
-    It picks its own clips: consecutive ``clip_len``-frame chunks at fixed offsets, not a random
-    start per clip, so its frames differ from the other loaders' (same decode cost on average:
-    both seek to the keyframe at frame 0 and decode forward). Transform runs in the consumer.
+    It chooses its own clips: consecutive ``clip_len``-frame chunks at fixed offsets rather than
+    a random start per clip, so its frames differ from the other loaders' (the decode cost is
+    the same on average: every clip seeks to the keyframe at frame 0 and decodes forward).
+    The transform runs in the generator, in the main process.
     """
     import decord
-    import tensorflow as tf
 
     h, w = wl.size
     vl = decord.VideoLoader(list(clips.paths), ctx=[decord.cpu(i) for i in range(workers)],
                             shape=(wl.clip_len, h, w, 3), interval=0, skip=0, shuffle=2)
-    from workloads import python_heavy
+    stop = threading.Event()
 
-    def clips_iter():
-        while True:
+    def batches_gen():
+        items = []
+        while not stop.is_set():
             for data, index in vl:
                 clip = data.asnumpy()
                 if wl.py_iters:
                     python_heavy(clip, wl.py_iters)
-                yield clip, clips.labels[int(index.asnumpy()[0, 0])]
+                items.append((clip, clips.labels[int(index.asnumpy()[0, 0])]))
+                if len(items) == batch_size:
+                    yield _stack(items)
+                    items = []
+                if stop.is_set():
+                    return
             vl.reset()
 
-    def batches_gen():
-        it = clips_iter()
-        while True:
-            items = [next(it) for _ in range(batch_size)]
-            yield {"video": np.stack([c for c, _ in items]),
-                   "label": np.array([lab for _, lab in items], np.int64)}
-
-    ds = tf.data.Dataset.from_generator(batches_gen, output_signature=_batch_signature(wl, batch_size))
-    ds = ds.prefetch(tf.data.AUTOTUNE)
-    return _dataset_pipeline(ds)
+    return _batched_dataset(batches_gen, wl, batch_size, stop)
 
 
 # --------------------------------------------------------------------- 6. shmloader
 def shm(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
-    """``shmloader.Loader(VideoClips(...), workers=workers).as_dataset()``."""
+    """``shmloader.Loader(VideoClips(...), workers=workers).as_dataset()``.
+
+    Its generator never blocks without a deadline, so dropping the iterator first is safe
+    (NOTE [ Closing a from_generator pipeline ]); the loader is closed after.
+    """
     import shmloader
 
     source = shmloader.VideoClips(list(clips.paths), list(clips.labels), clip_len=wl.clip_len,
@@ -266,15 +287,8 @@ def shm(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline
     transform = shm_transform(wl.py_iters) if wl.py_iters else None
     loader = shmloader.Loader(source, batch_size=batch_size, workers=workers, shuffle=True,
                               seed=0, epochs=None, drop_remainder=True, transform=transform)
-    pipe = _dataset_pipeline(loader.as_dataset())
-    close_it = pipe.close
-
-    def close() -> None:
-        close_it()
-        loader.close()
-
-    pipe.pids, pipe.close = loader.worker_pids, close
-    pipe.stats = loader.stats  # type: ignore[attr-defined]
+    pipe = Pipeline(iter(loader.as_dataset()), threading.Event(), pids=loader.worker_pids,
+                    teardown=[loader.close], stats=loader.stats)
     return pipe
 
 

@@ -174,31 +174,35 @@ def touch(batch) -> int:
 
 def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration: float,
                  warmup: int, min_batches: int) -> Result:
-    """Build a pipeline with ``make()``, time its first batch, then measure ``duration`` s."""
+    """Build a pipeline with ``make()``, time its first batch, then measure ``duration`` s.
+
+    Holds no reference to the tf.data iterator besides the pipeline's own, so that
+    ``close`` can drop it (see NOTE [ Closing a from_generator pipeline ] in ``loaders``).
+    """
     with Sampler(children=True) as sampler:
         t0 = time.perf_counter()
         pipe = make()
         sampler.pids = pipe.pids
         try:
-            it = pipe.batches
-            touch(next(it))
+            touch(next(pipe))
             res.first_batch_s = time.perf_counter() - t0
             for _ in range(warmup):
-                touch(next(it))
+                touch(next(pipe))
             a = sampler.window_start()
             clips = batches = 0
             while batches < min_batches or time.perf_counter() - a.t < duration:
-                clips += touch(next(it))
+                clips += touch(next(pipe))
                 batches += 1
             b = sampler.window_end()
             window_result(res, a, b, clips, clip_len, clip_bytes, sampler)
-            stats = getattr(pipe, "stats", None)
-            if stats is not None:
-                s = stats()
+            if pipe.stats is not None:
+                s = pipe.stats()
                 res.extra["copied_batches"] = s.get("copied", 0)
                 res.extra["consumer_wait_s"] = round(s.get("consumer_wait_s", 0.0), 3)
         finally:
+            t1 = time.perf_counter()
             pipe.close()
+            res.extra["close_s"] = round(time.perf_counter() - t1, 3)
     return res
 
 
