@@ -92,21 +92,53 @@ def test_take_100_with_small_ring(videos):
     gc.collect()
 
 
-def test_keras_fit_conv3d(videos):
+def tiny_model():
+    model = tf.keras.Sequential([
+        tf.keras.Input((4, 32, 40, 3)),
+        tf.keras.layers.Conv3D(4, 3, activation="relu"),
+        tf.keras.layers.GlobalAveragePooling3D(),
+        tf.keras.layers.Dense(3),
+    ])
+    model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def xy(batch):
+    return tf.cast(batch["video"], tf.float32) / 255.0, batch["label"]
+
+
+def test_keras_fit_conv3d_with_validation(videos):
     paths, labels = videos
     clips = shmloader.VideoClips(paths, labels, clip_len=4, size=(32, 40))
-    with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, epochs=2, drop_remainder=True) as loader:
-        ds = loader.as_dataset().map(lambda b: (tf.cast(b["video"], tf.float32) / 255.0, b["label"]))
-        model = tf.keras.Sequential([
-            tf.keras.Input((4, 32, 40, 3)),
-            tf.keras.layers.Conv3D(4, 3, activation="relu"),
-            tf.keras.layers.GlobalAveragePooling3D(),
-            tf.keras.layers.Dense(3),
-        ])
-        model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        history = model.fit(ds, epochs=2, steps_per_epoch=len(loader), verbose=0)
-        assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
-        assert loader.stats()["batches"] == 2 * len(loader)
+    with shmloader.Loader(clips, batch_size=4, workers=1, shuffle=True, epochs=1, drop_remainder=True) as train, \
+            shmloader.eval_loader(clips, batch_size=3) as val:
+        history = tiny_model().fit(train.as_dataset().map(xy), validation_data=val.as_dataset().map(xy),
+                                   epochs=3, verbose=0)
+        assert len(history.history["loss"]) == 3 and np.isfinite(history.history["loss"]).all()
+        assert len(history.history["val_loss"]) == 3  # a full validation pass every epoch
+        assert train.stats()["batches"] == 3 * len(train)  # one pass of the loader per Keras epoch
+        assert val.stats()["samples"] == 3 * len(paths)
+
+
+def test_keras_checkpoint_callback_resumes_exactly(videos, tmp_path):
+    import json
+
+    from shmloader.tfdata import LoaderCheckpoint
+
+    paths, labels = videos
+    clips = shmloader.VideoClips(paths, labels, clip_len=4, size=(32, 40))
+    kw = dict(batch_size=2, workers=1, shuffle=True, seed=4, epochs=3)
+    with shmloader.Loader(clips, **kw) as loader:
+        expected = [b["index"].tolist() + b["start"].tolist() for b in loader]
+    state_file = tmp_path / "loader.json"
+    with shmloader.Loader(clips, **kw) as loader:
+        tiny_model().fit(loader.as_dataset(prefetch=3).map(xy), epochs=1, steps_per_epoch=len(loader), verbose=0,
+                         callbacks=[LoaderCheckpoint(loader, str(state_file))])
+        assert loader.stats()["batches"] > len(loader)  # prefetch ran ahead of training
+    state = json.loads(state_file.read_text())
+    assert (state["epoch"], state["batch"]) == (1, 0)
+    with shmloader.Loader(clips, **kw, state=state) as loader:
+        assert [b["index"].tolist() + b["start"].tolist() for b in loader] == expected[len(loader):]
 
 
 def test_workers_stay_lean_and_run_local_transform(videos):
