@@ -68,13 +68,18 @@ def make_bad(kind, tmp_path, good):
 KINDS = ["missing", "empty", "random", "truncated", "text", "audio_only", "short", "over_reported", "directory"]
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_bad_file_raises_naming_path(kind, videos, tmp_path):
+def clips_with_bad(kind, videos, tmp_path):
+    """(good, bad, good) videos; returns the clips and the bad file's path."""
     paths, _ = videos
     bad = make_bad(kind, tmp_path, paths[0])
     # Every clip of the over-reported file reaches past what remains of it.
-    clips = shmloader.VideoClips([paths[0], bad, paths[1]], clip_len=36 if kind == "over_reported" else 4,
-                                 size=(32, 40))
+    clip_len = 36 if kind == "over_reported" else 4
+    return shmloader.VideoClips([paths[0], bad, paths[1]], clip_len=clip_len, size=(32, 40)), bad
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bad_file_raises_naming_path(kind, videos, tmp_path):
+    clips, bad = clips_with_bad(kind, videos, tmp_path)
     with shmloader.Loader(clips, batch_size=3, workers=2, timeout=20) as loader:
         with pytest.raises(shmloader.SampleError) as info:
             list(loader)
@@ -86,10 +91,7 @@ def test_bad_file_raises_naming_path(kind, videos, tmp_path):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_bad_file_skipped_and_counted(kind, videos, tmp_path):
-    paths, _ = videos
-    bad = make_bad(kind, tmp_path, paths[0])
-    clips = shmloader.VideoClips([paths[0], bad, paths[1]], clip_len=36 if kind == "over_reported" else 4,
-                                 size=(32, 40))
+    clips, _ = clips_with_bad(kind, videos, tmp_path)
     with shmloader.Loader(clips, batch_size=2, workers=2, on_error="skip", timeout=20) as loader:
         got = sorted(int(i) for b in loader for i in b["index"])
         assert loader.stats()["skipped"] == 1 and loader.stats()["samples"] == 2
