@@ -19,6 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from .conftest import shm_entries
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 # What the kernel will import; looked up, not imported, to keep TensorFlow out of this process.
@@ -168,7 +170,7 @@ def _run(name: str, kernel_name: str, tmp_path: Path):
         resources={"metadata": {"path": str(NOTEBOOKS)}},
         on_notebook_start=on_start, on_cell_executed=after_cell,
     )
-    shm_before = set(os.listdir("/dev/shm"))
+    shm_before = shm_entries()
     t0 = time.monotonic()
     try:
         client.execute()
@@ -185,7 +187,7 @@ def _run(name: str, kernel_name: str, tmp_path: Path):
     while _alive(watcher.seen) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _alive(watcher.seen) == [], f"processes outlived the kernel: {_alive(watcher.seen)}"
-    assert set(os.listdir("/dev/shm")) - shm_before == set(), "entries left in /dev/shm"
+    assert shm_entries() - shm_before == set(), "entries left in /dev/shm"
     return nb
 
 
