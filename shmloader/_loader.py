@@ -46,6 +46,8 @@ _CONSUMER_HELD = 6
 _START_TIMEOUT_S = 60.0
 # How often a waiting loader checks worker liveness even when no pipe speaks.
 _POLL_S = 0.5
+# One read takes every reply a worker has queued (a reply is 32 bytes plus rare error text).
+_READ_BYTES = 1 << 16
 
 
 class _Exhausted(Exception):
@@ -148,6 +150,7 @@ class Loader:
                            consumer_wait_s=0.0, worker_busy_s=0.0, worker_restarts=0, epoch=0,
                            decoded=0)
         self._log_every = log_every
+        self._last_liveness = time.monotonic()
         self._t_first: float | None = None  # when the first batch was handed out
         self._first_batch_s: float | None = None
         self._first_wait_s: float | None = None
@@ -457,11 +460,18 @@ class Loader:
                 self._timed_out(w)
                 return
             timeout = min(timeout, deadline - now)
-        for key, _ in self._selector.select(max(timeout, 0.0)):
+        events = self._selector.select(max(timeout, 0.0))
+        for key, _ in events:
             if key.data is None:
                 self._ring.drain_wake()
             elif key.data in self._workers:
                 self._read_worker(key.data)
+        # A dying worker closes its result pipe, which wakes us with EOF; polling the processes
+        # too catches one whose pipe a grandchild still holds open. Cheap, but not per message.
+        now = time.monotonic()
+        if events and now - self._last_liveness < _POLL_S:
+            return
+        self._last_liveness = now
         for w in list(self._workers):
             if w.proc.poll() is not None:
                 self._read_worker(w)
@@ -472,13 +482,15 @@ class Loader:
         eof = False
         while w.done_r >= 0:
             try:
-                chunk = os.read(w.done_r, 65536)
+                chunk = os.read(w.done_r, _READ_BYTES)
             except BlockingIOError:
                 break
             if not chunk:
                 eof = True
                 break
             w.buf += chunk
+            if len(chunk) < _READ_BYTES:
+                break  # drained for now; epoll is level-triggered and wakes us for more
         buf = w.buf
         while len(buf) >= DONE.size:
             status, slot, pos, sample, busy, plen = DONE.unpack_from(buf)
