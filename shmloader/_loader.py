@@ -46,6 +46,8 @@ _CONSUMER_HELD = 6
 _START_TIMEOUT_S = 60.0
 # How often a waiting loader checks worker liveness even when no pipe speaks.
 _POLL_S = 0.5
+# Skipped samples remembered with their reason (a long run over a damaged dataset must not grow).
+_SKIPS_KEPT = 10_000
 # One read takes every reply a worker has queued (a reply is 32 bytes plus rare error text).
 _READ_BYTES = 1 << 16
 
@@ -155,7 +157,8 @@ class Loader:
         self._first_batch_s: float | None = None
         self._first_wait_s: float | None = None
         self._last_log = time.monotonic()
-        self.skipped: list[tuple[int, int, str]] = []  # (epoch, sample, reason), most recent last
+        # (epoch, sample, reason) of the most recent skips; the count of all is in stats().
+        self.skipped: deque[tuple[int, int, str]] = deque(maxlen=_SKIPS_KEPT)
 
     # ----------------------------------------------------------------- public
     def __len__(self) -> int:
