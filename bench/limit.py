@@ -33,7 +33,9 @@ def _decode_for(clips: ClipSet, wl: Workload, shard: int, shards: int, ready, go
 
 
 def physical_limit(clips: ClipSet, wl: Workload, workers: int, duration: float, res: Result) -> Result:
-    ctx = mp.get_context("forkserver")
+    # spawn, not the forkserver that torch's workers share: that one preloads torch, which
+    # would inflate these processes' memory for nothing.
+    ctx = mp.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     with Sampler(children=True) as sampler:
         t0 = time.perf_counter()

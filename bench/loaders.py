@@ -211,7 +211,8 @@ def torch_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int) ->
     """``torch.utils.data.DataLoader(num_workers=workers)`` with forkserver workers.
 
     Not the Linux default, fork: forking a process that runs TensorFlow's thread pools is
-    unsafe; and spawn would re-import the benchmark's main module in every worker.
+    unsafe. The forkserver (started by the CLI) preloads torch and decord, so workers start
+    about as fast as forked ones; spawn would import torch afresh in each.
     """
     import multiprocessing as mp
 

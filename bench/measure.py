@@ -17,16 +17,27 @@ from typing import Callable
 
 import psutil
 
-# Sampling period: often enough to catch RSS peaks of short runs, rare enough to cost
-# nothing measurable (one cpu_times + memory_info per process per tick).
+# Children of ours that belong to no loader: multiprocessing's forkserver and resource tracker.
+# Their own CPU and RSS stay out of every run (their children, torch's workers, count).
+IGNORED_PIDS: set[int] = set()
+
+# Sampling period: often enough to catch RSS peaks of short runs, rare enough to cost little
+# (a process scan and one cpu_times + memory_info per process per tick; subtracted anyway).
 _TICK_S = 0.1
 
 
 @dataclass
 class _Snapshot:
     t: float
-    main_cpu: float
-    worker_cpu: dict[int, float]
+    main_cpu: float  # this process, less the sampler thread's own CPU
+    worker_cpu: dict[int, float]  # CPU seconds since the window started, per worker pid
+    system_busy: float  # all cores, every process: cumulative busy seconds
+
+
+def _system_busy() -> float:
+    t = psutil.cpu_times()
+    # guest time is already part of user time; iowait is idle.
+    return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
 
 
 class Sampler:
@@ -50,6 +61,7 @@ class Sampler:
         self._windowed = False
         self.peak_rss = 0
         self.peak_main_rss = 0
+        self._own_cpu = 0.0  # the sampler thread's CPU time: not the loader's
         self._thread = threading.Thread(target=self._run, daemon=True, name="bench-sampler")
 
     def __enter__(self) -> "Sampler":
@@ -67,7 +79,7 @@ class Sampler:
             pids = set()
         if self.children:
             pids.update(c.pid for c in self._me.children(recursive=True))
-        return pids
+        return pids - IGNORED_PIDS
 
     def _tick(self) -> tuple[float, dict[int, float]]:
         main = self._me.cpu_times()
@@ -97,15 +109,19 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.wait(_TICK_S):
+            t0 = time.thread_time()
             _, cpu = self._tick()
             self._record(cpu)
+            with self._lock:
+                self._own_cpu += time.thread_time() - t0
 
     def snapshot(self) -> _Snapshot:
         main_cpu, cpu = self._tick()
         self._record(cpu)
         with self._lock:
             worker = {pid: self._last[pid] - self._first[pid] for pid in self._last}
-        return _Snapshot(time.perf_counter(), main_cpu, worker)
+            main_cpu -= self._own_cpu
+        return _Snapshot(time.perf_counter(), main_cpu, worker, _system_busy())
 
     def window_start(self) -> _Snapshot:
         with self._lock:
@@ -135,9 +151,13 @@ class Result:
     main_cpu_pct: float = 0.0
     workers_cpu_pct: float = 0.0
     main_cpu_s_per_gb: float = 0.0
+    cpu_ms_per_clip: float = 0.0  # main + workers: what a clip costs, whatever else runs
+    other_cpu_pct: float = 0.0  # busy CPU of everything else on the machine: noise
     peak_rss_mib: float = 0.0
     peak_main_rss_mib: float = 0.0
     first_batch_s: float = 0.0
+    wall_s: float = 0.0  # the whole run: start-up, warm-up, measuring, closing
+    attempts: int = 1  # runs made; more than one when other load spoilt the earlier ones
     error: str | None = None
     extra: dict = field(default_factory=dict)
 
@@ -151,9 +171,13 @@ def window_result(res: Result, a: _Snapshot, b: _Snapshot, clips: int, clip_len:
     res.clips_per_s = clips / dt
     res.frames_per_s = clips * clip_len / dt
     res.gb_per_s = gb / dt
+    main = max(0.0, main)  # less the sampler's own CPU: can dip below zero by a clock tick
     res.main_cpu_pct = 100 * main / dt
     res.workers_cpu_pct = 100 * sum(b.worker_cpu.values()) / dt
     res.main_cpu_s_per_gb = main / gb if gb else float("nan")
+    res.cpu_ms_per_clip = 1e3 * (main + sum(b.worker_cpu.values())) / clips if clips else float("nan")
+    res.other_cpu_pct = max(0.0, 100 * (b.system_busy - a.system_busy) / dt
+                            - res.main_cpu_pct - res.workers_cpu_pct)
     res.peak_rss_mib = sampler.peak_rss / 2**20
     res.peak_main_rss_mib = sampler.peak_main_rss / 2**20
     return res
