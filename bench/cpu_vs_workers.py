@@ -99,6 +99,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="CPU %% used by other programs above which a run is repeated")
     p.add_argument("--retries", type=int, default=1,
                    help="repeats of a run spoilt by other load; the quietest attempt is kept")
+    p.add_argument("--pin", action="store_true",
+                   help="diagnostic: pin each worker process of shmloader, torch and the physical "
+                        "limit to one core (worker i on core i mod cores)")
     p.add_argument("--seed", type=int, default=0, help="seed of the run order shuffle")
     p.add_argument("--no-plots", action="store_true")
     args = p.parse_args(argv)
@@ -211,11 +214,11 @@ def run_task(task: Task, rep: int, args, clips, workloads: dict) -> dict:
     res = Result(task.name, wl.name, workers, rep)
     try:
         if task.kind == "limit":
-            limit.physical_limit(clips, wl, task.workers, args.duration, res)
+            limit.physical_limit(clips, wl, task.workers, args.duration, res, pin=args.pin)
         else:
             run_pipeline(lambda: LOADERS[task.name](clips, wl, task.workers, args.batch_size), res,
                          clip_len=wl.clip_len, clip_bytes=wl.clip_bytes, duration=args.duration,
-                         warmup=args.warmup, min_batches=args.min_batches)
+                         warmup=args.warmup, min_batches=args.min_batches, pin=args.pin)
     except Exception as e:  # one broken loader must not lose the others' results
         res.error = f"{type(e).__name__}: {e}"
     return dataclasses.asdict(res)
@@ -343,6 +346,9 @@ def standing_notes(args) -> list[str]:
         "loader and no consumer, default environment; the python workload's transform is part of "
         "its work.",
     ]
+    if args.pin:
+        notes.append("--pin: each worker process of shmloader, torch and the physical limit was pinned "
+                     "to one core (all its threads); thread-based loaders are unchanged.")
     if "python" in args.workloads:
         notes.append(f"python workload: {args.py_iters} iterations of a pure-Python loop per clip. With "
                      "P ms of Python and D ms of decoding per clip on C cores, threads deliver at most "

@@ -9,6 +9,7 @@ second that W processes of this machine can produce; a loader can at best delive
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 
 from measure import Result, Sampler, window_result
@@ -19,7 +20,10 @@ _SLACK_S = 60.0
 
 
 def _decode_for(clips: ClipSet, wl: Workload, shard: int, shards: int, ready, go, duration: float,
-                out) -> None:
+                out, pin: bool) -> None:
+    if pin:  # before decord starts any thread: they all inherit this core
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[shard % len(cores)]})
     keys = sample_keys(len(clips), shard, shards)
     decode_clip(clips, wl, *next(keys))  # imports and first open outside the timed part
     ready.put(shard)
@@ -32,15 +36,17 @@ def _decode_for(clips: ClipSet, wl: Workload, shard: int, shards: int, ready, go
     out.put((shard, n, time.perf_counter() - t0))
 
 
-def physical_limit(clips: ClipSet, wl: Workload, workers: int, duration: float, res: Result) -> Result:
+def physical_limit(clips: ClipSet, wl: Workload, workers: int, duration: float, res: Result,
+                   pin: bool = False) -> Result:
     # spawn, not the forkserver that torch's workers share: that one preloads torch, which
     # would inflate these processes' memory for nothing.
     ctx = mp.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     with Sampler(children=True) as sampler:
         t0 = time.perf_counter()
-        procs = [ctx.Process(target=_decode_for, args=(clips, wl, i, workers, ready, go, duration, out),
-                             daemon=True) for i in range(workers)]
+        procs = [ctx.Process(target=_decode_for, daemon=True,
+                             args=(clips, wl, i, workers, ready, go, duration, out, pin))
+                 for i in range(workers)]
         for p in procs:
             p.start()
         try:

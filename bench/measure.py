@@ -61,6 +61,9 @@ class Sampler:
         self._windowed = False
         self.peak_rss = 0
         self.peak_main_rss = 0
+        # This process's RSS before the run: one long benchmark process keeps what earlier runs
+        # grew (allocator caches, TF state), so the run's own cost is the peak above this.
+        self.base_rss = self._me.memory_info().rss
         self._own_cpu = 0.0  # the sampler thread's CPU time: not the loader's
         self._thread = threading.Thread(target=self._run, daemon=True, name="bench-sampler")
 
@@ -155,6 +158,7 @@ class Result:
     other_cpu_pct: float = 0.0  # busy CPU of everything else on the machine: noise
     peak_rss_mib: float = 0.0
     peak_main_rss_mib: float = 0.0
+    added_rss_mib: float = 0.0  # peak (main + children) less main's RSS before the run
     first_batch_s: float = 0.0
     wall_s: float = 0.0  # the whole run: start-up, warm-up, measuring, closing
     attempts: int = 1  # runs made; more than one when other load spoilt the earlier ones
@@ -180,7 +184,23 @@ def window_result(res: Result, a: _Snapshot, b: _Snapshot, clips: int, clip_len:
                             - res.main_cpu_pct - res.workers_cpu_pct)
     res.peak_rss_mib = sampler.peak_rss / 2**20
     res.peak_main_rss_mib = sampler.peak_main_rss / 2**20
+    res.added_rss_mib = (sampler.peak_rss - sampler.base_rss) / 2**20
     return res
+
+
+def pin_processes(pids: list[int]) -> None:
+    """Pin process ``pids[i]`` (every thread it has now) to core ``i``, round robin.
+
+    Threads a process starts later inherit the mask of the thread that starts them, so a
+    worker's decoder threads stay on its core. A diagnostic (``--pin``), not a loader feature.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    for i, pid in enumerate(pids):
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(tid), {cores[i % len(cores)]})
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # gone already
 
 
 def touch(batch) -> int:
@@ -197,7 +217,7 @@ def touch(batch) -> int:
 
 
 def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration: float,
-                 warmup: int, min_batches: int) -> Result:
+                 warmup: int, min_batches: int, pin: bool = False) -> Result:
     """Build a pipeline with ``make()``, time its first batch, then measure ``duration`` s.
 
     Holds no reference to the tf.data iterator besides the pipeline's own, so that
@@ -207,6 +227,8 @@ def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration:
         t0 = time.perf_counter()
         pipe = make()
         sampler.pids = pipe.pids
+        if pin:
+            pin_processes(pipe.pids())
         try:
             touch(next(pipe))
             res.first_batch_s = time.perf_counter() - t0

@@ -13,8 +13,9 @@ PYTHON_TARGET = 1.5  # shmloader / best thread-based loader, Python-heavy transf
 T_ITER_TOLERANCE = 0.05  # |measured T_iter / formula - 1|
 
 THREAD_BASED = ("naive", "tf-map", "threads", "videoloader")
+ORDER = ("naive", "tf-map", "threads", "videoloader", "torch", "shmloader", "limit")
 METRICS = ("clips_per_s", "frames_per_s", "main_cpu_pct", "workers_cpu_pct", "main_cpu_s_per_gb",
-           "cpu_ms_per_clip", "peak_rss_mib", "first_batch_s", "other_cpu_pct")
+           "cpu_ms_per_clip", "peak_rss_mib", "added_rss_mib", "first_batch_s", "other_cpu_pct")
 
 
 def spread(values: list[float]) -> dict:
@@ -36,7 +37,8 @@ def summarize(runs: list[dict]) -> dict:
             groups[r["workload"]][r["loader"]][r["workers"]].append(r)
     out: dict = {}
     for wl, loaders in groups.items():
-        for loader, by_w in loaders.items():
+        for loader in sorted(loaders, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
+            by_w = loaders[loader]
             for w in sorted(by_w, key=_w_key):
                 rs = by_w[w]
                 out.setdefault(wl, {}).setdefault(loader, {})[w] = {
@@ -138,6 +140,15 @@ def _t_iter_groups(sims: list[dict], experiment: str = "t_iter") -> dict:
 
 
 # ------------------------------------------------------------------------- Markdown
+COLUMNS = (
+    "Columns: clips/s and frames/s reaching a Python loop over the tf.data dataset; CPU as `top` "
+    "shows it (100 = one core), main process and loader workers apart; main-process CPU seconds per "
+    "GB of frames delivered; CPU ms per clip = main + workers CPU time per delivered clip (what a "
+    "clip costs, little affected by other load); peak RSS of main + children (shared ring pages "
+    "count in every process that maps them) and the part of it the run added over the main "
+    "process's RSS before it started (one process runs every configuration, so the absolute peak "
+    "also carries what earlier runs left behind); time to first batch from building the pipeline; "
+    "other load = busy CPU of everything else on the machine during the run.")
 def _fmt(s: dict, digits: int = 0) -> str:
     if not s or s["n"] == 0:
         return "–"
@@ -160,26 +171,23 @@ def markdown(doc: dict) -> str:
              f"Command: `{doc['command']}`  ", f"Wall time: {doc['wall_s']:.0f} s.", "",
              f"Videos: {doc['videos']['count']} × {doc['videos']['about']}. Batch size "
              f"{cfg['batch_size']}, {cfg['reps']} interleaved repetitions of {cfg['duration']} s "
-             f"each after {cfg['warmup']} warm-up batches. Cells: median (min–max).", "",
-             "Columns: clips/s and frames/s reaching a Python loop over the tf.data dataset; CPU as "
-             "`top` shows it (100 = one core), main process and loader workers apart; main-process "
-             "CPU seconds per GB of frames delivered; CPU ms per clip = main + workers CPU time per "
-             "delivered clip (what a clip costs, little affected by other load); peak RSS of main + children (shared ring pages "
-             "count in every process that maps them); time to first batch from building the "
-             "pipeline; other load = busy CPU of everything else on the machine during the run.", ""]
+             f"each after {cfg['warmup']} warm-up batch(es). Cells: median (min–max).", "",
+             COLUMNS, ""]
     for wl, about in doc["workloads"].items():
         if wl not in doc["summary"]:
             continue
         lines += [f"## {wl}: {about}", "",
                   "| loader | W | clips/s | frames/s | main CPU % | workers CPU % | main CPU s/GB "
-                  "| CPU ms/clip | peak RSS MiB | first batch s | other load % |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| CPU ms/clip | peak RSS MiB | added RSS MiB | first batch s | other load % |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for loader, by_w in doc["summary"][wl].items():
             for w, s in by_w.items():
+                per_gb = s["main_cpu_s_per_gb"]
                 cells = [_fmt(s["clips_per_s"]), _fmt(s["frames_per_s"]), _fmt(s["main_cpu_pct"]),
-                         _fmt(s["workers_cpu_pct"]),
-                         _fmt(s["main_cpu_s_per_gb"], _digits(s["main_cpu_s_per_gb"]["median"])),
-                         _fmt(s["cpu_ms_per_clip"], 1), _fmt(s["peak_rss_mib"]), _fmt(s["first_batch_s"], 2), _fmt(s["other_cpu_pct"])]
+                         _fmt(s["workers_cpu_pct"]), _fmt(per_gb, _digits(per_gb["median"])),
+                         _fmt(s["cpu_ms_per_clip"], 1), _fmt(s["peak_rss_mib"]),
+                         _fmt(s["added_rss_mib"]), _fmt(s["first_batch_s"], 2),
+                         _fmt(s["other_cpu_pct"])]
                 name = "physical limit" if loader == "limit" else loader
                 lines.append(f"| {name} | {w} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -280,7 +288,7 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
         fig, axes = plt.subplots(1, len(wls), figsize=(5.2 * len(wls), 4.2), squeeze=False)
         for ax, wl in zip(axes[0], wls):
             _loader_axes(ax, summary[wl], "clips_per_s", xs_all)
-            ax.set_title(f"{wl}: {doc['workloads'][wl]}", fontsize=9)
+            ax.set_title(f"{wl}: {_short(doc['workloads'][wl])}", fontsize=9)
             ax.set_xlabel("workers W")
             ax.set_ylabel("clips/s at the tf.data consumer")
             ax.set_ylim(bottom=0)
@@ -350,6 +358,10 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
         fig.tight_layout()
         files.append(_save(fig, folder, f"{name}_titer.png"))
     return files
+
+
+def _short(about: str, width: int = 60) -> str:
+    return about if len(about) <= width else about[: width - 1] + "…"
 
 
 def _save(fig, folder: str, filename: str) -> str:
