@@ -83,7 +83,8 @@ class Loader:
                  on_error: str = "raise", timeout: float = 60.0,
                  transform: Callable[[dict, np.random.Generator], Any] | None = None,
                  shm_dir: str | None = None, shard: tuple[int, int] = (0, 1),
-                 state: dict | None = None, log_every: float | None = None) -> None:
+                 state: dict | None = None, log_every: float | None = None,
+                 pin_workers: bool = False) -> None:
         _check_int("batch_size", batch_size, 1)
         if workers is not None:
             _check_int("workers", workers, 1)
@@ -99,6 +100,7 @@ class Loader:
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         self._source = source
+        self._cpus = sorted(os.sched_getaffinity(0)) if pin_workers else None
         self._batch_size = batch_size
         self._epochs = epochs
         self._drop_remainder = drop_remainder
@@ -601,7 +603,8 @@ class Loader:
 
     # ---------------------------------------------------------------- workers
     def _spawn(self, wid: int) -> None:
-        w = start_worker(wid, self._ring.fd, self._config, tuple(getattr(self._source, "fds", ())))
+        cpu = self._cpus[wid % len(self._cpus)] if self._cpus else None
+        w = start_worker(wid, self._ring.fd, self._config, tuple(getattr(self._source, "fds", ())), cpu)
         self._workers.append(w)
         self._selector.register(w.done_r, selectors.EVENT_READ, w)
 

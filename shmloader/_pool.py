@@ -89,7 +89,8 @@ def _env() -> dict[str, str]:
     return env
 
 
-def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ...] = ()) -> Worker:
+def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ...] = (),
+                 cpu: int | None = None) -> Worker:
     """Start one worker by fork+exec of a fresh interpreter (see ``_worker``)."""
     task_r, task_w = os.pipe2(os.O_CLOEXEC)
     done_r, done_w = os.pipe2(os.O_CLOEXEC)
@@ -100,7 +101,7 @@ def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ..
         os.lseek(cfg_fd, 0, os.SEEK_SET)
         child_fds = (task_r, done_w, life_r, ring_fd, cfg_fd)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "shmloader._worker", *map(str, child_fds)],
+            [sys.executable, "-m", "shmloader._worker", *map(str, child_fds), *([str(cpu)] if cpu is not None else [])],
             pass_fds=child_fds + tuple(extra_fds), stdin=subprocess.DEVNULL, env=_env(), close_fds=True,
         )
     except BaseException:

@@ -68,7 +68,10 @@ def _error_payload(exc: BaseException) -> bytes:
 def main(argv: list[str]) -> int:
     # Ctrl-C reaches the whole process group: only the training process reports it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    task_fd, done_fd, life_fd, ring_fd, cfg_fd = (int(a) for a in argv)
+    task_fd, done_fd, life_fd, ring_fd, cfg_fd = (int(a) for a in argv[:5])
+    if len(argv) > 5:
+        # Before any thread exists: decord's decoding threads inherit the mask.
+        os.sched_setaffinity(0, {int(argv[5])})
     threading.Thread(target=_watch_lifeline, args=(life_fd,), daemon=True).start()
 
     with os.fdopen(cfg_fd, "rb") as f:

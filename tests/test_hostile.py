@@ -71,3 +71,12 @@ def test_workers_are_exec_not_fork():
             cmd = psutil.Process(pid).cmdline()
             assert cmd[1:3] == ["-m", "shmloader._worker"]
             assert psutil.Process(pid).ppid() == os.getpid()
+
+
+def test_pinned_workers_run_on_one_cpu_each():
+    src = shmloader.FunctionSource(lambda i, rng: {"x": np.zeros(2)}, {"x": ((2,), np.float64)}, 4)
+    cpus = sorted(os.sched_getaffinity(0))
+    with shmloader.Loader(src, batch_size=2, workers=2, pin_workers=True) as loader:
+        assert sum(len(b["x"]) for b in loader) == 4
+        masks = [psutil.Process(pid).cpu_affinity() for pid in loader.worker_pids()]
+    assert masks == [[cpus[0]], [cpus[1 % len(cpus)]]]
