@@ -216,9 +216,10 @@ def run_task(task: Task, rep: int, args, clips, workloads: dict) -> dict:
         if task.kind == "limit":
             limit.physical_limit(clips, wl, task.workers, args.duration, res, pin=args.pin)
         else:
-            run_pipeline(lambda: LOADERS[task.name](clips, wl, task.workers, args.batch_size), res,
+            make = LOADERS[task.name]
+            run_pipeline(lambda: make(clips, wl, task.workers, args.batch_size, pin=args.pin), res,
                          clip_len=wl.clip_len, clip_bytes=wl.clip_bytes, duration=args.duration,
-                         warmup=args.warmup, min_batches=args.min_batches, pin=args.pin)
+                         warmup=args.warmup, min_batches=args.min_batches)
     except Exception as e:  # one broken loader must not lose the others' results
         res.error = f"{type(e).__name__}: {e}"
     return dataclasses.asdict(res)
@@ -347,8 +348,9 @@ def standing_notes(args) -> list[str]:
         "its work.",
     ]
     if args.pin:
-        notes.append("--pin: each worker process of shmloader, torch and the physical limit was pinned "
-                     "to one core (all its threads); thread-based loaders are unchanged.")
+        notes.append("--pin: worker process i of shmloader (Loader(pin_workers=True) where the installed "
+                     "shmloader has it), torch and the physical limit runs on core i, with all its "
+                     "threads; thread-based loaders are unchanged.")
     if "python" in args.workloads:
         notes.append(f"python workload: {args.py_iters} iterations of a pure-Python loop per clip. With "
                      "P ms of Python and D ms of decoding per clip on C cores, threads deliver at most "

@@ -3,6 +3,8 @@
 Each function builds a pipeline for (clips, workload, workers, batch size) and returns a
 ``Pipeline``: ``next(pipe)`` gives a batch ``{"video": [B, T, H, W, 3] uint8, "label": [B]
 int64}`` as tf.data delivers it; ``pids()`` are the processes whose CPU counts as "workers".
+``pin=True`` (the ``--pin`` diagnostic) puts worker process i on core i; loaders without worker
+processes ignore it.
 
 TensorFlow and torch are imported inside the functions: torch's forkserver workers import
 this module and must not pay for TensorFlow.
@@ -17,6 +19,7 @@ drop the iterator, then stop producers (threads, torch workers, shmloader's work
 
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from measure import pin_processes
 from workloads import ClipSet, SharedKeys, Workload, decode_clip, python_heavy, sample_keys, shm_transform
 
 # Clips the thread loader's queue holds: two batches, so producers never wait on one stack.
@@ -72,7 +76,8 @@ def _batched_dataset(batches_gen, wl: Workload, batch_size: int, stop: threading
 
 
 # ----------------------------------------------------------------------- 1. naive
-def naive(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
+def naive(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
+          pin: bool = False) -> Pipeline:
     """``from_generator`` over a serial decode loop, ``batch``, ``prefetch``; always one decoder."""
     import tensorflow as tf
 
@@ -92,7 +97,8 @@ def naive(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeli
 
 
 # ---------------------------------------------------------------- 2. tf map + AUTOTUNE
-def tf_map(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
+def tf_map(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
+           pin: bool = False) -> Pipeline:
     """Keys from ``from_generator``, ``map(tf.numpy_function(decode), AUTOTUNE)``, batch,
     prefetch. tf.data picks the parallelism (``workers`` is not used)."""
     import tensorflow as tf
@@ -122,7 +128,8 @@ def tf_map(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipel
 
 
 # ------------------------------------------------------------- 3. threads + queue
-def threads(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
+def threads(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
+            pin: bool = False) -> Pipeline:
     """``workers`` threads decode into a bounded ``queue.Queue``; the generator stacks batches."""
     keys = SharedKeys(len(clips))
     q: queue.Queue = queue.Queue(maxsize=_QUEUE_BATCHES * batch_size)
@@ -207,7 +214,8 @@ def torch_missing() -> str | None:
     return None
 
 
-def torch_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
+def torch_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
+                 pin: bool = False) -> Pipeline:
     """``torch.utils.data.DataLoader(num_workers=workers)`` with forkserver workers.
 
     Not the Linux default, fork: forking a process that runs TensorFlow's thread pools is
@@ -222,7 +230,9 @@ def torch_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int) ->
     dl = DataLoader(_TorchClips(clips, wl), batch_size=batch_size, sampler=_EndlessKeys(len(clips)),
                     num_workers=workers, multiprocessing_context=mp.get_context("forkserver"),
                     drop_last=True, prefetch_factor=2)
-    dl_iter = iter(dl)
+    dl_iter = iter(dl)  # starts the workers
+    if pin:
+        pin_processes([w.pid for w in dl_iter._workers])
 
     def batches_gen():
         for video, label in dl_iter:
@@ -240,7 +250,8 @@ def torch_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int) ->
 
 
 # ------------------------------------------------------------- 5. decord VideoLoader
-def video_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
+def video_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
+                 pin: bool = False) -> Pipeline:
     """``decord.VideoLoader`` with one CPU context per worker and ``shuffle=2`` (random order).
 
     It chooses its own clips: consecutive ``clip_len``-frame chunks at fixed offsets rather than
@@ -274,7 +285,7 @@ def video_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int) ->
 
 
 # --------------------------------------------------------------------- 6. shmloader
-def shm(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline:
+def shm(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False) -> Pipeline:
     """``shmloader.Loader(VideoClips(...), workers=workers).as_dataset()``.
 
     Its generator never blocks without a deadline, so dropping the iterator first is safe
@@ -286,8 +297,14 @@ def shm(clips: ClipSet, wl: Workload, workers: int, batch_size: int) -> Pipeline
                                   clips_per_video=len(clips) // len(clips.paths),
                                   sampling="random", size=wl.size)
     transform = shm_transform(wl.py_iters) if wl.py_iters else None
+    options = {}
+    if pin and "pin_workers" in inspect.signature(shmloader.Loader).parameters:
+        options["pin_workers"] = True  # the loader's own: pinned before any thread starts
     loader = shmloader.Loader(source, batch_size=batch_size, workers=workers, shuffle=True,
-                              seed=0, epochs=None, drop_remainder=True, transform=transform)
+                              seed=0, epochs=None, drop_remainder=True, transform=transform,
+                              **options)
+    if pin and not options:
+        pin_processes(loader.worker_pids())
     pipe = Pipeline(iter(loader.as_dataset()), threading.Event(), pids=loader.worker_pids,
                     teardown=[loader.close], stats=loader.stats)
     return pipe

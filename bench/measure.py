@@ -225,7 +225,7 @@ def touch(batch) -> int:
 
 
 def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration: float,
-                 warmup: int, min_batches: int, pin: bool = False) -> Result:
+                 warmup: int, min_batches: int) -> Result:
     """Build a pipeline with ``make()``, time its first batch, then measure ``duration`` s.
 
     Holds no reference to the tf.data iterator besides the pipeline's own, so that
@@ -235,8 +235,6 @@ def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration:
         t0 = time.perf_counter()
         pipe = make()
         sampler.pids = pipe.pids
-        if pin:
-            pin_processes(pipe.pids())
         try:
             touch(next(pipe))
             res.first_batch_s = time.perf_counter() - t0
