@@ -29,7 +29,7 @@ from ._plan import EpochCursor, EpochPlan
 from ._pool import Task, Worker, start_worker, stop_workers
 from ._protocol import DONE, MAX_ERROR_BYTES, OP_READ, ST_ERROR, ST_OK, ST_READY, TASK
 from ._ring import Layout, Ring
-from ._source import Source
+from ._source import Source, check_int
 
 __all__ = ["Loader", "eval_loader"]
 
@@ -85,14 +85,14 @@ class Loader:
                  shm_dir: str | None = None, shard: tuple[int, int] = (0, 1),
                  state: dict | None = None, log_every: float | None = None,
                  pin_workers: bool = False) -> None:
-        _check_int("batch_size", batch_size, 1)
+        check_int("batch_size", batch_size, 1)
         if workers is not None:
-            _check_int("workers", workers, 1)
+            check_int("workers", workers, 1)
         if slots is not None:
-            _check_int("slots", slots, 2)
+            check_int("slots", slots, 2)
         if epochs is not None:
-            _check_int("epochs", epochs, 1)
-        _check_int("seed", seed, 0)
+            check_int("epochs", epochs, 1)
+        check_int("seed", seed, 0)
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
@@ -382,7 +382,7 @@ class Loader:
                 return
             w = min(candidates, key=lambda w: len(w.outstanding))
             b, pos = self._queue.popleft()
-            task = Task(b, pos, b.samples[pos], b.epoch, b.slot)
+            task = Task(b, pos, b.samples[pos])
             try:
                 os.write(w.task_w, TASK.pack(OP_READ, task.slot, pos, task.sample, task.epoch))
             except (BrokenPipeError, OSError):
@@ -523,7 +523,6 @@ class Loader:
         w.outstanding.popleft()
         w.head_since = time.monotonic()
         w.busy_s += busy
-        w.tasks_done += 1
         self._stats["worker_busy_s"] += busy
         self._stats["decoded"] += 1
         if status == ST_OK:
@@ -642,11 +641,6 @@ def _shutdown(workers: list[Worker], ring: Ring, selector: selectors.BaseSelecto
     workers.clear()
     selector.close()
     ring.close()
-
-
-def _check_int(name: str, value, minimum: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def _probe_transform(source: Source, transform, seed: int):

@@ -30,17 +30,25 @@ from dataclasses import dataclass, field
 
 import shmloader
 
+from ._protocol import write_all
+
 # How long closing waits for workers to leave by themselves before killing them.
 _GRACE_S = 1.0
 
 
 @dataclass(slots=True)
 class Task:
-    batch: object  # loader's batch record
+    batch: object  # loader's batch record (has .slot and .epoch)
     pos: int
-    sample: int
-    epoch: int
-    slot: int
+    sample: int  # kept: a skip may give the position another sample before the reply comes
+
+    @property
+    def slot(self) -> int:
+        return self.batch.slot
+
+    @property
+    def epoch(self) -> int:
+        return self.batch.epoch
 
 
 @dataclass(slots=True, eq=False)
@@ -56,7 +64,6 @@ class Worker:
     outstanding: deque = field(default_factory=deque)
     buf: bytearray = field(default_factory=bytearray)
     busy_s: float = 0.0
-    tasks_done: int = 0
 
     @property
     def pid(self) -> int:
@@ -97,7 +104,7 @@ def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ..
     life_r, life_w = os.pipe2(os.O_CLOEXEC)
     cfg_fd = os.memfd_create("shmloader-config", os.MFD_CLOEXEC)
     try:
-        _write_all(cfg_fd, config)
+        write_all(cfg_fd, config)
         os.lseek(cfg_fd, 0, os.SEEK_SET)
         child_fds = (task_r, done_w, life_r, ring_fd, cfg_fd)
         proc = subprocess.Popen(
@@ -113,12 +120,6 @@ def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ..
             os.close(fd)
     os.set_blocking(done_r, False)
     return Worker(wid, proc, task_w, done_r, life_w, started=time.monotonic())
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def stop_workers(workers: list[Worker], grace: float = _GRACE_S) -> None:

@@ -7,6 +7,7 @@ and every slot and position is bounds-checked on arrival (see ``_loader``).
 
 from __future__ import annotations
 
+import os
 import struct
 
 # loader -> worker: op, slot, position in batch, sample index, epoch
@@ -22,3 +23,10 @@ ST_READY = 2
 # An error report (type, message, traceback) is cut to this size: a worker cannot make the
 # loader buffer without bound.
 MAX_ERROR_BYTES = 64 * 1024
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to a blocking pipe or file."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

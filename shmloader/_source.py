@@ -65,3 +65,9 @@ def check_sample(sample, spec: Spec, what: str) -> None:
             raise ValueError(f"{what}: {name!r} has shape {a.shape}, spec says {shape}")
         if not np.can_cast(a.dtype, dtype, casting="same_kind"):
             raise ValueError(f"{what}: {name!r} has dtype {a.dtype}, spec says {dtype}")
+
+
+def check_int(name: str, value, minimum: int) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is an integer (not a bool) >= ``minimum``."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")

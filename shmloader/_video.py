@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._source import Spec
+from ._source import Spec, check_int
 
 __all__ = ["VideoClips"]
 
@@ -68,8 +68,7 @@ class VideoClips:
             raise ValueError("paths is empty")
         for name, v in (("clip_len", clip_len), ("frame_step", frame_step),
                         ("clips_per_video", clips_per_video)):
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            check_int(name, v, 1)
         if sampling not in _SAMPLINGS:
             raise ValueError(f"sampling must be one of {_SAMPLINGS}, got {sampling!r}")
         if labels is not None:

@@ -35,12 +35,6 @@ def _read_exact(fd: int, n: int) -> bytes:
     return buf
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def _watch_lifeline(fd: int) -> None:
     try:
         os.read(fd, 1)  # returns only at EOF: the loader closed it or died
@@ -81,7 +75,7 @@ def main(argv: list[str]) -> int:
     import cloudpickle  # noqa: F401  (registers what payload needs)
     import numpy as np
 
-    from ._protocol import DONE, OP_READ, ST_ERROR, ST_OK, ST_READY, TASK
+    from ._protocol import DONE, OP_READ, ST_ERROR, ST_OK, ST_READY, TASK, write_all
     from ._ring import attach_views
 
     cfg = pickle.loads(payload)
@@ -92,7 +86,7 @@ def main(argv: list[str]) -> int:
     if scratch is not None:
         scratch = {k: np.empty(shape, dtype) for k, (shape, dtype) in scratch.items()}
     source.worker_init()
-    _write_all(done_fd, DONE.pack(ST_READY, 0, 0, -1, 0.0, 0))
+    write_all(done_fd, DONE.pack(ST_READY, 0, 0, -1, 0.0, 0))
 
     while True:
         msg = _read_exact(task_fd, TASK.size)
@@ -105,22 +99,17 @@ def main(argv: list[str]) -> int:
         try:
             out = {k: v[pos, ...] for k, v in slots[slot].items()}  # 0-d views too
             rng = np.random.default_rng((seed, epoch, sample))
-            if scratch is None:
-                source.read(sample, rng, out)
-                if transform is not None:
-                    mine = dict(out)
-                    result = transform(mine, rng)
-                    _store(mine if result is None else result, out)
-            else:
-                source.read(sample, rng, scratch)
-                mine = dict(scratch)
+            decoded = out if scratch is None else scratch  # scratch only comes with a transform
+            source.read(sample, rng, decoded)
+            if transform is not None:
+                mine = dict(decoded)  # the transform may replace entries instead of writing in place
                 result = transform(mine, rng)
                 _store(mine if result is None else result, out)
             status, err = ST_OK, b""
         except Exception as exc:  # reported to the loader, which raises or skips
             status, err = ST_ERROR, _error_payload(exc)
         busy = time.perf_counter() - t0
-        _write_all(done_fd, DONE.pack(status, slot, pos, sample, busy, len(err)) + err)
+        write_all(done_fd, DONE.pack(status, slot, pos, sample, busy, len(err)) + err)
 
 
 def _store(result, out) -> None:

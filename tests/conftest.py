@@ -31,11 +31,16 @@ def shm_entries() -> set[str]:
     return {e for e in os.listdir("/dev/shm") if not e.startswith("sem.mp-")}
 
 
-def our_fds() -> list[str]:
+def our_fds(pid: int | str = "self") -> list[str]:
+    """Descriptors of shmloader's shared segments that process ``pid`` holds."""
     out = []
-    for fd in os.listdir("/proc/self/fd"):
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for fd in fds:
         try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
         if "shmloader" in target:

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .conftest import shm_entries
+from .conftest import our_fds, shm_entries
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -69,23 +69,6 @@ def kernel_name(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def _memfds(pid: int) -> list[str]:
-    """Descriptors of shmloader's shared segments that process ``pid`` still holds."""
-    out = []
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return out
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if "shmloader" in target:
-            out.append(target)
-    return out
 
 
 def _alive(pids: dict[int, float]) -> list[int]:
@@ -163,7 +146,7 @@ def _run(name: str, kernel_name: str, tmp_path: Path):
             time.sleep(0.1)
             kids = watcher.children()
         at_end["children"] = [(p.pid, " ".join(p.cmdline())) for p in kids]
-        at_end["memfds"] = _memfds(watcher.kernel.pid)
+        at_end["memfds"] = our_fds(watcher.kernel.pid)
 
     client = nbclient.NotebookClient(
         nb, kernel_name=kernel_name, timeout=CELL_TIMEOUT_S, allow_errors=False,
