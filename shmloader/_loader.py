@@ -28,7 +28,7 @@ from ._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
 from ._plan import EpochCursor, EpochPlan
 from ._pool import Task, Worker, start_worker, stop_workers
 from ._protocol import DONE, MAX_ERROR_BYTES, OP_READ, ST_ERROR, ST_OK, ST_READY, TASK
-from ._ring import Layout, Ring
+from ._ring import Layout, Ring, memory_for_ring
 from ._source import Source, check_int
 
 __all__ = ["Loader", "eval_loader"]
@@ -50,10 +50,27 @@ _POLL_S = 0.5
 _SKIPS_KEPT = 10_000
 # One read takes every reply a worker has queued (a reply is 32 bytes plus rare error text).
 _READ_BYTES = 1 << 16
+# Share of the memory (or of shm_dir's free space) a default ring may take: the rest is for the
+# training process, TensorFlow's buffers and the batches a consumer copies or keeps.
+_RING_MEMORY_SHARE = 0.5
+# Skip reasons quoted when a whole epoch was skipped.
+_REASONS_QUOTED = 3
 
 
 class _Exhausted(Exception):
     """The plan is done (or the loader was closed): iteration ends."""
+
+
+class _Tally:
+    """One epoch's outcome so far (``on_error="skip"`` bookkeeping)."""
+
+    __slots__ = ("open", "kept", "skipped", "reasons")
+
+    def __init__(self) -> None:
+        self.open = 0  # batches of the epoch not yet handed out or dropped
+        self.kept = 0  # samples read without error
+        self.skipped = 0
+        self.reasons: list[str] = []
 
 
 class _Batch:
@@ -109,6 +126,7 @@ class Loader:
         self._timeout = float(timeout)
         self._plan = EpochPlan(len(source), batch_size, shuffle=shuffle, seed=seed,
                                drop_remainder=drop_remainder, shard=tuple(shard))
+        _check_has_batches(self._plan)
         self._start = (0, 0)  # (epoch, batch) where this loader's stream begins
         if state is not None:
             self._start = self._check_state(state)
@@ -116,8 +134,7 @@ class Loader:
         self._layout = Layout.build(out_spec, batch_size)
         nworkers = workers or os.cpu_count() or 1
         if slots is None:
-            filling = -(-nworkers * _DEPTH // batch_size) + 1
-            slots = filling + _CONSUMER_HELD + 1
+            slots = _default_slots(nworkers, batch_size, self._layout.slot_bytes, shm_dir)
         self._nslots = slots
 
         self._lock = threading.RLock()
@@ -148,6 +165,7 @@ class Loader:
         self._inflight: dict[int, _Batch] = {}  # by seq: insertion order is plan order
         self._done_order: deque[_Batch] = deque()  # completed, in completion order
         self._queue: deque[tuple[_Batch, int]] = deque()  # positions not yet sent to a worker
+        self._tallies: dict[int, _Tally] = {}  # by epoch, while any of its batches is open
         self._warned_copy = False
         self._t0 = time.monotonic()
         self._stats = dict(batches=0, samples=0, skipped=0, dropped=0, copied=0,
@@ -267,8 +285,10 @@ class Loader:
         if self._seq:
             raise LoaderError("set_shard() must come before the first batch")
         p = self._plan
-        self._plan = EpochPlan(p.num_samples, p.batch_size, shuffle=p.shuffle, seed=p.seed,
-                               drop_remainder=p.drop_remainder, shard=(index, count))
+        plan = EpochPlan(p.num_samples, p.batch_size, shuffle=p.shuffle, seed=p.seed,
+                         drop_remainder=p.drop_remainder, shard=(index, count))
+        _check_has_batches(plan)
+        self._plan = plan
 
     def state(self, consumed: int | None = None) -> dict[str, Any]:
         """Where the stream stands, as a small JSON-serialisable dict for ``Loader(..., state=)``.
@@ -371,6 +391,7 @@ class Loader:
                 continue
             b = _Batch(self._seq, cur, self._free.pop(), cur.next_batch())
             self._seq += 1
+            self._tally(b.epoch).open += 1
             self._inflight[b.seq] = b
             self._queue.extend((b, pos) for pos in range(len(b.samples)))
         self._feed()
@@ -406,10 +427,39 @@ class Loader:
                     return None, 0
                 b = self._done_order.popleft()
             del self._inflight[b.seq]
+            kept = sum(1 for s in b.samples if s >= 0)
             n = self._compact(b)
+            self._batch_closed(b, kept)
             if n:
                 return b, n
             self._free.append(b.slot)
+
+    def _tally(self, epoch: int) -> _Tally:
+        t = self._tallies.get(epoch)
+        if t is None:
+            t = self._tallies[epoch] = _Tally()
+        return t
+
+    def _batch_closed(self, b: _Batch, kept: int) -> None:
+        """Count a finished batch; at the end of its epoch, fail if the epoch delivered nothing
+        because every sample was skipped (else ``epochs=None`` would spin on it for ever), and
+        warn if most of it was skipped."""
+        t = self._tally(b.epoch)
+        t.kept += kept
+        t.open -= 1
+        if t.open or b.cursor.has_batch():
+            return
+        del self._tallies[b.epoch]
+        if not t.skipped:
+            return
+        tried = t.kept + t.skipped
+        if not t.kept:
+            raise LoaderError(
+                f"every sample of epoch {b.epoch} failed: {tried} tried, {t.skipped} skipped "
+                f"(on_error='skip'), nothing to deliver. First reasons: " + "; ".join(t.reasons))
+        if t.skipped * 2 > tried:
+            log.warning("epoch %d: %d of %d samples (%.0f%%) were skipped; first reasons: %s",
+                        b.epoch, t.skipped, tried, 100 * t.skipped / tried, "; ".join(t.reasons))
 
     def _compact(self, b: _Batch) -> int:
         """Close holes left by skipped samples; return how many samples the batch keeps."""
@@ -554,6 +604,10 @@ class Loader:
         log.warning("skipped sample %d (%s): %s", task.sample, where, reason)
         self._stats["skipped"] += 1
         self.skipped.append((task.epoch, task.sample, reason))
+        t = self._tally(task.epoch)
+        t.skipped += 1
+        if len(t.reasons) < _REASONS_QUOTED:
+            t.reasons.append(f"sample {task.sample} ({where}): {reason}")
         b = task.batch
         b.retried.discard(task.pos)
         refill = b.cursor.refill()
@@ -633,6 +687,35 @@ def eval_loader(source: Source, *, batch_size: int, workers: int | None = 1, **k
         if kwargs.setdefault(key, value) != value:
             raise ValueError(f"an evaluation loader needs {key}={value!r}")
     return Loader(source, batch_size=batch_size, workers=workers, **kwargs)
+
+
+def _check_has_batches(plan: EpochPlan) -> None:
+    """An epoch with no batch would make ``epochs=None`` end at once, silently: refuse it."""
+    if plan.batches_per_epoch():
+        return
+    n = plan.samples_per_epoch()
+    index, count = plan.shard
+    where = f" in shard {index} of {count}" if count > 1 else ""
+    if not n:
+        raise ValueError(f"no samples{where}: the loader would deliver no batch")
+    raise ValueError(f"an epoch has {n} samples{where}, fewer than batch_size={plan.batch_size}, and "
+                     "drop_remainder=True drops them: the loader would deliver no batch. Use a smaller "
+                     "batch_size or drop_remainder=False")
+
+
+def _default_slots(workers: int, batch_size: int, slot_bytes: int, shm_dir: str | None) -> int:
+    """Enough slots to keep every worker busy and cover what a consumer holds, as long as they
+    take at most ``_RING_MEMORY_SHARE`` of the memory the ring would live in; never fewer than 2."""
+    filling = -(-workers * _DEPTH // batch_size) + 1
+    usual = filling + _CONSUMER_HELD + 1
+    fit = int(memory_for_ring(shm_dir) * _RING_MEMORY_SHARE // slot_bytes)
+    if fit >= usual:
+        return usual
+    slots = max(2, fit)
+    log.info("a batch takes %.1f MiB: %d ring slots instead of the usual %d fit in %d%% of the "
+             "memory available%s; pass slots= to choose", slot_bytes / 2**20, slots, usual,
+             100 * _RING_MEMORY_SHARE, f" in {shm_dir}" if shm_dir else "")
+    return slots
 
 
 def _shutdown(workers: list[Worker], ring: Ring, selector: selectors.BaseSelector) -> None:

@@ -26,6 +26,7 @@ import math
 import mmap
 import os
 import queue
+import resource
 import threading
 import weakref
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ import psutil
 
 from ._errors import LoaderError
 
-__all__ = ["Field", "Layout", "Ring", "attach_views"]
+__all__ = ["Field", "Layout", "Ring", "attach_views", "memory_for_ring"]
 
 # Every field starts on a 64-byte boundary (cache line, AVX-512 loads); slots start on a page.
 _ALIGN = 64
@@ -79,6 +80,16 @@ class Layout:
         }
 
 
+def memory_for_ring(shm_dir: str | None) -> int:
+    """Bytes a new ring could take: the available memory, and at most the free space of
+    ``shm_dir`` when the ring goes there (a ``memfd`` is not limited by any mount's size)."""
+    available = psutil.virtual_memory().available
+    if shm_dir is not None and os.path.isdir(shm_dir):
+        st = os.statvfs(shm_dir)
+        available = min(available, st.f_bavail * st.f_frsize)
+    return available
+
+
 def _create_segment(nbytes: int, shm_dir: str | None) -> int:
     available = psutil.virtual_memory().available
     if nbytes > available:
@@ -98,6 +109,10 @@ def _create_segment(nbytes: int, shm_dir: str | None) -> int:
         os.close(fd)
         if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
             where = "memory for shared segments" if shm_dir is None else f"space in {shm_dir}"
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+            if e.errno == errno.EFBIG and limit != resource.RLIM_INFINITY:
+                # A file size limit (ulimit -f) applies to memfd and tmpfs files too.
+                where += f" under this process's file size limit (ulimit -f: {limit / 2**20:.1f} MiB)"
             raise LoaderError(
                 f"not enough {where}: the ring needs {nbytes / 2**20:.1f} MiB "
                 f"({os.strerror(e.errno)}). Use fewer slots or a smaller batch, or give the "

@@ -83,7 +83,8 @@ def test_drop_remainder():
 
 def test_fewer_samples_than_a_batch():
     assert batches(3, batch_size=8, workers=1, epochs=2)[0] == [[0, 1, 2], [0, 1, 2]]
-    assert batches(3, batch_size=8, workers=1, drop_remainder=True, epochs=None) == ([], 0)
+    with pytest.raises(ValueError, match=r"an epoch has 3 samples, fewer than batch_size=8"):
+        batches(3, batch_size=8, workers=1, drop_remainder=True, epochs=None)
 
 
 def test_epochs_none_repeats():
