@@ -132,7 +132,7 @@ class Loader:
             self._start = self._check_state(state)
         out_spec, scratch = _probe_transform(source, transform, seed)
         self._layout = Layout.build(out_spec, batch_size)
-        nworkers = workers or os.cpu_count() or 1
+        nworkers = workers or _usable_cpus()
         if slots is None:
             slots = _default_slots(nworkers, batch_size, self._layout.slot_bytes, shm_dir)
         self._nslots = slots
@@ -252,7 +252,7 @@ class Loader:
         rate = done / s["worker_busy_s"] if s["worker_busy_s"] > 0 else 0.0
         s["samples_per_worker_s"] = rate
         demand = s["samples"] / max(window - steady_wait, 1e-9)
-        cpus = os.cpu_count() or 1
+        cpus = _usable_cpus()
         s["recommended_workers"] = max(1, min(cpus, math.ceil(demand / rate))) if rate and s["samples"] else None
         s["input_bound"] = s["consumer_wait_fraction"] > 0.1
         return s
@@ -687,6 +687,11 @@ def eval_loader(source: Source, *, batch_size: int, workers: int | None = 1, **k
         if kwargs.setdefault(key, value) != value:
             raise ValueError(f"an evaluation loader needs {key}={value!r}")
     return Loader(source, batch_size=batch_size, workers=workers, **kwargs)
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (taskset, cgroup cpusets), not all the machine has."""
+    return len(os.sched_getaffinity(0)) or 1
 
 
 def _check_has_batches(plan: EpochPlan) -> None:
