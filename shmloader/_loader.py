@@ -678,11 +678,11 @@ class Loader:
 
 def eval_loader(source: Source, *, batch_size: int, workers: int | None = 1, **kwargs) -> Loader:
     """A loader for validation or test: every clip exactly once, in order, the last partial batch
-    kept; ``VideoClips`` switch to ``sampling="uniform"``. One worker by default, so that an
-    evaluation pass beside a training loader takes one core rather than all of them.
+    kept; ``VideoClips`` become deterministic (``VideoClips.for_eval``: uniform starts, the
+    smallest scale, center crops). One worker by default, so that an evaluation pass beside a training loader takes one core rather than all of them.
     """
-    if hasattr(source, "with_options") and getattr(source, "sampling", None) == "random":
-        source = source.with_options(sampling="uniform")
+    if hasattr(source, "for_eval"):
+        source = source.for_eval()
     for key, value in (("shuffle", False), ("epochs", 1), ("drop_remainder", False), ("ordered", True)):
         if kwargs.setdefault(key, value) != value:
             raise ValueError(f"an evaluation loader needs {key}={value!r}")

@@ -1,0 +1,261 @@
+"""Video recipes: several clips per sample in one pass, clips in seconds, short videos,
+aspect-preserving scale + crop, multi-view evaluation. Every clip is checked against decord's
+own decode of the frames the sample says it holds, and against the frame codes."""
+
+from __future__ import annotations
+
+import decord
+import numpy as np
+import pytest
+
+import shmloader
+from shmloader._samples import frame_image, read_codes, write_video
+
+LANDSCAPE = (96, 128)
+PORTRAIT = (128, 72)
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    """Video 10 landscape and video 11 portrait, 40 frames each."""
+    d = tmp_path_factory.mktemp("shapes")
+    return [write_video(d / "wide.mp4", 10, frames=40, size=LANDSCAPE),
+            write_video(d / "tall.mp4", 11, frames=40, size=PORTRAIT)]
+
+
+@pytest.fixture(scope="module")
+def rates(tmp_path_factory):
+    """The same 2.4 s at 25 fps (60 frames) and at 50 fps (120 frames)."""
+    d = tmp_path_factory.mktemp("rates")
+    return [write_video(d / "fps25.mp4", 20, frames=60, fps=25),
+            write_video(d / "fps50.mp4", 21, frames=120, fps=50)]
+
+
+@pytest.fixture(scope="module")
+def short(tmp_path_factory):
+    return write_video(tmp_path_factory.mktemp("short") / "short.mp4", 30, frames=5)
+
+
+def samples_of(clips, workers=2, batch_size=2, **kw):
+    out = []
+    with shmloader.Loader(clips, batch_size=batch_size, workers=workers, **kw) as loader:
+        for b in loader:
+            out.extend({k: np.array(v[i]) for k, v in b.items()} for i in range(len(b["index"])))
+    return out
+
+
+def decord_frames(path, frames, size=None):
+    vr = decord.VideoReader(path) if size is None else decord.VideoReader(path, height=size[0], width=size[1])
+    return vr.get_batch(list(frames)).asnumpy()
+
+
+def test_k_clips_are_decords_frames_at_their_starts(videos):
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, frame_step=3, clips_per_sample=3, size=(64, 64))
+    samples = samples_of(clips, shuffle=True, seed=3)
+    assert len(samples) == len(paths)
+    starts = set()
+    for s in samples:
+        v = int(s["index"])
+        assert s["video"].shape == (3, 4, 64, 64, 3) and s["frames"].shape == (3, 4) and s["start"].shape == (3,)
+        for k in range(3):
+            expected = int(s["start"][k]) + 3 * np.arange(4)
+            np.testing.assert_array_equal(s["frames"][k], expected)
+            np.testing.assert_array_equal(s["video"][k], decord_frames(paths[v], expected, (64, 64)))
+            ids, numbers = read_codes(s["video"][k])
+            assert (ids == v).all() and (numbers == expected).all()
+        starts.add(tuple(s["start"]))
+    # Independent random starts: not all equal within a sample, not the same in every sample.
+    assert any(len(set(st)) > 1 for st in starts) and len(starts) > 1
+
+
+def test_one_clip_keeps_todays_shapes_and_reports_frames(videos):
+    paths, _ = videos
+    (s, *_) = samples_of(shmloader.VideoClips(paths[:2], clip_len=5, frame_step=2, size=(64, 64)))
+    assert s["video"].shape == (5, 64, 64, 3) and s["start"].shape == () and s["frames"].shape == (5,)
+    np.testing.assert_array_equal(s["frames"], int(s["start"]) + 2 * np.arange(5))
+    assert (read_codes(s["video"])[1] == s["frames"]).all()
+
+
+def test_uniform_spreads_k_clips_over_the_video(videos):
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths[:2], clip_len=4, frame_step=2, clips_per_sample=5,
+                                 sampling="uniform", size=(64, 64))
+    last = 40 - 7
+    for s in samples_of(clips):
+        assert list(s["start"]) == [round(k * last / 4) for k in range(5)]
+        assert (read_codes(s["video"])[1] == s["frames"]).all()
+
+
+def test_fps_gives_clips_of_equal_duration_at_25_and_50_fps(rates):
+    clips = shmloader.VideoClips(rates, clip_len=6, fps=5, size=(64, 64), clips_per_sample=4)
+    samples = samples_of(clips, batch_size=2, epochs=3, shuffle=True)
+    assert len(samples) == 6
+    for s in samples:
+        v = int(s["index"])
+        native = (25, 50)[v]
+        ts = decord.VideoReader(rates[v]).get_frame_timestamp(s["frames"].ravel()).reshape(4, 6, 2)
+        for k in range(4):
+            # every 1/5 s of video time: 5 frames apart at 25 fps, 10 at 50 fps
+            np.testing.assert_array_equal(np.diff(s["frames"][k]), native // 5)
+            assert ts[k, -1, 0] - ts[k, 0, 0] == pytest.approx(1.0, abs=1e-3)
+            ids, numbers = read_codes(s["video"][k])
+            assert (ids == 20 + v).all() and (numbers == s["frames"][k]).all()
+        assert s["frames"].max() < 60 * native // 25
+
+
+def test_fps_with_broken_timestamps_names_the_file(tmp_path):
+    """A Matroska file whose packets carry no timestamps gets made-up ones 1 ms apart."""
+    import av
+
+    path = str(tmp_path / "nopts.mkv")
+    with av.open(path, "w", format="matroska") as c:
+        stream = c.add_stream("mpeg4", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for i in range(21):
+            frame = None if i == 20 else av.VideoFrame.from_ndarray(frame_image(1, i, 48, 64), format="rgb24")
+            for packet in stream.encode(frame):
+                packet.pts = packet.dts = None
+                c.mux(packet)
+    clips = shmloader.VideoClips([path], clip_len=4, fps=5, size=(48, 64))
+    with shmloader.Loader(clips, batch_size=1, workers=1) as loader:
+        with pytest.raises(shmloader.SampleError, match="frame timestamps") as info:
+            next(iter(loader))
+    assert "nopts.mkv" in str(info.value)
+    # The same file is fine by frame index.
+    (s,) = samples_of(shmloader.VideoClips([path], clip_len=4, size=(48, 64)), workers=1, batch_size=1)
+    assert (read_codes(s["video"])[1] == s["frames"]).all()
+
+
+@pytest.mark.parametrize("policy, frames", [("repeat_last", [0, 2, 4, 4]), ("wrap", [0, 2, 4, 0])])
+def test_short_video_policies(short, policy, frames):
+    clips = shmloader.VideoClips([short], clip_len=4, frame_step=2, short_video=policy, size=(64, 64),
+                                 clips_per_sample=2)
+    (s,) = samples_of(clips, workers=1, batch_size=1)
+    for k in range(2):
+        assert list(s["frames"][k]) == frames
+        ids, numbers = read_codes(s["video"][k])
+        assert (ids == 30).all() and list(numbers) == frames
+        np.testing.assert_array_equal(s["video"][k], decord_frames(short, frames, (64, 64)))
+
+
+@pytest.mark.parametrize("policy, frames", [("repeat_last", [0, 2, 4, 4]), ("wrap", [0, 2, 4, 0])])
+def test_short_video_policies_in_seconds(short, policy, frames):
+    # 5 frames at 25 fps = 0.2 s; 4 frames at 12.5 fps need 0.32 s
+    clips = shmloader.VideoClips([short], clip_len=4, fps=12.5, short_video=policy, size=(64, 64))
+    (s,) = samples_of(clips, workers=1, batch_size=1)
+    assert list(s["frames"]) == frames and list(read_codes(s["video"])[1]) == frames
+
+
+def test_short_video_error_is_the_default(short):
+    with shmloader.Loader(shmloader.VideoClips([short], clip_len=4, frame_step=2, size=(64, 64)),
+                          batch_size=1, workers=1) as loader:
+        with pytest.raises(shmloader.SampleError, match="5 frames, shorter than one clip"):
+            next(iter(loader))
+
+
+def expected_scaled(path, native, short_side):
+    h, w = native
+    return (short_side, round(w * short_side / h)) if h <= w else (round(h * short_side / w), short_side)
+
+
+def test_scale_keeps_aspect_and_crops_not_stretches(shapes):
+    clips = shmloader.VideoClips(shapes, clip_len=3, frame_step=4, scale=64, crop=(48, 48))
+    samples = samples_of(clips, workers=2)
+    assert {int(s["index"]) for s in samples} == {0, 1}
+    for s in samples:
+        v = int(s["index"])
+        sh, sw = expected_scaled(shapes[v], (LANDSCAPE, PORTRAIT)[v], 64)
+        assert (sh, sw) == ((64, 85), (114, 64))[v]
+        full = decord_frames(shapes[v], s["frames"], (sh, sw))
+        y, x = (sh - 48) // 2, (sw - 48) // 2
+        assert s["video"].shape == (3, 48, 48, 3)
+        np.testing.assert_array_equal(s["video"], full[:, y : y + 48, x : x + 48])
+        stretched = decord_frames(shapes[v], s["frames"], (64, 64))[:, 8:56, 8:56]
+        assert np.abs(s["video"].astype(int) - stretched).mean() > 5  # stretching would differ
+
+
+def test_scale_range_and_random_crop_are_seeded_and_worker_independent(shapes, videos):
+    paths = shapes + videos[0][:4]
+    clips = shmloader.VideoClips(paths, clip_len=3, frame_step=2, scale=(56, 80), crop=(48, 40),
+                                 crop_at="random", clips_per_sample=2)
+    one = samples_of(clips, workers=1, batch_size=3, shuffle=True, seed=5, epochs=2)
+    three = samples_of(clips, workers=3, batch_size=3, shuffle=True, seed=5, epochs=2)
+    other = samples_of(clips, workers=2, batch_size=3, shuffle=True, seed=6, epochs=2)
+    assert len(one) == len(three) == 12
+    for a, b in zip(one, three):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+    assert any(not np.array_equal(a["video"], b["video"]) for a, b in zip(one, other))
+    # Each clip is some 48x40 window of decord's decode at some short side in [56, 80].
+    s = one[0]
+    v = int(s["index"])
+    native = {0: LANDSCAPE, 1: PORTRAIT}.get(v, (96, 128))
+    found = False
+    for side in range(56, 81):
+        full = decord_frames(paths[v], s["frames"][0], expected_scaled(paths[v], native, side))
+        for y in range(full.shape[1] - 48 + 1):
+            for x in range(full.shape[2] - 40 + 1):
+                if np.array_equal(full[:, y : y + 48, x : x + 40], s["video"][0]):
+                    found = True
+                    break
+            if found:
+                break
+        if found:
+            break
+    assert found
+
+
+def test_three_crops_are_the_three_windows_along_the_long_side(shapes):
+    clips = shmloader.VideoClips(shapes, clip_len=2, frame_step=5, scale=64, crop=(64, 64), crop_at="three")
+    for s in samples_of(clips):
+        v = int(s["index"])
+        sh, sw = ((64, 85), (114, 64))[v]
+        full = decord_frames(shapes[v], s["frames"], (sh, sw))
+        assert s["video"].shape == (3, 2, 64, 64, 3)
+        if v == 0:  # landscape: left, center, right
+            windows = [full[:, :, 0:64], full[:, :, 10:74], full[:, :, 21:85]]
+        else:  # portrait: top, center, bottom
+            windows = [full[:, 0:64], full[:, 25:89], full[:, 50:114]]
+        for c in range(3):
+            np.testing.assert_array_equal(s["video"][c], windows[c])
+
+
+def test_multi_view_eval_ten_clips_three_crops_in_view_order(shapes):
+    clips = shmloader.VideoClips(shapes, clip_len=3, frame_step=2, scale=(64, 96), crop=(56, 56),
+                                 crop_at="random")
+    test_clips = clips.with_options(clips_per_sample=10, crop_at="three")
+    with shmloader.eval_loader(test_clips, batch_size=2) as loader:
+        (batch,) = list(loader)
+        assert batch["video"].shape == (2, 30, 3, 56, 56, 3) and batch["frames"].shape == (2, 10, 3)
+        for i, v in enumerate(batch["index"]):
+            last = 40 - 5
+            assert list(batch["start"][i]) == [round(k * last / 9) for k in range(10)]
+            sh, sw = expected_scaled(shapes[v], (LANDSCAPE, PORTRAIT)[v], 64)  # eval: S_min
+            for k in (0, 4, 9):
+                full = decord_frames(shapes[v], batch["frames"][i, k], (sh, sw))
+                dy, dx = sh - 56, sw - 56
+                corners = [(dy // 2, 0), (dy // 2, dx // 2), (dy // 2, dx)] if v == 0 else \
+                    [(0, dx // 2), (dy // 2, dx // 2), (dy, dx // 2)]
+                for c, (y, x) in enumerate(corners):
+                    np.testing.assert_array_equal(batch["video"][i, 3 * k + c], full[:, y : y + 56, x : x + 56])
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(clips_per_sample=0), "clips_per_sample"),
+    (dict(scale=64, crop=(72, 48)), "S_min"),
+    (dict(scale=(80, 64), crop=(48, 48)), "S_min <= S_max"),
+    (dict(scale=64), "crop"),
+    (dict(scale=64, crop=(48, 48), size=(64, 64)), "size"),
+    (dict(fps=0), "fps"),
+    (dict(fps=-2.5), "fps"),
+    (dict(fps=5, frame_step=2), "frame_step"),
+    (dict(short_video="pad"), "short_video"),
+    (dict(crop_at="corner", crop=(32, 32)), "crop_at"),
+    (dict(crop_at="three"), "crop"),
+    (dict(crop=(0, 32)), "crop"),
+    (dict(size=(32, 32), crop=(48, 48)), "crop"),
+])
+def test_bad_recipe_arguments(videos, kw, name):
+    with pytest.raises(ValueError, match=name):
+        shmloader.VideoClips(videos[0], **kw)
