@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import time
 
 import psutil
@@ -31,6 +32,32 @@ def shm_entries() -> set[str]:
     return {e for e in os.listdir("/dev/shm") if not e.startswith("sem.mp-")}
 
 
+# What our segments are, whatever folder the project or its virtual environment lives in: the
+# ring, config and array segments are memfds named "shmloader...", and a ring in a shm_dir is an
+# O_TMPFILE inode there, which the kernel shows as "<shm_dir>/#<inode> (deleted)". A path that
+# merely contains "shmloader" (a clone named shmloader/, fonts under its .venv) is not a segment,
+# nor is an O_TMPFILE elsewhere (pytest's own capture files are O_TMPFILEs in /tmp).
+_MEMFD = re.compile(r"^/memfd:shmloader.* \(deleted\)$")
+_TMPFILE = re.compile(r"^(?P<dir>/.*)/#\d+ \(deleted\)$")
+# Directories the tests pass as shm_dir; the `shm_dir` fixture adds its own.
+SHM_DIRS = {"/dev/shm"}
+
+
+def is_our_segment(target: str) -> bool:
+    m = _TMPFILE.match(target)
+    return bool(_MEMFD.match(target) or (m and m["dir"] in SHM_DIRS))
+
+
+@pytest.fixture
+def shm_dir(tmp_path):
+    """A private directory to pass as ``shm_dir``; O_TMPFILEs in it count as our segments."""
+    d = os.path.realpath(tmp_path / "shm")
+    os.mkdir(d)
+    SHM_DIRS.add(d)
+    yield d
+    SHM_DIRS.discard(d)
+
+
 def our_fds(pid: int | str = "self") -> list[str]:
     """Descriptors of shmloader's shared segments that process ``pid`` holds."""
     out = []
@@ -43,18 +70,38 @@ def our_fds(pid: int | str = "self") -> list[str]:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
-        if "shmloader" in target:
+        if is_our_segment(target):
             out.append(target)
     return out
 
 
 def our_mappings() -> list[str]:
+    """Lines of /proc/self/maps that map one of our segments."""
     with open("/proc/self/maps") as f:
-        return [line for line in f if "memfd:shmloader" in line]
+        return [line for line in f if is_our_segment(line.split(maxsplit=5)[-1].strip())]
 
 
 def live_children() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def leaks(before_shm: set[str], before_kids: set[int], wait_s: float = 5.0) -> list[str]:
+    """What a test left behind: worker processes, /dev/shm entries, descriptors of our segments."""
+    gc.collect()
+    deadline = time.monotonic() + wait_s
+    while True:
+        kids = [p for p in live_children() if p.pid not in before_kids]
+        if not kids or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    found = []
+    if kids:
+        found.append(f"processes left behind: {[(p.pid, p.cmdline()) for p in kids]}")
+    if shm_entries() - before_shm:
+        found.append(f"entries left in /dev/shm: {sorted(shm_entries() - before_shm)}")
+    if our_fds():
+        found.append(f"shmloader descriptors left open: {our_fds()}")
+    return found
 
 
 @pytest.fixture(autouse=True)
@@ -63,13 +110,5 @@ def no_leaks():
     before_shm = shm_entries()
     before_kids = {p.pid for p in live_children()}
     yield
-    gc.collect()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        kids = [p for p in live_children() if p.pid not in before_kids]
-        if not kids:
-            break
-        time.sleep(0.05)
-    assert not kids, f"processes left behind: {[(p.pid, p.cmdline()) for p in kids]}"
-    assert shm_entries() - before_shm == set(), "entries left in /dev/shm"
-    assert our_fds() == [], "shmloader descriptors left open"
+    found = leaks(before_shm, before_kids)
+    assert not found, "; ".join(found)
