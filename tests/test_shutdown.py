@@ -26,6 +26,8 @@ SCRIPT = textwrap.dedent("""
     import shmloader
 
     def fn(i, rng):
+        if os.environ.get("MARK_DIR"):  # say "this worker is inside a sample now"
+            open(os.path.join(os.environ["MARK_DIR"], str(os.getpid())), "w").close()
         time.sleep(float(os.environ.get("SAMPLE_S", "0.02")))
         return {"x": np.full((1000,), i, np.int64)}
 
@@ -104,10 +106,22 @@ def test_ctrl_c_only_main_process_reports(tmp_path):
     wait_gone(pids, 5)
 
 
+def wait_for(condition, seconds=60.0, what="condition"):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} after {seconds} s")
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("sample_s", ["0.02", "30"])  # workers idle / busy in a sample
 def test_parent_killed_workers_exit(tmp_path, sample_s):
-    proc, pids = start(tmp_path, first_batch=sample_s != "30", SAMPLE_S=sample_s)
-    time.sleep(1.0)  # busy case: both workers are inside a 30 s sample by now
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc, pids = start(tmp_path, first_batch=sample_s != "30", SAMPLE_S=sample_s, MARK_DIR=str(marks))
+    # Busy case: both workers are inside a 30 s sample. Idle case: they have filled the ring
+    # (several samples each) and wait for a slot.
+    wait_for(lambda: {int(p.name) for p in marks.iterdir()} == set(pids), what="sample started by both workers")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert wait_gone(pids, 5) < 5
@@ -139,6 +153,45 @@ def test_too_little_shared_memory_clear_error(tmp_path):
             assert sum(len(b["x"]) for b in loader) == 8  # what fits works
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+SMALL_LIMIT = textwrap.dedent("""
+    import os, resource, sys
+    import numpy as np
+    import shmloader
+
+    # The size limit applies to memfd and tmpfs files as to any other: a ring over 4 MiB cannot be
+    # reserved, as on a small /dev/shm, and no root is needed to set it.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    shm_dir = sys.argv[1] or None
+    src = shmloader.FunctionSource(lambda i, rng: {"x": np.zeros(1 << 20, np.uint8)},
+                                   {"x": ((1 << 20,), np.uint8)}, 8)
+    try:
+        shmloader.Loader(src, batch_size=2, workers=1, slots=4, shm_dir=shm_dir)
+        print("no error")
+    except shmloader.LoaderError as e:
+        print("error:", e)
+    with shmloader.Loader(src, batch_size=2, workers=1, slots=2, shm_dir=shm_dir) as loader:
+        print("delivered:", sum(len(b["x"]) for b in loader))
+""")
+
+
+@pytest.mark.parametrize("where", ["memfd", "/dev/shm", "fixture"])
+def test_ring_that_cannot_be_reserved_clear_error(tmp_path, where, request):
+    """Runs without root: RLIMIT_FSIZE makes reserving the ring fail as a small tmpfs would."""
+    shm_dir = request.getfixturevalue("shm_dir") if where == "fixture" else "" if where == "memfd" else where
+    script = tmp_path / "small.py"
+    script.write_text(SMALL_LIMIT)
+    out = subprocess.run([sys.executable, str(script), shm_dir], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("error: not enough "), out.stdout
+    assert "needs 8.0 MiB" in lines[0] and "ulimit -f: 4.0 MiB" in lines[0] and "--shm-size" in lines[0]
+    if shm_dir:
+        assert f"space in {shm_dir}" in lines[0]
+    if where == "fixture":
+        assert os.listdir(shm_dir) == []  # nothing with a name, even after the failure
+    assert lines[1] == "delivered: 8"  # what fits works
 
 
 def test_ring_larger_than_memory_fails_before_allocating():
