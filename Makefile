@@ -2,6 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
 
 .PHONY: demo test bench notebooks clean
 
@@ -14,8 +15,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m shmloader demo
 
+# make test PYTEST_ARGS="--random-order"   runs the tests in a random order (pytest-random-order)
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/cpu_vs_workers.py
