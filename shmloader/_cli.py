@@ -70,15 +70,28 @@ def measure(paths, labels, workers: int, batches: int, batch_size: int, clip_len
             "main_cpu_s_per_gb": main_s / (nbytes / 1e9), "first_batch_s": first}
 
 
+def _quiet_tensorflow() -> None:
+    """Keep TensorFlow's start-up INFO lines out of the demo's output; warnings still show.
+
+    ``TF_CPP_MIN_LOG_LEVEL=1`` hides INFO logs, but not the "oneDNN custom operations are on"
+    line, which TF prints before it reads that variable unless ``TF_ENABLE_ONEDNN_OPTS`` is set:
+    the demo does no tensor math, so oneDNN's kernels do not matter to it. A user's own settings win.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+
 def demo_cmd(args) -> int:
     from tqdm import tqdm
+
+    _quiet_tensorflow()
 
     from ._samples import make_videos
 
     folder = Path(args.videos) if args.videos else _cache_dir()
     print(f"sample videos: {folder}")
     paths, labels = make_videos(folder, count=args.count, frames=64, size=(240, 320))
-    workers = args.workers or list(range(1, (os.cpu_count() or 1) + 1))
+    workers = args.workers or list(range(1, len(os.sched_getaffinity(0)) + 1))
     rows = []
     with tqdm(total=len(workers) * args.batches, unit="batch", desc="streaming") as bar:
         for w in workers:

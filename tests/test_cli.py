@@ -1,0 +1,56 @@
+"""The command line: ``shmloader make-videos DIR`` and a small ``shmloader demo``, as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shmloader._samples import read_codes
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def cli(*args: str, entry: str = "module"):
+    if entry == "script":  # the console script pip installed next to this interpreter
+        script = Path(sys.executable).with_name("shmloader")
+        if not script.exists():
+            pytest.skip(f"no console script at {script}: shmloader is not installed in this environment")
+        cmd = [str(script), *args]
+    else:
+        cmd = [sys.executable, "-m", "shmloader", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=150)
+
+
+@pytest.mark.parametrize("entry", ["script", "module"])
+def test_make_videos_writes_videos_that_say_who_they_are(tmp_path, entry):
+    import decord
+
+    out = cli("make-videos", str(tmp_path / "v"), "--count", "3", "--frames", "12", "--size", "64x80",
+              entry=entry)
+    assert out.returncode == 0, out.stderr
+    paths = out.stdout.split()
+    assert len(paths) == 3 and all(Path(p).is_file() for p in paths)
+    for i, p in enumerate(paths):
+        reader = decord.VideoReader(p)
+        assert len(reader) == 12
+        frames = reader.get_batch([0, 5, 11]).asnumpy()
+        assert frames.shape == (3, 64, 80, 3)
+        ids, numbers = read_codes(frames)
+        assert ids.tolist() == [i, i, i] and numbers.tolist() == [0, 5, 11]
+
+
+def test_demo_prints_its_own_output_only(tmp_path):
+    """No TensorFlow start-up log lines: a new user sees the demo's table (and real warnings)."""
+    fresh_shell = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS")}
+    out = subprocess.run([sys.executable, "-m", "shmloader", "demo", "--videos", str(tmp_path), "--count", "2",
+                          "--workers", "1", "--batches", "2", "--size", "32x40"],
+                         capture_output=True, text=True, timeout=150, env=fresh_shell)
+    assert out.returncode == 0, out.stderr
+    assert "clips/s" in out.stdout and "through loader.as_dataset()" in out.stdout
+    noise = [line for line in out.stderr.replace("\r", "\n").splitlines()
+             if line and not line.startswith("streaming")]  # tqdm's progress bar is the demo's own
+    assert noise == [], noise
