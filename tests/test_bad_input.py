@@ -90,12 +90,76 @@ def test_bad_file_raises_naming_path(kind, videos, tmp_path):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_bad_file_skipped_and_counted(kind, videos, tmp_path):
+def test_bad_file_skipped_and_counted(kind, videos, tmp_path, caplog):
     clips, _ = clips_with_bad(kind, videos, tmp_path)
     with shmloader.Loader(clips, batch_size=2, workers=2, on_error="skip", timeout=20) as loader:
         got = sorted(int(i) for b in loader for i in b["index"])
         assert loader.stats()["skipped"] == 1 and loader.stats()["samples"] == 2
     assert got == [0, 2]
+    assert "were skipped" not in caplog.text  # one of three: no warning about the epoch
+
+
+def random_files(folder, n):
+    paths = []
+    for i in range(n):
+        p = folder / f"random{i}.mp4"
+        p.write_bytes(os.urandom(5000))
+        paths.append(str(p))
+    return paths
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("epochs", [None, 3])
+def test_every_file_bad_raises_instead_of_spinning(tmp_path, epochs):
+    """Nothing but random bytes, skip mode: a LoaderError that says so, not an endless loop
+    (epochs=None) or a silent empty pass (epochs=3)."""
+    clips = shmloader.VideoClips(random_files(tmp_path, 6), clip_len=4, size=(64, 64))
+    with shmloader.Loader(clips, batch_size=2, workers=2, on_error="skip", epochs=epochs) as loader:
+        with pytest.raises(shmloader.LoaderError, match=r"every sample of epoch 0 failed: 6 tried, 6 skipped") as info:
+            next(iter(loader))
+        assert loader.stats()["batches"] == 0
+        with pytest.raises(shmloader.LoaderError):
+            next(iter(loader))  # stays stopped
+    assert str(tmp_path / "random") in str(info.value)  # the first reasons name the files
+
+
+def dies_or_raises(i, rng):
+    if i % 2:
+        os.abort()
+    raise OSError(f"row {i} unreadable")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ordered", [True, False])
+def test_every_sample_failing_raises_whatever_the_failure(ordered):
+    src = shmloader.FunctionSource(dies_or_raises, {"x": ((), np.int64)}, 4, check=False)
+    with shmloader.Loader(src, batch_size=2, workers=2, on_error="skip", epochs=None, ordered=ordered) as loader:
+        with pytest.raises(shmloader.LoaderError, match=r"4 tried, 4 skipped.*(SIGABRT|unreadable)"):
+            list(loader)
+
+
+def test_mostly_bad_epoch_warns_with_the_share(videos, tmp_path, caplog):
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths[:2] + random_files(tmp_path, 4), clip_len=4, size=(32, 40))
+    with shmloader.Loader(clips, batch_size=2, workers=2, on_error="skip", epochs=2) as loader:
+        got = sorted(int(i) for b in loader for i in b["index"])
+    assert got == [0, 0, 1, 1]
+    warned = [r.getMessage() for r in caplog.records if "were skipped" in r.getMessage()]
+    assert len(warned) == 2
+    for epoch, message in enumerate(warned):
+        assert message.startswith(f"epoch {epoch}: 4 of 6 samples (67%) were skipped; first reasons: sample ")
+
+
+def test_native_size_mismatch_skipped_and_counted(videos, tmp_path):
+    paths, _ = videos
+    other = write_video(tmp_path / "other.mp4", 3, frames=20, size=(64, 80))
+    clips = shmloader.VideoClips([paths[0], other, paths[1]], clip_len=4)
+    with shmloader.Loader(clips, batch_size=2, workers=1, on_error="skip") as loader:
+        got = sorted(int(i) for b in loader for i in b["index"])
+        assert loader.stats()["skipped"] == 1
+    assert got == [0, 2]
+    (_, sample, reason), = loader.skipped
+    assert sample == 1 and "64x80 but the loader's clips are 96x128" in reason
 
 
 def test_native_size_mismatch_names_file(videos, tmp_path):

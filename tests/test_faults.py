@@ -6,6 +6,7 @@ import collections
 import ctypes
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -72,9 +73,23 @@ def test_worker_raises_skip_refills_without_duplicates(caplog):
         got = delivered(loader)
         stats = loader.stats()
     assert sorted(got) == sorted([i for i in range(24) if i != 7] * 2)
-    assert stats["skipped"] == 2 and stats["batches"] == 12
+    assert stats["skipped"] == 2
     assert [s for _, s, _ in loader.skipped] == [7, 7]
     assert "skipped sample 7" in caplog.text and "cannot read row 7" in caplog.text
+
+
+def test_skipped_position_refilled_from_later_in_the_same_epoch():
+    """Sample 7 fails in batch 1 ([4, 5, 6, 7]); its position takes the epoch's next sample not
+    yet in a batch, so batch 1 stays full and only the epoch's last batch is short. (A small ring
+    keeps later batches unplanned when the skip happens.)"""
+    with shmloader.Loader(source(raises_on_7), batch_size=4, workers=2, slots=3, epochs=2,
+                          on_error="skip") as loader:
+        got = [b["i"].tolist() for b in loader]
+    assert [len(b) for b in got] == [4, 4, 4, 4, 4, 3] * 2
+    for epoch in (got[:6], got[6:]):
+        assert epoch[1][:3] == [4, 5, 6] and epoch[1][3] > 7  # refilled in place, from later on
+        flat = [i for b in epoch for i in b]
+        assert sorted(flat) == [i for i in range(24) if i != 7]  # the refill is delivered once
 
 
 @pytest.mark.parametrize("fn, how", [(segfaults_on_7, "SIGSEGV"), (aborts_on_7, "SIGABRT"),
@@ -88,6 +103,26 @@ def test_worker_dies_raises_worker_died(fn, how):
         assert loader.worker_pids() == []  # the others were stopped too
     assert time.monotonic() - t0 < 10
     assert info.value.pid in pids and "sample 7" in info.value.holding
+
+
+def exits_3_on_7(i, rng):
+    if i == 7:
+        os._exit(3)
+    return {"i": np.int64(i)}
+
+
+def sys_exit_4_on_7(i, rng):
+    if i == 7:
+        sys.exit(4)  # SystemExit is no Exception: it ends the worker, as in a plain script
+    return {"i": np.int64(i)}
+
+
+@pytest.mark.parametrize("fn, code", [(exits_3_on_7, 3), (sys_exit_4_on_7, 4)])
+def test_worker_exits_raises_worker_died_with_exit_code(fn, code):
+    with shmloader.Loader(source(fn), batch_size=4, workers=2) as loader:
+        with pytest.raises(shmloader.WorkerDiedError, match=f"exited with code {code}") as info:
+            delivered(loader)
+    assert "sample 7" in info.value.holding
 
 
 def test_worker_dies_skip_retries_then_skips_exactly_once():
@@ -124,12 +159,45 @@ def test_worker_hang_holding_gil_times_out():
     assert "sample 7" in info.value.holding
 
 
-def test_worker_hang_skip_mode_skips_and_goes_on():
+def test_worker_hang_skip_mode_kills_replaces_and_goes_on():
     with shmloader.Loader(source(hangs_holding_gil_on_7), batch_size=4, workers=2, timeout=1.0,
                           on_error="skip") as loader:
+        first = set(loader.worker_pids())
         got = delivered(loader)
-        assert loader.stats()["skipped"] == 1
+        stats = loader.stats()
+        now = set(loader.worker_pids())
+    assert stats["skipped"] == 1 and stats["worker_restarts"] == 1
+    assert len(now) == 2 and len(now & first) == 1  # the hung worker was killed and replaced
     assert sorted(got) == [i for i in range(24) if i != 7]
+    assert "timeout=1 s" in loader.skipped[0][2]
+
+
+def poisons_slot_then_dies(marks):
+    """A transform that half-writes sample 7's row with -1, then is killed (once, or always)."""
+
+    def transform(sample, rng):
+        if int(sample["i"]) == 7 and (marks is None or not os.path.exists(marks)):
+            if marks is not None:
+                open(marks, "w").close()
+            sample["i"][...] = -1  # in place: this is the ring slot
+            os.kill(os.getpid(), signal.SIGKILL)
+    return transform
+
+
+@pytest.mark.parametrize("dies", ["once", "always"])
+def test_partly_written_slot_is_never_delivered(tmp_path, dies):
+    """A worker killed after writing into the slot: the sample is decoded again (its position
+    rewritten), or skipped (its position refilled or dropped); the half-written row never shows."""
+    marks = str(tmp_path / "died") if dies == "once" else None
+    with shmloader.Loader(source(lambda i, rng: {"i": np.int64(i)}), batch_size=4, workers=2,
+                          transform=poisons_slot_then_dies(marks), on_error="skip") as loader:
+        got = delivered(loader)
+        stats = loader.stats()
+    assert -1 not in got
+    if dies == "once":  # the second attempt on a fresh worker wrote it again, whole
+        assert sorted(got) == list(range(24)) and stats["skipped"] == 0 and stats["worker_restarts"] == 1
+    else:
+        assert sorted(got) == [i for i in range(24) if i != 7] and stats["skipped"] == 1
 
 
 def test_exactly_once_with_faults_in_videos(videos, tmp_path):

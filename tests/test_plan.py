@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import os
+import time
 
 import numpy as np
 import pytest
@@ -74,6 +76,31 @@ def test_unordered_delivers_the_same_multiset():
     assert sorted(got) == sorted(list(range(30)) * 2)
 
 
+def waits_for_release_on_0(release):
+    def fn(index, rng):
+        deadline = time.monotonic() + 10
+        while index == 0 and not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return ident(index, rng)
+    return fn
+
+
+@pytest.mark.timeout(60)
+def test_unordered_does_not_wait_for_a_slow_sample(tmp_path):
+    """Sample 0 is held until the consumer has seen 4 other batches (or 10 s pass): unordered
+    delivery goes on around it (ordered delivery would wait for it first)."""
+    release = str(tmp_path / "release")
+    src = shmloader.FunctionSource(waits_for_release_on_0(release), SPEC, 12, check=False)
+    with shmloader.Loader(src, batch_size=1, workers=2, ordered=False) as loader:
+        got = []
+        for b in loader:
+            got.append(int(b["i"][0]))
+            if len(got) == 4:
+                open(release, "w").close()
+    assert sorted(got) == list(range(12))
+    assert got.index(0) >= 4  # four later batches came before it
+
+
 def test_drop_remainder():
     got, per_epoch = batches(23, batch_size=4, workers=2, shuffle=True, epochs=2, drop_remainder=True)
     assert per_epoch == 5 and len(got) == 10
@@ -85,6 +112,16 @@ def test_fewer_samples_than_a_batch():
     assert batches(3, batch_size=8, workers=1, epochs=2)[0] == [[0, 1, 2], [0, 1, 2]]
     with pytest.raises(ValueError, match=r"an epoch has 3 samples, fewer than batch_size=8"):
         batches(3, batch_size=8, workers=1, drop_remainder=True, epochs=None)
+
+
+def test_a_shard_with_no_batch_is_refused():
+    src = shmloader.FunctionSource(ident, SPEC, 6)
+    with shmloader.Loader(src, batch_size=2, workers=1, drop_remainder=True) as loader:
+        with pytest.raises(ValueError, match=r"an epoch has 1 samples in shard 3 of 4, fewer than batch_size=2"):
+            loader.set_shard(3, 4)
+        assert len(loader) == 3  # unchanged
+    with pytest.raises(ValueError, match="no samples"):
+        shmloader.Loader(shmloader.FunctionSource(ident, SPEC, 0), batch_size=2)
 
 
 def test_epochs_none_repeats():

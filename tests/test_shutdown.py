@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import signal
 import subprocess
@@ -194,8 +195,27 @@ def test_ring_that_cannot_be_reserved_clear_error(tmp_path, where, request):
     assert lines[1] == "delivered: 8"  # what fits works
 
 
-def test_ring_larger_than_memory_fails_before_allocating():
+@pytest.mark.parametrize("slots", [4, None])
+def test_ring_larger_than_memory_fails_before_allocating(slots):
     spec = {"x": ((1 << 30,), np.uint8)}
     src = shmloader.FunctionSource(lambda i, rng: None, spec, 4, check=False)
     with pytest.raises(shmloader.LoaderError, match="GiB of memory is available"):
-        shmloader.Loader(src, batch_size=64, workers=1, slots=4)
+        shmloader.Loader(src, batch_size=64, workers=1, slots=slots)
+
+
+@pytest.mark.parametrize("memory_mib, slots", [(1024, 10), (16, 4), (1, 2)])
+def test_default_ring_fits_the_memory(monkeypatch, caplog, memory_mib, slots):
+    """slots=None: the usual 10 slots of 2 MiB here, or as many as fit in half the memory the
+    ring may take (at least 2), said in a log line; an explicit slots= is taken as given."""
+    caplog.set_level(logging.INFO, logger="shmloader")
+    monkeypatch.setattr(shmloader._loader, "memory_for_ring", lambda shm_dir: memory_mib * 2**20)
+    src = shmloader.FunctionSource(lambda i, rng: {"x": np.full(1 << 20, i, np.uint8)},
+                                   {"x": ((1 << 20,), np.uint8)}, 8, check=False)
+    with shmloader.Loader(src, batch_size=2, workers=2) as loader:
+        assert loader.stats()["slots"] == slots
+        assert sorted(int(x[0]) for b in loader for x in b["x"]) == list(range(8))  # and it runs
+    said = [r.getMessage() for r in caplog.records if "ring slots" in r.getMessage()]
+    assert said == ([] if slots == 10 else [f"a batch takes 2.0 MiB: {slots} ring slots instead of the usual 10 "
+                                             "fit in 50% of the memory available; pass slots= to choose"])
+    with shmloader.Loader(src, batch_size=2, workers=2, slots=12) as loader:
+        assert loader.stats()["slots"] == 12

@@ -8,6 +8,7 @@ import shutil
 
 import h5py
 import numpy as np
+import psutil
 import pytest
 
 import shmloader
@@ -26,6 +27,28 @@ def test_array_source_rows_shared_not_copied_per_worker():
     assert sorted(got) == list(range(50))
     for i, row in got.items():
         np.testing.assert_array_equal(row, x[i])
+
+
+def test_array_source_workers_map_one_shared_copy():
+    """Each worker reads every row of a 128 MiB array from the one shared segment, mapped by all:
+    nothing of it is private to a worker (a worker alone, numpy imported, holds ~40 MiB)."""
+    rows = np.arange(128 * 2**20 // 8, dtype=np.int64).reshape(512, -1)  # 512 rows of 256 KiB
+    src = shmloader.ArraySource({"row": rows})
+    segment = os.fstat(src.fd).st_ino
+
+    def first_of(batch):
+        return batch["row"][:, 0].tolist()
+
+    with shmloader.Loader(src, batch_size=8, workers=2, epochs=2) as loader:
+        firsts = [v for b in loader for v in first_of(b)]
+        assert firsts == [int(r[0]) for r in rows] * 2
+        for pid in loader.worker_pids():
+            maps = [line.split() for line in open(f"/proc/{pid}/maps") if "memfd:shmloader-arrays" in line]
+            assert maps and {int(m[4]) for m in maps} == {segment}  # the main process's segment
+            mib = sum(int(m[1], 16) - int(m[0], 16) for m in (m[0].split("-") for m in maps)) / 2**20
+            assert mib >= 128
+            private = psutil.Process(pid).memory_full_info().uss / 2**20
+            assert private < 128, f"worker {pid} holds {private:.0f} MiB of its own"
 
 
 def test_array_source_rejects_ragged():

@@ -9,6 +9,7 @@ import gc
 
 import numpy as np
 import psutil
+import pytest
 import tensorflow as tf
 
 import shmloader
@@ -82,14 +83,36 @@ def test_take_100_with_small_ring(videos):
     paths, _ = videos
     clips = shmloader.VideoClips(paths, clip_len=4, size=(32, 40))
     with shmloader.Loader(clips, batch_size=2, workers=2, slots=3, shuffle=True, epochs=None) as loader:
-        kept = list(loader.as_dataset().take(100))
+        kept, received = [], []
+        for b in loader.as_dataset().take(100):
+            kept.append(b)
+            received.append((b["index"].numpy().copy(), b["start"].numpy().copy()))  # what arrived
         assert len(kept) == 100
-        for b in kept:
-            check_batch(b["video"].numpy(), b["index"].numpy(), b["start"].numpy())
+        # Every kept batch still holds the clips it arrived with: a slot written again after it
+        # was handed out would show other videos or frames here.
+        for b, (index, start) in zip(kept, received):
+            check_batch(b["video"].numpy(), index, start)
+            assert (b["index"].numpy() == index).all() and (b["start"].numpy() == start).all()
+        epochs = [sorted(int(i) for idx, _ in received[4 * e : 4 * e + 4] for i in idx) for e in range(25)]
+        assert all(e == list(range(8)) for e in epochs)  # 4 batches of 2 per epoch, each clip once
         stats = loader.stats()
         assert stats["leased"] <= 2 and stats["copied"] >= 98 - stats["leased"]
         del kept, b
     gc.collect()
+
+
+def test_sample_error_through_as_dataset_is_unknown_error_with_our_message():
+    def fn(i, rng):
+        if i == 3:
+            raise ValueError("row 3 is damaged")
+        return {"x": np.int64(i)}
+
+    src = shmloader.FunctionSource(fn, {"x": ((), np.int64)}, 8, check=False)
+    with shmloader.Loader(src, batch_size=2, workers=1) as loader:
+        with pytest.raises(tf.errors.UnknownError, match=r"SampleError: sample 3 \(index 3 of .*fn\): "
+                                                         r"ValueError: row 3 is damaged"):
+            for _ in loader.as_dataset():
+                pass
 
 
 def tiny_model():
