@@ -25,10 +25,11 @@ import cloudpickle
 import numpy as np
 
 from ._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
-from ._plan import EpochCursor, EpochPlan
-from ._pool import Task, Worker, start_worker, stop_workers
-from ._protocol import DONE, MAX_ERROR_BYTES, OP_READ, ST_ERROR, ST_OK, ST_READY, TASK
+from ._plan import EpochPlan
+from ._pool import Worker, start_worker, stop_workers
+from ._protocol import DONE, FAILURE, MAX_ERROR_BYTES, ST_DONE, ST_READY, pack_task, write_all
 from ._ring import Layout, Ring, memory_for_ring
+from ._schedule import Batch, Scheduler, Task, holding
 from ._source import Source, check_int
 
 __all__ = ["Loader", "eval_loader"]
@@ -53,37 +54,12 @@ _READ_BYTES = 1 << 16
 # Share of the memory (or of shm_dir's free space) a default ring may take: the rest is for the
 # training process, TensorFlow's buffers and the batches a consumer copies or keeps.
 _RING_MEMORY_SHARE = 0.5
-# Skip reasons quoted when a whole epoch was skipped.
-_REASONS_QUOTED = 3
+# Grouped sources: batches' worth of samples in one shuffle window by default (see _plan).
+_GROUP_WINDOW_BATCHES = 4
 
 
 class _Exhausted(Exception):
     """The plan is done (or the loader was closed): iteration ends."""
-
-
-class _Tally:
-    """One epoch's outcome so far (``on_error="skip"`` bookkeeping)."""
-
-    __slots__ = ("open", "kept", "skipped", "reasons")
-
-    def __init__(self) -> None:
-        self.open = 0  # batches of the epoch not yet handed out or dropped
-        self.kept = 0  # samples read without error
-        self.skipped = 0
-        self.reasons: list[str] = []
-
-
-class _Batch:
-    __slots__ = ("seq", "epoch", "cursor", "slot", "samples", "pending", "retried")
-
-    def __init__(self, seq: int, cursor: EpochCursor, slot: int, samples: list[int]) -> None:
-        self.seq = seq
-        self.epoch = cursor.epoch
-        self.cursor = cursor
-        self.slot = slot
-        self.samples = samples  # sample index per position; -1 where a skip left a hole
-        self.pending = len(samples)
-        self.retried: set[int] = set()  # positions already sent again after their worker died
 
 
 class Loader:
@@ -101,7 +77,7 @@ class Loader:
                  transform: Callable[[dict, np.random.Generator], Any] | None = None,
                  shm_dir: str | None = None, shard: tuple[int, int] = (0, 1),
                  state: dict | None = None, log_every: float | None = None,
-                 pin_workers: bool = False) -> None:
+                 pin_workers: bool = False, group_window: int | None = None) -> None:
         check_int("batch_size", batch_size, 1)
         if workers is not None:
             check_int("workers", workers, 1)
@@ -124,8 +100,14 @@ class Loader:
         self._ordered = ordered
         self._on_error = on_error
         self._timeout = float(timeout)
+        group = int(getattr(source, "group_size", 1))
+        if group_window is not None:
+            check_int("group_window", group_window, 1)
+        elif group > 1:
+            group_window = max(1, -(-_GROUP_WINDOW_BATCHES * batch_size // group))
         self._plan = EpochPlan(len(source), batch_size, shuffle=shuffle, seed=seed,
-                               drop_remainder=drop_remainder, shard=tuple(shard))
+                               drop_remainder=drop_remainder, shard=tuple(shard), group=group,
+                               window=group_window or 1)
         _check_has_batches(self._plan)
         self._start = (0, 0)  # (epoch, batch) where this loader's stream begins
         if state is not None:
@@ -134,7 +116,9 @@ class Loader:
         self._layout = Layout.build(out_spec, batch_size)
         nworkers = workers or _usable_cpus()
         if slots is None:
-            slots = _default_slots(nworkers, batch_size, self._layout.slot_bytes, shm_dir)
+            # A grouped source's shuffle window must fit in the ring besides the usual slots.
+            window = -(-self._plan.window * group // batch_size) + 1 if group > 1 else 0
+            slots = _default_slots(nworkers, batch_size, self._layout.slot_bytes, shm_dir, extra=window)
         self._nslots = slots
 
         self._lock = threading.RLock()
@@ -156,21 +140,12 @@ class Loader:
             self.close()
             raise
 
-        self._free = list(range(slots - 1, -1, -1))
         self._leased = 0
-        self._cursor: EpochCursor | None = None
-        self._pass_end = epochs  # first epoch not in the current pass (resumed runs end where they would have)
-        self._plan_done = False
-        self._seq = 0
-        self._inflight: dict[int, _Batch] = {}  # by seq: insertion order is plan order
-        self._done_order: deque[_Batch] = deque()  # completed, in completion order
-        self._queue: deque[tuple[_Batch, int]] = deque()  # positions not yet sent to a worker
-        self._tallies: dict[int, _Tally] = {}  # by epoch, while any of its batches is open
         self._warned_copy = False
         self._t0 = time.monotonic()
         self._stats = dict(batches=0, samples=0, skipped=0, dropped=0, copied=0,
                            consumer_wait_s=0.0, worker_busy_s=0.0, worker_restarts=0, epoch=0,
-                           decoded=0)
+                           decoded=0, tasks=0)
         self._log_every = log_every
         self._last_liveness = time.monotonic()
         self._t_first: float | None = None  # when the first batch was handed out
@@ -179,6 +154,9 @@ class Loader:
         self._last_log = time.monotonic()
         # (epoch, sample, reason) of the most recent skips; the count of all is in stats().
         self.skipped: deque[tuple[int, int, str]] = deque(maxlen=_SKIPS_KEPT)
+        self._sched = Scheduler(self._plan, slots, start=self._start, epochs=epochs, ordered=ordered,
+                                drop_remainder=drop_remainder, describe=source.describe,
+                                stats=self._stats, skipped=self.skipped)
 
     # ----------------------------------------------------------------- public
     def __len__(self) -> int:
@@ -282,13 +260,14 @@ class Loader:
 
     def set_shard(self, index: int, count: int) -> None:
         """Serve only shard ``index`` of ``count`` of every epoch (one per host); before iterating."""
-        if self._seq:
+        if self._sched.seq:
             raise LoaderError("set_shard() must come before the first batch")
         p = self._plan
         plan = EpochPlan(p.num_samples, p.batch_size, shuffle=p.shuffle, seed=p.seed,
-                         drop_remainder=p.drop_remainder, shard=(index, count))
+                         drop_remainder=p.drop_remainder, shard=(index, count), group=p.group,
+                         window=p.window)
         _check_has_batches(plan)
-        self._plan = plan
+        self._plan = self._sched.plan = plan
 
     def state(self, consumed: int | None = None) -> dict[str, Any]:
         """Where the stream stands, as a small JSON-serialisable dict for ``Loader(..., state=)``.
@@ -310,12 +289,15 @@ class Loader:
                 "batch": position % per_epoch if per_epoch else 0, "seed": p.seed,
                 "num_samples": p.num_samples, "batch_size": p.batch_size, "shuffle": p.shuffle,
                 "drop_remainder": p.drop_remainder, "shard": list(p.shard),
+                **({"group": p.group, "group_window": p.window} if p.group > 1 else {}),
                 "exact": self._stats["skipped"] == 0}
 
     def _check_state(self, state: dict) -> tuple[int, int]:
         p = self._plan
         mine = {"num_samples": p.num_samples, "batch_size": p.batch_size, "shuffle": p.shuffle,
                 "seed": p.seed, "drop_remainder": p.drop_remainder, "shard": list(p.shard)}
+        if p.group > 1:
+            mine.update(group=p.group, group_window=p.window)
         if not isinstance(state, dict) or state.get("version") != 1:
             raise ValueError("state must be a dict returned by Loader.state()")
         wrong = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
@@ -332,26 +314,25 @@ class Loader:
     # -------------------------------------------------------------- iteration
     def _begin_pass(self) -> None:
         with self._lock:
-            if self._plan_done and not self._inflight and self._epochs is not None and self._seq:
-                next_epoch = self._cursor.epoch + 1 if self._cursor is not None else self._start[0]
-                self._pass_end = next_epoch + self._epochs
-                self._plan_done = False
+            self._sched.begin_pass()
 
     def _next(self) -> dict[str, np.ndarray]:
         with self._lock:
             if self._error is not None:
                 raise LoaderError("the loader stopped after an earlier error") from self._error
             t0 = time.perf_counter()
+            sched = self._sched
             try:
                 while True:
                     if self._closed:
                         raise _Exhausted
                     self._collect_releases()
-                    self._dispatch()
-                    batch, n = self._take_ready()
+                    sched.dispatch(idle=not any(w.outstanding for w in self._workers))
+                    self._feed()
+                    batch, n = sched.take_ready(self._compact)
                     if batch is not None:
                         return self._hand_out(batch, n)
-                    if not self._inflight and self._plan_done:
+                    if sched.exhausted:
                         raise _Exhausted  # workers stay, idle, for another pass; close() ends them
                     self._wait()
             except (LoaderError, OSError, ValueError) as e:
@@ -370,44 +351,22 @@ class Loader:
     def _collect_releases(self) -> None:
         released = self._ring.released
         while not released.empty():
-            self._free.append(released.get())
+            self._sched.free.append(released.get())
             self._leased -= 1
 
-    def _dispatch(self) -> None:
-        """Give free slots to the next batches of the plan, then feed the workers."""
-        while self._free and not self._plan_done:
-            cur = self._cursor
-            if cur is None or not cur.has_batch():
-                epoch = self._start[0] if cur is None else cur.epoch + 1
-                if (self._epochs is not None and epoch >= self._pass_end) or \
-                        (cur is not None and cur.limit == 0):
-                    self._plan_done = True
-                    break
-                self._cursor = EpochCursor(self._plan, epoch)
-                if cur is None:  # resuming mid-epoch: the batches before were delivered already
-                    self._cursor.pos = min(self._start[1] * self._batch_size, self._cursor.limit)
-                if self._cursor.limit == 0:  # fewer samples than one batch, none kept
-                    self._plan_done = True
-                continue
-            b = _Batch(self._seq, cur, self._free.pop(), cur.next_batch())
-            self._seq += 1
-            self._tally(b.epoch).open += 1
-            self._inflight[b.seq] = b
-            self._queue.extend((b, pos) for pos in range(len(b.samples)))
-        self._feed()
-
     def _feed(self) -> None:
-        while self._queue:
+        """Send queued tasks, each to the worker with the fewest items outstanding."""
+        queue = self._sched.queue
+        while queue:
             candidates = [w for w in self._workers if w.task_w >= 0]
             if not candidates:
                 return
-            w = min(candidates, key=lambda w: len(w.outstanding))
-            b, pos = self._queue.popleft()
-            task = Task(b, pos, b.samples[pos])
+            w = min(candidates, key=lambda w: w.load)
+            task = queue.popleft()
             try:
-                os.write(w.task_w, TASK.pack(OP_READ, task.slot, pos, task.sample, task.epoch))
-            except (BrokenPipeError, OSError):
-                self._queue.appendleft((b, pos))
+                write_all(w.task_w, pack_task(task.epoch, [(b.slot, pos, s) for b, pos, s in task.items]))
+            except OSError:
+                queue.appendleft(task)
                 self._read_worker(w)  # it died: its pipe tells how
                 if w in self._workers:
                     self._worker_lost(w, f"{w.how_it_ended()}")
@@ -415,68 +374,17 @@ class Loader:
             if not w.outstanding:
                 w.head_since = time.monotonic()
             w.outstanding.append(task)
+            w.load += len(task)
 
-    def _take_ready(self) -> tuple[_Batch | None, int]:
-        while True:
-            if self._ordered:
-                b = next(iter(self._inflight.values()), None)
-                if b is None or b.pending:
-                    return None, 0
-            else:
-                if not self._done_order:
-                    return None, 0
-                b = self._done_order.popleft()
-            del self._inflight[b.seq]
-            kept = sum(1 for s in b.samples if s >= 0)
-            n = self._compact(b)
-            self._batch_closed(b, kept)
-            if n:
-                return b, n
-            self._free.append(b.slot)
+    def _compact(self, b: Batch, valid: list[int]) -> None:
+        """Close the holes skipped samples left: kept positions move to the front."""
+        views = self._ring.slot_views[b.slot]
+        for dst, src in enumerate(valid):
+            if dst != src:
+                for arr in views.values():
+                    arr[dst] = arr[src]
 
-    def _tally(self, epoch: int) -> _Tally:
-        t = self._tallies.get(epoch)
-        if t is None:
-            t = self._tallies[epoch] = _Tally()
-        return t
-
-    def _batch_closed(self, b: _Batch, kept: int) -> None:
-        """Count a finished batch; at the end of its epoch, fail if the epoch delivered nothing
-        because every sample was skipped (else ``epochs=None`` would spin on it for ever), and
-        warn if most of it was skipped."""
-        t = self._tally(b.epoch)
-        t.kept += kept
-        t.open -= 1
-        if t.open or b.cursor.has_batch():
-            return
-        del self._tallies[b.epoch]
-        if not t.skipped:
-            return
-        tried = t.kept + t.skipped
-        if not t.kept:
-            raise LoaderError(
-                f"every sample of epoch {b.epoch} failed: {tried} tried, {t.skipped} skipped "
-                f"(on_error='skip'), nothing to deliver. First reasons: " + "; ".join(t.reasons))
-        if t.skipped * 2 > tried:
-            log.warning("epoch %d: %d of %d samples (%.0f%%) were skipped; first reasons: %s",
-                        b.epoch, t.skipped, tried, 100 * t.skipped / tried, "; ".join(t.reasons))
-
-    def _compact(self, b: _Batch) -> int:
-        """Close holes left by skipped samples; return how many samples the batch keeps."""
-        valid = [p for p, s in enumerate(b.samples) if s >= 0]
-        n = len(valid)
-        if n < len(b.samples) and n:
-            views = self._ring.slot_views[b.slot]
-            for dst, src in enumerate(valid):
-                if dst != src:
-                    for arr in views.values():
-                        arr[dst] = arr[src]
-        if n and self._drop_remainder and n < self._batch_size:
-            self._stats["dropped"] += n
-            return 0
-        return n
-
-    def _hand_out(self, b: _Batch, n: int) -> dict[str, np.ndarray]:
+    def _hand_out(self, b: Batch, n: int) -> dict[str, np.ndarray]:
         if self._log_every is not None and time.monotonic() - self._last_log >= self._log_every:
             self._last_log = time.monotonic()
             log.info("%s", self.stats_line())
@@ -489,7 +397,7 @@ class Loader:
         if self._leased + 1 >= self._nslots:
             # NOTE [ Slot lease ]: never lease the last slot, or a hoarding consumer deadlocks us.
             out = {k: v[:n].copy() for k, v in self._ring.slot_views[b.slot].items()}
-            self._free.append(b.slot)
+            self._sched.free.append(b.slot)
             self._stats["copied"] += 1
             if not self._warned_copy:
                 self._warned_copy = True
@@ -508,7 +416,7 @@ class Loader:
             if not w.ready:
                 deadline = w.started + max(self._timeout, _START_TIMEOUT_S)
             elif w.outstanding:
-                deadline = w.head_since + self._timeout
+                deadline = w.head_since + self._timeout * len(w.outstanding[0])
             else:
                 continue
             if now >= deadline:
@@ -548,104 +456,90 @@ class Loader:
                 break  # drained for now; epoll is level-triggered and wakes us for more
         buf = w.buf
         while len(buf) >= DONE.size:
-            status, slot, pos, sample, busy, plen = DONE.unpack_from(buf)
-            if plen > MAX_ERROR_BYTES:
-                self._protocol_error(w, f"an error report of {plen} bytes")
-            if len(buf) < DONE.size + plen:
-                break
-            payload = bytes(buf[DONE.size : DONE.size + plen])
-            del buf[: DONE.size + plen]
-            self._on_message(w, status, slot, pos, sample, busy, payload)
+            status, count, nfail, busy = DONE.unpack_from(buf)
+            if nfail > count:
+                self._protocol_error(w, f"a reply with {nfail} failures for {count} items")
+            off, failures = DONE.size, {}
+            for _ in range(nfail):
+                if len(buf) < off + FAILURE.size:
+                    break
+                i, plen = FAILURE.unpack_from(buf, off)
+                if plen > MAX_ERROR_BYTES:
+                    self._protocol_error(w, f"an error report of {plen} bytes")
+                if i >= count or i in failures:
+                    self._protocol_error(w, f"a failure record for item {i} of {count}")
+                if len(buf) < off + FAILURE.size + plen:
+                    break
+                failures[i] = bytes(buf[off + FAILURE.size : off + FAILURE.size + plen])
+                off += FAILURE.size + plen
+            if len(failures) < nfail:
+                break  # the rest of this reply is still in the pipe
+            del buf[:off]
+            self._on_message(w, status, count, failures, busy)
         if eof and w in self._workers:
             w.proc.wait()
             self._worker_lost(w, w.how_it_ended())
 
-    def _on_message(self, w: Worker, status: int, slot: int, pos: int, sample: int,
-                    busy: float, payload: bytes) -> None:
-        if status == ST_READY:
+    def _on_message(self, w: Worker, status: int, count: int, failures: dict[int, bytes],
+                    busy: float) -> None:
+        if status == ST_READY and not w.ready and not count:
             w.ready = True
             w.head_since = time.monotonic()
             return
-        head = w.outstanding[0] if w.outstanding else None
-        if status not in (ST_OK, ST_ERROR) or head is None or \
-                (head.slot, head.pos, head.sample) != (slot, pos, sample):
-            self._protocol_error(w, f"an unexpected message (status {status}, slot {slot}, position {pos})")
+        task = w.outstanding[0] if w.outstanding else None
+        if status != ST_DONE or task is None or count != len(task):
+            self._protocol_error(w, f"an unexpected message (status {status}, {count} items)")
         w.outstanding.popleft()
+        w.load -= count
         w.head_since = time.monotonic()
         w.busy_s += busy
         self._stats["worker_busy_s"] += busy
-        self._stats["decoded"] += 1
-        if status == ST_OK:
-            self._position_done(head.batch)
-        else:
-            self._sample_failed(head, payload)
+        self._stats["decoded"] += count
+        self._stats["tasks"] += 1
+        for task, i in self._sched.task_done(task, failures):
+            self._sample_failed(task, i, failures[i])
         self._feed()
 
-    def _position_done(self, b: _Batch) -> None:
-        b.pending -= 1
-        if not b.pending:
-            self._done_order.append(b)
-
-    def _sample_failed(self, task: Task, payload: bytes) -> None:
+    def _sample_failed(self, task: Task, i: int, payload: bytes) -> None:
         try:
             info = json.loads(payload.decode("utf-8", "replace"))
             exc_type, message, tb = str(info["type"]), str(info["message"]), str(info["traceback"])
         except (ValueError, KeyError, TypeError):
             exc_type, message, tb = "Exception", "(unreadable error report)", ""
-        err = SampleError(task.sample, self._source.describe(task.sample), exc_type, message)
+        sample = task.items[i][2]
+        err = SampleError(sample, self._source.describe(sample), exc_type, message)
         err.__cause__ = RemoteTraceback(tb)
         if self._on_error == "raise":
             raise err
-        self._skip(task, f"{exc_type}: {message}")
-
-    def _skip(self, task: Task, reason: str) -> None:
-        """Drop one sample and refill its position from the same epoch (``on_error="skip"``)."""
-        where = self._source.describe(task.sample)
-        log.warning("skipped sample %d (%s): %s", task.sample, where, reason)
-        self._stats["skipped"] += 1
-        self.skipped.append((task.epoch, task.sample, reason))
-        t = self._tally(task.epoch)
-        t.skipped += 1
-        if len(t.reasons) < _REASONS_QUOTED:
-            t.reasons.append(f"sample {task.sample} ({where}): {reason}")
-        b = task.batch
-        b.retried.discard(task.pos)
-        refill = b.cursor.refill()
-        if refill is None:
-            b.samples[task.pos] = -1
-            self._position_done(b)
-        else:
-            b.samples[task.pos] = refill
-            self._queue.appendleft((b, task.pos))
+        self._sched.skip(task, i, f"{exc_type}: {message}")
 
     def _timed_out(self, w: Worker) -> None:
         w.proc.kill()  # it may be spinning in native code with the GIL held: nothing softer works
         if not w.ready:
             self._worker_lost(w, f"did not start within {max(self._timeout, _START_TIMEOUT_S):.0f} s and was killed")
-        else:
-            self._worker_lost(w, f"spent more than timeout={self._timeout:g} s on one sample and was killed",
-                              timed_out=True)
+            return
+        n = len(w.outstanding[0])
+        per = "on one sample" if n == 1 else f"per sample on a task of {n} samples"
+        self._worker_lost(w, f"spent more than timeout={self._timeout:g} s {per} and was killed", timed_out=True)
 
     def _worker_lost(self, w: Worker, how: str, timed_out: bool = False) -> None:
-        """A worker is gone: raise, or (``on_error="skip"``) skip its sample and start another."""
+        """A worker is gone: raise, or (``on_error="skip"``) retry or skip its task and start another."""
         if self._closed:
             raise _Exhausted  # close() from another thread ended it: no failure to report
         self._remove(w)
         head = w.outstanding[0] if w.outstanding else None
-        holding = f"sample {head.sample} ({self._source.describe(head.sample)})" if head else "no sample"
+        held = holding(head, self._source.describe) if head is not None else "no sample"
         if self._on_error == "raise" or head is None or not w.ready:
-            raise WorkerDiedError(w.pid, how, holding)
-        # Its other tasks never started: send them again, first, in the same order.
-        for task in reversed(list(w.outstanding)[1:]):
-            self._queue.appendleft((task.batch, task.pos))
-        b = head.batch
-        if timed_out or head.pos in b.retried:
-            self._skip(head, f"worker pid {w.pid} {how}")
+            raise WorkerDiedError(w.pid, how, held)
+        # Its other tasks never started: they go again first, in the same order.
+        self._sched.resend(list(w.outstanding)[1:])
+        if timed_out or head.retried:
+            for i in range(len(head)):
+                self._sched.skip(head, i, f"worker pid {w.pid} {how}")
         else:
             # A worker can die of something else (the OOM killer, a stray signal): try the
-            # sample once more on a fresh worker before calling it bad.
-            b.retried.add(head.pos)
-            self._queue.appendleft((b, head.pos))
+            # task once more on a fresh worker before calling its samples bad.
+            self._sched.retry(head)
         self._stats["worker_restarts"] += 1
         self._spawn(w.wid)
 
@@ -708,11 +602,12 @@ def _check_has_batches(plan: EpochPlan) -> None:
                      "batch_size or drop_remainder=False")
 
 
-def _default_slots(workers: int, batch_size: int, slot_bytes: int, shm_dir: str | None) -> int:
+def _default_slots(workers: int, batch_size: int, slot_bytes: int, shm_dir: str | None,
+                   extra: int = 0) -> int:
     """Enough slots to keep every worker busy and cover what a consumer holds, as long as they
     take at most ``_RING_MEMORY_SHARE`` of the memory the ring would live in; never fewer than 2."""
     filling = -(-workers * _DEPTH // batch_size) + 1
-    usual = filling + _CONSUMER_HELD + 1
+    usual = filling + _CONSUMER_HELD + 1 + extra
     fit = int(memory_for_ring(shm_dir) * _RING_MEMORY_SHARE // slot_bytes)
     if fit >= usual:
         return usual

@@ -4,6 +4,12 @@ Decided in the main process from ``(seed, epoch)`` alone, without opening any fi
 source of 50 000 videos starts as fast as one of 5. Per-sample randomness (clip start,
 augmentation) is seeded in the worker by ``(seed, epoch, sample)``, so neither depends on how
 many workers there are or which one runs a sample.
+
+Grouped sources (``group`` consecutive sample indices, e.g. the clips of one video, that one
+worker can decode in one pass) are shuffled in two stages, like tf.data's shuffle buffer or
+DALI's ``initial_fill``: the groups are shuffled, then cut into windows of ``window`` groups,
+and the samples of each window are shuffled among themselves. A window's samples fill
+consecutive batches, so the loader can decode each group once for all of them.
 """
 
 from __future__ import annotations
@@ -18,8 +24,13 @@ class EpochPlan:
     it from position ``i``, so the shards of an epoch are disjoint and together hold all of it."""
 
     def __init__(self, num_samples: int, batch_size: int, *, shuffle: bool, seed: int,
-                 drop_remainder: bool, shard: tuple[int, int] = (0, 1)) -> None:
+                 drop_remainder: bool, shard: tuple[int, int] = (0, 1), group: int = 1,
+                 window: int = 1) -> None:
+        if group < 1 or num_samples % group:
+            raise ValueError(f"{num_samples} samples do not split into groups of {group}")
         self.num_samples = num_samples
+        self.group = group
+        self.window = max(1, window)
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
@@ -30,16 +41,32 @@ class EpochPlan:
         self.shard = (index, count)
 
     def order(self, epoch: int) -> np.ndarray:
-        if not self.shuffle:
-            full = np.arange(self.num_samples, dtype=np.int64)
-        else:
-            full = np.random.default_rng((self.seed, epoch)).permutation(self.num_samples).astype(np.int64)
         index, count = self.shard
-        return full[index::count]
+        if self.group == 1:
+            if not self.shuffle:
+                full = np.arange(self.num_samples, dtype=np.int64)
+            else:
+                full = np.random.default_rng((self.seed, epoch)).permutation(self.num_samples).astype(np.int64)
+            return full[index::count]
+        # Whole groups go to one shard, so a group is never split between hosts.
+        groups = np.arange(self.num_samples // self.group, dtype=np.int64)
+        if self.shuffle:
+            groups = np.random.default_rng((self.seed, epoch)).permutation(groups)
+        groups = groups[index::count]
+        samples = (groups[:, None] * self.group + np.arange(self.group)).ravel()
+        if not self.shuffle:
+            return samples
+        step = self.window * self.group
+        for w, lo in enumerate(range(0, len(samples), step)):
+            rng = np.random.default_rng((self.seed, epoch, w))
+            samples[lo : lo + step] = rng.permutation(samples[lo : lo + step])
+        return samples
 
     def samples_per_epoch(self) -> int:
         index, count = self.shard
-        return len(range(index, self.num_samples, count))
+        if self.group == 1:
+            return len(range(index, self.num_samples, count))
+        return len(range(index, self.num_samples // self.group, count)) * self.group
 
     def batches_per_epoch(self) -> int:
         n, b = self.samples_per_epoch(), self.batch_size

@@ -36,21 +36,6 @@ from ._protocol import write_all
 _GRACE_S = 1.0
 
 
-@dataclass(slots=True)
-class Task:
-    batch: object  # loader's batch record (has .slot and .epoch)
-    pos: int
-    sample: int  # kept: a skip may give the position another sample before the reply comes
-
-    @property
-    def slot(self) -> int:
-        return self.batch.slot
-
-    @property
-    def epoch(self) -> int:
-        return self.batch.epoch
-
-
 @dataclass(slots=True, eq=False)
 class Worker:
     wid: int
@@ -61,7 +46,8 @@ class Worker:
     started: float
     ready: bool = False
     head_since: float = 0.0  # when the worker began its oldest outstanding task
-    outstanding: deque = field(default_factory=deque)
+    outstanding: deque = field(default_factory=deque)  # tasks sent, oldest first (``_schedule.Task``)
+    load: int = 0  # items in those tasks
     buf: bytearray = field(default_factory=bytearray)
     busy_s: float = 0.0
 

@@ -1,8 +1,10 @@
 """Fixed-format messages between the loader and its workers.
 
 Only these structs cross a pipe after start-up; frames never do. The loader unpacks nothing
-else from a worker: an error travels as UTF-8 JSON text of bounded length, never as a pickle,
-and every slot and position is bounds-checked on arrival (see ``_loader``).
+else from a worker: an error travels as UTF-8 JSON text of bounded length, never as a pickle;
+a reply must match the task it answers (its item count, failure indices in range), and the
+worker bounds-checks every slot and position it is given. See NOTE [ Tasks and replies ] in
+``_schedule`` for what a task and a reply mean.
 """
 
 from __future__ import annotations
@@ -10,19 +12,28 @@ from __future__ import annotations
 import os
 import struct
 
-# loader -> worker: op, slot, position in batch, sample index, epoch
-TASK = struct.Struct("<B3xIIqq")
+# loader -> worker: op, number of items, epoch; then that many TASK_ITEMs
+TASK = struct.Struct("<B3xIq")
 OP_READ = 1
+# one item of a task: slot, position in the batch, sample index
+TASK_ITEM = struct.Struct("<IIq")
+# Items in one task: a whole window of grouped clips fits, a runaway count does not.
+MAX_TASK_ITEMS = 1 << 16
 
-# worker -> loader: status, slot, position, sample index, busy seconds, error payload length
-DONE = struct.Struct("<B3xIIqdI")
-ST_OK = 0
-ST_ERROR = 1
+# worker -> loader: status, items in the task it answers, failure records that follow, busy seconds
+DONE = struct.Struct("<B3xIId")
+ST_DONE = 0
 ST_READY = 2
+# one failure record: item index, error payload length; then the payload
+FAILURE = struct.Struct("<II")
 
 # An error report (type, message, traceback) is cut to this size: a worker cannot make the
 # loader buffer without bound.
 MAX_ERROR_BYTES = 64 * 1024
+
+
+def pack_task(epoch: int, items: list[tuple[int, int, int]]) -> bytes:
+    return TASK.pack(OP_READ, len(items), epoch) + b"".join(TASK_ITEM.pack(*item) for item in items)
 
 
 def write_all(fd: int, data: bytes) -> None:

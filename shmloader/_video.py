@@ -408,7 +408,8 @@ def _native_size(path: str) -> tuple[int, int]:
     import decord
 
     try:
-        shape = decord.VideoReader(path, num_threads=1).get_batch([0]).shape
+        # next() reports the frame's size even for widths get_batch cannot copy (e.g. 96)
+        shape = (1, *decord.VideoReader(path, num_threads=1).next().shape)
     except Exception as e:
         raise ValueError(f"size=None: cannot read the native size of {path!r}: {e}") from e
     return int(shape[1]), int(shape[2])
@@ -458,8 +459,9 @@ class _Decoder:
     def native_size(self, path: str) -> tuple[int, int]:
         hw = self._sizes.get(path)
         if hw is None:
-            shape = self._open(path, None).get_batch([0]).shape
-            hw = self._sizes[path] = (int(shape[1]), int(shape[2]))
+            # next() reports the frame's size even for widths get_batch cannot copy (e.g. 96)
+            shape = self._open(path, None).next().shape
+            hw = self._sizes[path] = (int(shape[0]), int(shape[1]))
             while len(self._sizes) > _SIZES_KEPT:
                 self._sizes.popitem(last=False)
         return hw
@@ -479,8 +481,11 @@ class _Decoder:
                 nd = reader.get_batch(frames.tolist())
                 break
             except self._decord.DECORDError as e:
-                if size is None or "size must exactly match" not in str(e) or width >= size[1] * 64:
+                if "size must exactly match" not in str(e) or (size is not None and width >= size[1] * 64):
                     raise
+                if size is None:  # the file's own width is one decord cannot copy out: resize
+                    size = self.native_size(path)
+                    continue
                 self._bad.add(width)  # a width decord cannot produce here: fall back for good
         n, h, wd = (int(x) for x in nd.shape[:3])
         w = wd if size is None else size[1]

@@ -7,9 +7,10 @@ This module imports numpy and shmloader's own modules only; decord comes in with
 source. The user's source and transform arrive pickled by value (cloudpickle), so callables
 defined in a notebook or a script's ``__main__`` work.
 
-Each worker: reads a task (slot, position, sample, epoch), builds the sample's generator from
-``(seed, epoch, sample)`` — the same whatever worker runs it — decodes straight into the slot,
-runs the transform in place, and reports a DONE message. A lifeline pipe, whose write end only
+Each worker: reads a task (an epoch and items (slot, position, sample)), builds each sample's
+generator from ``(seed, epoch, sample)`` — the same whatever worker runs it — decodes straight
+into the slots (the samples of one video in one pass, when the source can), runs the transform
+in place, and answers with one DONE message (see NOTE [ Tasks and replies ] in ``_schedule``). A lifeline pipe, whose write end only
 the loader holds, ends the worker if the loader dies (see NOTE [ Shutdown ] in ``_pool``).
 """
 
@@ -75,41 +76,90 @@ def main(argv: list[str]) -> int:
     import cloudpickle  # noqa: F401  (registers what payload needs)
     import numpy as np
 
-    from ._protocol import DONE, OP_READ, ST_ERROR, ST_OK, ST_READY, TASK, write_all
+    from ._protocol import (DONE, FAILURE, MAX_TASK_ITEMS, OP_READ, ST_DONE, ST_READY, TASK, TASK_ITEM,
+                            write_all)
     from ._ring import attach_views
 
     cfg = pickle.loads(payload)
-    slots = attach_views(ring_fd, cfg["layout"], cfg["slots"])
+    nslots = cfg["slots"]
+    slots = attach_views(ring_fd, cfg["layout"], nslots)
+    batch_size = cfg["layout"].batch_size
     os.close(ring_fd)
     source, transform, seed = cfg["source"], cfg["transform"], cfg["seed"]
-    scratch = cfg["scratch"]  # decode layout when the transform changes shapes, else None
-    if scratch is not None:
-        scratch = {k: np.empty(shape, dtype) for k, (shape, dtype) in scratch.items()}
+    decode_spec = cfg["scratch"]  # decode layout when the transform changes shapes, else None
+    scratch: list[dict] = []  # one decode buffer per item of the largest task so far
+    read_many = getattr(source, "read_many", None)
     source.worker_init()
-    write_all(done_fd, DONE.pack(ST_READY, 0, 0, -1, 0.0, 0))
+    write_all(done_fd, DONE.pack(ST_READY, 0, 0, 0.0))
 
     while True:
-        msg = _read_exact(task_fd, TASK.size)
-        if not msg:
+        head = _read_exact(task_fd, TASK.size)
+        if not head:
             return 0
-        op, slot, pos, sample, epoch = TASK.unpack(msg)
-        if op != OP_READ:
+        op, count, epoch = TASK.unpack(head)
+        if op != OP_READ or not 0 < count <= MAX_TASK_ITEMS:
             return 0
+        body = _read_exact(task_fd, count * TASK_ITEM.size)
+        if not body:
+            return 0
+        items = list(TASK_ITEM.iter_unpack(body))
+        if any(slot >= nslots or pos >= batch_size for slot, pos, _ in items):
+            return 0  # not from our loader; it sees this worker exit
         t0 = time.perf_counter()
+        outs = [{k: v[pos, ...] for k, v in slots[slot].items()} for slot, pos, _ in items]  # 0-d views too
+        if decode_spec is None:
+            decoded = outs
+        else:
+            while len(scratch) < count:
+                scratch.append({k: np.empty(shape, dtype) for k, (shape, dtype) in decode_spec.items()})
+            decoded = scratch[:count]
+        samples = [sample for _, _, sample in items]
+        failed: dict[int, bytes] = {}
+
+        def rngs(indices):
+            return [np.random.default_rng((seed, epoch, samples[i])) for i in indices]
+
+        everything = range(count)
+        gens = rngs(everything)
         try:
-            out = {k: v[pos, ...] for k, v in slots[slot].items()}  # 0-d views too
-            rng = np.random.default_rng((seed, epoch, sample))
-            decoded = out if scratch is None else scratch  # scratch only comes with a transform
-            source.read(sample, rng, decoded)
-            if transform is not None:
-                mine = dict(decoded)  # the transform may replace entries instead of writing in place
-                result = transform(mine, rng)
-                _store(mine if result is None else result, out)
-            status, err = ST_OK, b""
-        except Exception as exc:  # reported to the loader, which raises or skips
-            status, err = ST_ERROR, _error_payload(exc)
+            if read_many is not None:
+                read_many(samples, gens, decoded, (seed, epoch))
+            elif count == 1:
+                source.read(samples[0], gens[0], decoded[0])
+            else:
+                raise _ReadEach
+        except Exception as exc:
+            if count == 1:
+                failed[0] = _error_payload(exc)
+            else:  # which of them failed? read each on its own, from fresh generators
+                gens = rngs(everything)
+                for i in everything:
+                    try:
+                        if read_many is not None:
+                            read_many([samples[i]], [gens[i]], [decoded[i]], (seed, epoch))
+                        else:
+                            source.read(samples[i], gens[i], decoded[i])
+                    except Exception as exc:
+                        failed[i] = _error_payload(exc)
+        if transform is not None:
+            for i in everything:  # each transform continues its sample's generator
+                if i in failed:
+                    continue
+                try:
+                    mine = dict(decoded[i])  # it may replace entries instead of writing in place
+                    result = transform(mine, gens[i])
+                    _store(mine if result is None else result, outs[i])
+                except Exception as exc:  # reported to the loader, which raises or skips
+                    failed[i] = _error_payload(exc)
         busy = time.perf_counter() - t0
-        write_all(done_fd, DONE.pack(status, slot, pos, sample, busy, len(err)) + err)
+        reply = [DONE.pack(ST_DONE, count, len(failed), busy)]
+        for i, err in failed.items():
+            reply.append(FAILURE.pack(i, len(err)) + err)
+        write_all(done_fd, b"".join(reply))
+
+
+class _ReadEach(Exception):
+    """A source without read_many given several items: read them one by one."""
 
 
 def _store(result, out) -> None:

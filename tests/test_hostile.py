@@ -33,20 +33,24 @@ def test_local_paths_are_made_absolute(tmp_path, monkeypatch):
 def forge(kind):
     def fn(i, rng):
         if i == 3:
+            from shmloader._protocol import DONE, FAILURE, ST_DONE
+
             done_fd = int(sys.argv[2])  # the worker's result pipe
-            if kind == "slot":
-                from shmloader._protocol import DONE
-                os.write(done_fd, DONE.pack(0, 10**6, 0, 3, 0.0, 0))
+            if kind == "count":  # a reply for a task it was not given
+                os.write(done_fd, DONE.pack(ST_DONE, 10**6, 0, 0.0))
+            elif kind == "failures":  # more failures than items
+                os.write(done_fd, DONE.pack(ST_DONE, 1, 5, 0.0))
+            elif kind == "index":  # a failure of an item the task does not have
+                os.write(done_fd, DONE.pack(ST_DONE, 1, 1, 0.0) + FAILURE.pack(7, 2) + b"{}")
             elif kind == "huge":
-                from shmloader._protocol import DONE
-                os.write(done_fd, DONE.pack(1, 0, 0, 3, 0.0, 2**31))
+                os.write(done_fd, DONE.pack(ST_DONE, 1, 1, 0.0) + FAILURE.pack(0, 2**31))
             else:
                 os.write(done_fd, os.urandom(64))
         return {"x": np.zeros(2)}
     return fn
 
 
-@pytest.mark.parametrize("kind", ["slot", "huge", "garbage"])
+@pytest.mark.parametrize("kind", ["count", "failures", "index", "huge", "garbage"])
 def test_forged_worker_messages_are_rejected(kind):
     src = shmloader.FunctionSource(forge(kind), {"x": ((2,), np.float64)}, 8, check=False)
     with shmloader.Loader(src, batch_size=2, workers=1) as loader:

@@ -241,6 +241,23 @@ def test_multi_view_eval_ten_clips_three_crops_in_view_order(shapes):
                     np.testing.assert_array_equal(batch["video"][i, 3 * k + c], full[:, y : y + 56, x : x + 56])
 
 
+def test_native_width_decord_cannot_copy_out(tmp_path):
+    """decord's get_batch fails on a 96-pixel-wide video at its own size: the loader still
+    delivers it (decoded at twice the width, averaged down), natively and scaled."""
+    path = write_video(tmp_path / "narrow.mp4", 40, frames=12, size=(128, 96))
+    with pytest.raises(decord.DECORDError):
+        decord.VideoReader(path).get_batch([0])
+    (s,) = samples_of(shmloader.VideoClips([path], clip_len=3, frame_step=2), workers=1, batch_size=1)
+    assert s["video"].shape == (3, 128, 96, 3)
+    ids, numbers = read_codes(s["video"])
+    assert (ids == 40).all() and (numbers == s["frames"]).all()
+    ref = decord_frames(path, s["frames"], (128, 192)).reshape(3, 128, 96, 2, 3).mean(3)
+    assert np.abs(s["video"] - ref).max() <= 1
+    scaled = shmloader.VideoClips([path], clip_len=3, frame_step=2, scale=56, crop=(56, 56))
+    (s,) = samples_of(scaled, workers=1, batch_size=1)
+    np.testing.assert_array_equal(s["video"], decord_frames(path, s["frames"], (75, 56))[:, 9:65])
+
+
 @pytest.mark.parametrize("kw, name", [
     (dict(clips_per_sample=0), "clips_per_sample"),
     (dict(scale=64, crop=(72, 48)), "S_min"),
@@ -259,3 +276,28 @@ def test_multi_view_eval_ten_clips_three_crops_in_view_order(shapes):
 def test_bad_recipe_arguments(videos, kw, name):
     with pytest.raises(ValueError, match=name):
         shmloader.VideoClips(videos[0], **kw)
+
+
+def test_keras_averages_predictions_over_the_views_as_the_readme_shows(shapes):
+    import keras
+    import tensorflow as tf
+
+    clips = shmloader.VideoClips(shapes, [0, 1], clip_len=2, frame_step=4, scale=(48, 64), crop=(48, 48),
+                                 crop_at="random")
+    test_clips = clips.with_options(clips_per_sample=2, crop_at="three")  # 6 views per video
+    model = keras.Sequential([keras.Input((2, 48, 48, 3)), keras.layers.GlobalAveragePooling3D(),
+                              keras.layers.Dense(2, activation="softmax")])
+    views_model = keras.Sequential([
+        keras.Input((6, 2, 48, 48, 3)),
+        keras.layers.TimeDistributed(model),
+        keras.layers.Lambda(lambda p: keras.ops.mean(p, axis=1)),
+    ])
+    views_model.compile(metrics=["accuracy"], loss="sparse_categorical_crossentropy")
+    with shmloader.eval_loader(test_clips, batch_size=2) as test:
+        ds = test.as_dataset().map(lambda b: (tf.cast(b["video"], tf.float32) / 255, b["label"]))
+        loss, _ = views_model.evaluate(ds, verbose=0)
+        (batch,) = list(test)
+    x = batch["video"].astype(np.float32) / 255
+    per_view = model.predict(x.reshape(-1, 2, 48, 48, 3), verbose=0).reshape(2, 6, 2)
+    expected = -np.log(per_view.mean(axis=1)[[0, 1], [0, 1]]).mean()
+    assert loss == pytest.approx(expected, rel=1e-4)

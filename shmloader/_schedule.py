@@ -1,0 +1,304 @@
+"""The loader's scheduling state: which batch holds which slot, which tasks wait for a worker,
+what a reply or a worker's death does to them, and which batch is ready to hand out.
+
+The ``Loader`` owns the workers, the pipes and the ring; this module only keeps the books.
+Nothing here blocks or touches a process: every method runs inside the consumer's ``next()``.
+
+NOTE [ Tasks and replies ]
+A task is one message to one worker: an epoch and a list of items ``(slot, position,
+sample)``; the worker fills every item and answers with ONE reply (the item count, and a
+failure record for each item that failed). Items of one task may lie in several batches: that
+is how the clips of one video, placed all over a shuffle window, are decoded in one pass
+(grouped decode), and how a run of positions of one batch costs the main process one wake-up
+(per-batch tasks). The rules that keep this exact:
+  * A batch takes a slot before any of its positions is in a task, and is handed out only
+    when every position is done: a slot a worker may still write is never delivered.
+  * Every position is in exactly one task at a time. A task's reply settles all its items:
+    done, or failed (raise, or skip and refill the position with the next sample of the same
+    epoch, which goes out as a task of its own).
+  * A worker that dies takes its tasks with it. Its oldest task was being worked on: it is
+    sent again once, whole, on a fresh worker (a death can come from outside: the OOM killer),
+    and skipped, whole, if it kills a worker again or timed out. The others never started and
+    are sent again first, unchanged. A task's items are therefore written by at most one live
+    worker at any time.
+  * Grouped sources: a group's items wait until every item of the group that this epoch's
+    plan holds has a slot, then go out as one task. If the ring cannot hold a whole window
+    (a small ``slots=``, a consumer keeping batches), waiting could stall: whenever no task is
+    queued or running, the waiting items go out as they are (smaller groups, decoded once
+    more each), so a batch with a slot always completes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Callable
+
+from ._errors import LoaderError
+from ._plan import EpochCursor, EpochPlan
+
+__all__ = ["Batch", "Scheduler", "Task", "holding"]
+
+log = logging.getLogger("shmloader")
+
+# Skip reasons quoted when a whole epoch was skipped.
+_REASONS_QUOTED = 3
+
+
+class Batch:
+    __slots__ = ("seq", "epoch", "cursor", "slot", "samples", "pending")
+
+    def __init__(self, seq: int, cursor: EpochCursor, slot: int, samples: list[int]) -> None:
+        self.seq = seq
+        self.epoch = cursor.epoch
+        self.cursor = cursor
+        self.slot = slot
+        self.samples = samples  # sample index per position; -1 where a skip left a hole
+        self.pending = len(samples)
+
+
+class Task:
+    """Items ``(batch, position, sample)`` of one epoch for one worker, answered by one reply."""
+
+    __slots__ = ("epoch", "items", "retried")
+
+    def __init__(self, epoch: int, items: list[tuple[Batch, int, int]], retried: bool = False) -> None:
+        self.epoch = epoch
+        self.items = items
+        self.retried = retried  # already sent again after its worker died
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class _Tally:
+    """One epoch's outcome so far (``on_error="skip"`` bookkeeping)."""
+
+    __slots__ = ("open", "kept", "skipped", "reasons")
+
+    def __init__(self) -> None:
+        self.open = 0  # batches of the epoch not yet handed out or dropped
+        self.kept = 0  # samples read without error
+        self.skipped = 0
+        self.reasons: list[str] = []
+
+
+class _Groups:
+    """The items of one epoch's groups that wait for the rest of their group to get a slot."""
+
+    def __init__(self, cursor: EpochCursor, group: int) -> None:
+        self.group = group
+        kept = cursor.order[: cursor.limit] // group
+        # last[g]: the position in the epoch's order of group g's last sample with a batch
+        self.last: dict[int, int] = {}
+        for pos, g in enumerate(kept.tolist()):
+            self.last[g] = pos
+        self.waiting: dict[int, list[tuple[Batch, int, int]]] = {}
+
+
+class Scheduler:
+    """Slots to batches, positions to tasks, replies to delivered batches (NOTE [ Tasks and replies ])."""
+
+    def __init__(self, plan: EpochPlan, slots: int, *, start: tuple[int, int], epochs: int | None,
+                 ordered: bool, drop_remainder: bool, describe: Callable[[int], str], stats: dict,
+                 skipped: deque) -> None:
+        self.plan = plan
+        self.free = list(range(slots - 1, -1, -1))
+        self.queue: deque[Task] = deque()  # tasks not yet sent to a worker
+        self.inflight: dict[int, Batch] = {}  # by seq: insertion order is plan order
+        self._done: deque[Batch] = deque()  # completed, in completion order
+        self._start = start
+        self._epochs = epochs
+        self._ordered = ordered
+        self._drop_remainder = drop_remainder
+        self._describe = describe
+        self._stats = stats
+        self._skipped = skipped
+        self._cursor: EpochCursor | None = None
+        self._groups: dict[int, _Groups] = {}  # by epoch, grouped sources only
+        self._pass_end = epochs  # first epoch not in the current pass
+        self.plan_done = False
+        self.seq = 0
+        self._tallies: dict[int, _Tally] = {}
+
+    # ------------------------------------------------------------------ plan
+    @property
+    def exhausted(self) -> bool:
+        return self.plan_done and not self.inflight
+
+    @property
+    def epoch(self) -> int | None:
+        return None if self._cursor is None else self._cursor.epoch
+
+    def begin_pass(self) -> None:
+        """After a finished pass, the next ``epochs`` epochs (iterating the loader again)."""
+        if self.plan_done and not self.inflight and self._epochs is not None and self.seq:
+            next_epoch = self._cursor.epoch + 1 if self._cursor is not None else self._start[0]
+            self._pass_end = next_epoch + self._epochs
+            self.plan_done = False
+
+    def dispatch(self, idle: bool) -> None:
+        """Give free slots to the next batches of the plan and turn their positions into tasks.
+        ``idle``: no worker holds a task; then, if nothing else can complete a batch, waiting
+        groups go out as they are (see the NOTE)."""
+        while self.free and not self.plan_done:
+            cur = self._cursor
+            if cur is None or not cur.has_batch():
+                epoch = self._start[0] if cur is None else cur.epoch + 1
+                if (self._epochs is not None and epoch >= self._pass_end) or \
+                        (cur is not None and cur.limit == 0):
+                    self.plan_done = True
+                    break
+                self._cursor = EpochCursor(self.plan, epoch)
+                if cur is None:  # resuming mid-epoch: the batches before were delivered already
+                    self._cursor.pos = min(self._start[1] * self.plan.batch_size, self._cursor.limit)
+                if self._cursor.limit == 0:  # fewer samples than one batch, none kept
+                    self.plan_done = True
+                elif self.plan.group > 1:
+                    self._groups[epoch] = _Groups(self._cursor, self.plan.group)
+                continue
+            b = Batch(self.seq, cur, self.free.pop(), cur.next_batch())
+            self.seq += 1
+            self._tally(b.epoch).open += 1
+            self.inflight[b.seq] = b
+            items = [(b, pos, s) for pos, s in enumerate(b.samples)]
+            if self.plan.group == 1:
+                self.queue.extend(Task(b.epoch, [item]) for item in items)
+            else:
+                self._gather(cur, items)
+        if idle and not self.queue and not self._ready():
+            for epoch, groups in self._groups.items():
+                for g, items in groups.waiting.items():
+                    self.queue.append(Task(epoch, items))
+                groups.waiting.clear()
+
+    def _ready(self) -> bool:
+        """Is a batch ready to hand out?"""
+        if not self._ordered:
+            return bool(self._done)
+        b = next(iter(self.inflight.values()), None)
+        return b is not None and not b.pending
+
+    def _gather(self, cur: EpochCursor, items: list[tuple[Batch, int, int]]) -> None:
+        groups = self._groups[cur.epoch]
+        for item in items:
+            g = item[2] // groups.group
+            groups.waiting.setdefault(g, []).append(item)
+        self._release_groups(cur)
+
+    def _release_groups(self, cur: EpochCursor) -> None:
+        """Send every waiting group whose items all have slots now."""
+        groups = self._groups.get(cur.epoch)
+        if groups is None:
+            return
+        ready = [g for g in groups.waiting if groups.last.get(g, -1) < cur.pos]
+        for g in ready:
+            self.queue.append(Task(cur.epoch, groups.waiting.pop(g)))
+        if not cur.has_batch() and not groups.waiting:
+            del self._groups[cur.epoch]
+
+    # --------------------------------------------------------------- replies
+    def task_done(self, task: Task, failed: dict[int, str]) -> list[tuple[Task, int]]:
+        """A worker answered ``task``; ``failed``: item index -> reason. Returns the failed
+        items for the loader to raise on or skip (it knows the ``on_error`` policy)."""
+        bad = []
+        for i, (b, pos, sample) in enumerate(task.items):
+            if i in failed:
+                bad.append((task, i))
+            else:
+                self._position_done(b)
+        return bad
+
+    def _position_done(self, b: Batch) -> None:
+        b.pending -= 1
+        if not b.pending:
+            self._done.append(b)
+
+    def skip(self, task: Task, i: int, reason: str) -> None:
+        """Drop item ``i`` of ``task`` and refill its position from the same epoch."""
+        b, pos, sample = task.items[i]
+        where = self._describe(sample)
+        log.warning("skipped sample %d (%s): %s", sample, where, reason)
+        self._stats["skipped"] += 1
+        self._skipped.append((task.epoch, sample, reason))
+        t = self._tally(task.epoch)
+        t.skipped += 1
+        if len(t.reasons) < _REASONS_QUOTED:
+            t.reasons.append(f"sample {sample} ({where}): {reason}")
+        refill = b.cursor.refill()
+        if refill is None:
+            b.samples[pos] = -1
+            self._position_done(b)
+        else:
+            b.samples[pos] = refill
+            self.queue.appendleft(Task(task.epoch, [(b, pos, refill)]))
+            self._release_groups(b.cursor)  # the refill may have been a group's last sample
+
+    def resend(self, tasks: list[Task]) -> None:
+        """Tasks a dead worker never started: first in line again, in their order."""
+        for task in reversed(tasks):
+            self.queue.appendleft(task)
+
+    def retry(self, task: Task) -> None:
+        self.queue.appendleft(Task(task.epoch, task.items, retried=True))
+
+    # --------------------------------------------------------------- handing out
+    def take_ready(self, compact: Callable[[Batch, list[int]], None]) -> tuple[Batch | None, int]:
+        """The next batch to hand out and how many samples it keeps (holes closed by
+        ``compact(batch, kept positions)``), or (None, 0). Empty batches give their slot back."""
+        while True:
+            if self._ordered:
+                b = next(iter(self.inflight.values()), None)
+                if b is None or b.pending:
+                    return None, 0
+            else:
+                if not self._done:
+                    return None, 0
+                b = self._done.popleft()
+            del self.inflight[b.seq]
+            valid = [p for p, s in enumerate(b.samples) if s >= 0]
+            n = len(valid)
+            if n and n < len(b.samples):
+                compact(b, valid)
+            if n and self._drop_remainder and n < self.plan.batch_size:
+                self._stats["dropped"] += n
+                n = 0
+            self._batch_closed(b, len(valid))
+            if n:
+                return b, n
+            self.free.append(b.slot)
+
+    def _tally(self, epoch: int) -> _Tally:
+        t = self._tallies.get(epoch)
+        if t is None:
+            t = self._tallies[epoch] = _Tally()
+        return t
+
+    def _batch_closed(self, b: Batch, kept: int) -> None:
+        """Count a finished batch; at the end of its epoch, fail if the epoch delivered nothing
+        because every sample was skipped (else ``epochs=None`` would spin on it for ever), and
+        warn if most of it was skipped."""
+        t = self._tally(b.epoch)
+        t.kept += kept
+        t.open -= 1
+        if t.open or b.cursor.has_batch():
+            return
+        del self._tallies[b.epoch]
+        if not t.skipped:
+            return
+        tried = t.kept + t.skipped
+        if not t.kept:
+            raise LoaderError(
+                f"every sample of epoch {b.epoch} failed: {tried} tried, {t.skipped} skipped "
+                f"(on_error='skip'), nothing to deliver. First reasons: " + "; ".join(t.reasons))
+        if t.skipped * 2 > tried:
+            log.warning("epoch %d: %d of %d samples (%.0f%%) were skipped; first reasons: %s",
+                        b.epoch, t.skipped, tried, 100 * t.skipped / tried, "; ".join(t.reasons))
+
+
+def holding(task: Task, describe: Callable[[int], str]) -> str:
+    """What a task held, for an error message."""
+    samples = [s for _, _, s in task.items]
+    first = f"sample {samples[0]} ({describe(samples[0])})"
+    return first if len(samples) == 1 else f"{len(samples)} samples: {first} and {len(samples) - 1} more"
+
