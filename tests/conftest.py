@@ -26,10 +26,15 @@ def videos(tmp_path_factory):
     return paths, [i % 3 for i in range(len(paths))]
 
 
+# shmloader names nothing in /dev/shm (its segments are memfds and O_TMPFILEs). A name of ours could
+# only come from Python's shared_memory (psm_*) or carry our name; anything else there belongs to
+# other programs on a shared machine (torch_*, multiprocessing's sem.mp-*) and comes and goes.
+_OUR_SHM_NAMES = ("psm_", "shmloader")
+
+
 def shm_entries() -> set[str]:
-    # shmloader uses no multiprocessing, so multiprocessing's semaphores (sem.mp-*) in /dev/shm
-    # belong to other programs on a shared machine; everything else counts.
-    return {e for e in os.listdir("/dev/shm") if not e.startswith("sem.mp-")}
+    """Entries in /dev/shm that shmloader could have made."""
+    return {e for e in os.listdir("/dev/shm") if e.startswith(_OUR_SHM_NAMES)}
 
 
 # What our segments are, whatever folder the project or its virtual environment lives in: the

@@ -97,6 +97,31 @@ def test_a_loader_left_open_is_caught(where, request):
     assert leaks(*before) == [] and our_mappings() == []
 
 
+@pytest.mark.parametrize("name", ["psm_{}", "shmloader_{}"])
+def test_a_named_segment_left_in_dev_shm_is_caught(name):
+    """What multiprocessing.shared_memory (psm_*) or a segment named after us would leave."""
+    before = baseline()
+    path = f"/dev/shm/{name.format(os.getpid())}"
+    with open(path, "wb"):
+        pass
+    try:
+        assert any(os.path.basename(path) in f for f in leaks(*before, wait_s=0))
+    finally:
+        os.unlink(path)
+    assert leaks(*before, wait_s=0) == []
+
+
+def test_other_programs_entries_in_dev_shm_are_not_ours():
+    before = baseline()
+    path = f"/dev/shm/torch_{os.getpid()}_0_0"  # what a torch DataLoader on the same machine leaves
+    with open(path, "wb"):
+        pass
+    try:
+        assert leaks(*before, wait_s=0) == []
+    finally:
+        os.unlink(path)
+
+
 def test_the_autouse_check_fails_a_leaking_test(tmp_path):
     """Run the suite's own conftest on a test that leaks a memfd: pytest must report the leak."""
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
