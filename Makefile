@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench notebooks clean
+.PHONY: demo test bench bench-recipes notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/cpu_vs_workers.py
+
+# several clips per decode pass on long-GOP videos (issue #10): bench/results/recipes-cpu2.*
+bench-recipes: $(STAMP)
+	$(PY) bench/recipes.py
 
 notebooks: $(STAMP)
 	$(PY) -m pip install --quiet jupyterlab

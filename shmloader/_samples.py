@@ -49,19 +49,32 @@ def read_codes(video: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_video(path: str | os.PathLike, video_id: int, frames: int = 48, size: tuple[int, int] = (96, 128),
-                codec: str = "libx264", fps: int = 25) -> str:
-    """Write one synthetic video with a real codec (``libx264`` or ``mpeg4``)."""
+                codec: str = "libx264", fps: int = 25, gop: int | None = None) -> str:
+    """Write one synthetic video with a real codec (``libx264`` or ``mpeg4``).
+
+    ``gop``: one keyframe every ``gop`` frames exactly (frames 0, gop, 2 * gop...), as long-GOP
+    phone and web videos have; None leaves it to the encoder (x264: at most 250 frames apart, and
+    at any scene cut it detects; FFmpeg's mpeg4: every 12 frames).
+    """
     import av
 
+    if gop is not None and (not isinstance(gop, int) or isinstance(gop, bool) or gop < 1):
+        raise ValueError(f"gop must be a positive number of frames, got {gop!r}")
     h, w = size
     path = os.fspath(path)
     with av.open(path, "w") as container:
         stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
         if codec == "libx264":
-            stream.options = {"crf": "18", "preset": "veryfast"}
+            options = {"crf": "18", "preset": "veryfast"}
+            if gop is not None:
+                # keyint_min = g and no scene-cut detection: keyframes at multiples of gop only.
+                options.update(g=str(gop), keyint_min=str(gop), sc_threshold="0")
+            stream.options = options
         else:
             stream.bit_rate = 4_000_000
+            if gop is not None:
+                stream.codec_context.gop_size = gop
         for i in range(frames):
             frame = av.VideoFrame.from_ndarray(frame_image(video_id, i, h, w), format="rgb24")
             for packet in stream.encode(frame):
@@ -72,19 +85,22 @@ def write_video(path: str | os.PathLike, video_id: int, frames: int = 48, size: 
 
 
 def make_videos(folder: str | os.PathLike, count: int = 8, frames: int = 48, size: tuple[int, int] = (96, 128),
-                codec: str = "libx264", classes: int = 2) -> tuple[list[str], list[int]]:
+                codec: str = "libx264", classes: int = 2, fps: int = 25,
+                gop: int | None = None) -> tuple[list[str], list[int]]:
     """Write ``count`` videos ``video_000.mp4``... (skipping those already there); return paths, labels.
 
-    Video ``i`` has id ``i`` in its frame codes and label ``i % classes``.
+    Video ``i`` has id ``i`` in its frame codes and label ``i % classes``. ``fps`` and ``gop``
+    (keyframe interval) go to :func:`write_video`; non-default values are part of the file name.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths, labels = [], []
     for i in range(count):
-        p = folder / f"video_{i:03d}_{frames}f_{size[0]}x{size[1]}_{codec}.mp4"
+        extra = (f"_{fps}fps" if fps != 25 else "") + (f"_gop{gop}" if gop is not None else "")
+        p = folder / f"video_{i:03d}_{frames}f_{size[0]}x{size[1]}_{codec}{extra}.mp4"
         if not p.exists():
             tmp = p.with_suffix(".tmp.mp4")
-            write_video(tmp, i, frames, size, codec)
+            write_video(tmp, i, frames, size, codec, fps, gop)
             os.replace(tmp, p)
         paths.append(str(p))
         labels.append(i % classes)
