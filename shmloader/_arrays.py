@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
-import mmap
 import os
-import weakref
 
 import numpy as np
 
+from ._shared import SharedArrays
 from ._source import Spec
 
 __all__ = ["ArraySource", "HDF5Source"]
@@ -36,52 +34,53 @@ class ArraySource:
             if a.ndim < 1 or a.dtype.hasobject:
                 raise ValueError(f"array {k!r} must have a leading sample axis and a numeric dtype")
         self.length = _rows(arrays)
-        self._meta, offset = {}, 0
-        for k, a in arrays.items():
-            self._meta[k] = (offset, a.shape, a.dtype.str)
-            offset += -(-a.nbytes // 64) * 64
-        self._nbytes = max(offset, 1)
-        self.fd = os.memfd_create("shmloader-arrays", os.MFD_CLOEXEC)
-        os.fchmod(self.fd, 0o600)
-        os.ftruncate(self.fd, self._nbytes)
-        os.posix_fallocate(self.fd, 0, self._nbytes)
-        mm = mmap.mmap(self.fd, self._nbytes)
-        for k, a in arrays.items():
-            off = self._meta[k][0]
-            np.frombuffer(mm, np.uint8, a.nbytes, off)[:] = a.reshape(-1).view(np.uint8)
-        mm.close()
-        self._finalizer = weakref.finalize(self, os.close, self.fd)
+        self._spec = {k: (tuple(a.shape[1:]), a.dtype) for k, a in arrays.items()}
+        self._shared = SharedArrays(arrays)
         self._views = None
 
     def __len__(self) -> int:
         return self.length
 
     @property
+    def fd(self) -> int:
+        return self._shared.fd
+
+    @property
     def fds(self) -> tuple[int, ...]:
         """Descriptors the workers must inherit."""
-        return (self.fd,)
+        return (self._shared.fd,)
 
     def spec(self) -> Spec:
-        return {k: (tuple(shape[1:]), np.dtype(dt)) for k, (_, shape, dt) in self._meta.items()}
+        return dict(self._spec)
 
     def describe(self, index: int) -> str:
         return f"row {index}"
 
     def __getstate__(self):
-        return {"fd": self.fd, "length": self.length, "_meta": self._meta, "_nbytes": self._nbytes}
+        return {"length": self.length, "_spec": self._spec, "_shared": self._shared}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._views = None
 
     def worker_init(self) -> None:
-        mm = mmap.mmap(self.fd, self._nbytes, prot=mmap.PROT_READ)
-        self._views = {k: np.frombuffer(mm, np.dtype(dt), math.prod(shape), off).reshape(shape)
-                       for k, (off, shape, dt) in self._meta.items()}
+        self._views = self._shared.views()
 
     def read(self, index: int, rng, out: dict[str, np.ndarray]) -> None:
         for k, dst in out.items():
             dst[...] = self._views[k][index]
+
+    def read_many(self, indices: list[int], rngs, outs, epoch_key=None) -> None:
+        """All rows in one gather per array, straight into the slot when ``outs.block`` is a run."""
+        idx = np.asarray(indices, dtype=np.intp)
+        block = getattr(outs, "block", None)
+        for k, src in self._views.items():
+            if block is not None:
+                np.take(src, idx, axis=0, out=block[k])
+            else:
+                rows = src[idx]
+                for i in range(len(idx)):
+                    outs[i][k][...] = rows[i]
 
 
 class HDF5Source:
@@ -136,3 +135,15 @@ class HDF5Source:
     def read(self, index: int, rng, out: dict[str, np.ndarray]) -> None:
         for key, d in self._dsets:
             d.read_direct(out[key], source_sel=np.s_[index])
+
+    def read_many(self, indices: list[int], rngs, outs, epoch_key=None) -> None:
+        """All rows of each dataset in one HDF5 read (a point selection, in file order)."""
+        wanted, back = np.unique(np.asarray(indices, dtype=np.int64), return_inverse=True)
+        block = getattr(outs, "block", None)
+        for key, d in self._dsets:
+            rows = d[wanted.tolist()] if len(wanted) > 1 else d[int(wanted[0])][None]
+            if block is not None:
+                np.take(rows, back, axis=0, out=block[key])
+            else:
+                for i, j in enumerate(back):
+                    outs[i][key][...] = rows[j]

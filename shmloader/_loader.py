@@ -36,8 +36,8 @@ __all__ = ["Loader", "eval_loader"]
 
 log = logging.getLogger("shmloader")
 
-# Samples per worker that keep it busy between two visits of the consumer: sizes the ring. Every
-# sample of every batch that has a slot is sent to a worker at once (the least loaded), so the
+# Tasks per worker that keep it busy between two visits of the consumer: sizes the ring. Every
+# task of every batch that has a slot is sent to a worker at once (the least loaded), so the
 # workers go on decoding while the consumer is busy in a training step and not calling us.
 _DEPTH = 2
 # Batches the consumer typically holds at once: the one in hand plus tf.data's prefetch buffer,
@@ -56,6 +56,10 @@ _READ_BYTES = 1 << 16
 _RING_MEMORY_SHARE = 0.5
 # Grouped sources: batches' worth of samples in one shuffle window by default (see _plan).
 _GROUP_WINDOW_BATCHES = 4
+# A batch goes to at most this many tasks (runs of positions; NOTE [ Tasks and replies ] in
+# _schedule): one per worker up to here, so a batch fills in parallel while the main process
+# pays a few replies per batch rather than one per sample, however many workers there are.
+_TASKS_PER_BATCH = 4
 
 
 class _Exhausted(Exception):
@@ -115,10 +119,15 @@ class Loader:
         out_spec, scratch = _probe_transform(source, transform, seed)
         self._layout = Layout.build(out_spec, batch_size)
         nworkers = workers or _usable_cpus()
+        if nworkers > _usable_cpus():
+            _log_once(f"workers={nworkers} is more than the {_usable_cpus()} CPUs this process may use: "
+                      "they will share them")
+        self._run = -(-batch_size // min(batch_size, nworkers, _TASKS_PER_BATCH))
         if slots is None:
             # A grouped source's shuffle window must fit in the ring besides the usual slots.
             window = -(-self._plan.window * group // batch_size) + 1 if group > 1 else 0
-            slots = _default_slots(nworkers, batch_size, self._layout.slot_bytes, shm_dir, extra=window)
+            slots = _default_slots(nworkers, batch_size, self._layout.slot_bytes, shm_dir, extra=window,
+                                   run=self._run if group == 1 else 1)
         self._nslots = slots
 
         self._lock = threading.RLock()
@@ -127,7 +136,11 @@ class Loader:
         self._workers: list[Worker] = []
         self._ring = Ring(self._layout, slots, shm_dir)
         self._selector = selectors.DefaultSelector()
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._ring, self._selector)
+        acquire = getattr(source, "acquire", None)
+        if acquire is not None:
+            acquire()  # the source's shared tables stay until the shutdown below releases them
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._ring, self._selector,
+                                           getattr(source, "release", None))
         self._config = pickle.dumps((list(sys.path), cloudpickle.dumps({
             "layout": self._layout, "slots": slots, "source": source, "transform": transform,
             "seed": seed, "scratch": scratch,
@@ -156,7 +169,7 @@ class Loader:
         self.skipped: deque[tuple[int, int, str]] = deque(maxlen=_SKIPS_KEPT)
         self._sched = Scheduler(self._plan, slots, start=self._start, epochs=epochs, ordered=ordered,
                                 drop_remainder=drop_remainder, describe=source.describe,
-                                stats=self._stats, skipped=self.skipped)
+                                stats=self._stats, skipped=self.skipped, run=self._run)
 
     # ----------------------------------------------------------------- public
     def __len__(self) -> int:
@@ -533,12 +546,11 @@ class Loader:
             raise WorkerDiedError(w.pid, how, held)
         # Its other tasks never started: they go again first, in the same order.
         self._sched.resend(list(w.outstanding)[1:])
-        if timed_out or head.retried:
-            for i in range(len(head)):
-                self._sched.skip(head, i, f"worker pid {w.pid} {how}")
+        if len(head) == 1 and (timed_out or head.retried):
+            self._sched.skip(head, 0, f"worker pid {w.pid} {how}")
         else:
             # A worker can die of something else (the OOM killer, a stray signal): try the
-            # task once more on a fresh worker before calling its samples bad.
+            # samples once more, one by one, before calling one of them bad.
             self._sched.retry(head)
         self._stats["worker_restarts"] += 1
         self._spawn(w.wid)
@@ -583,6 +595,15 @@ def eval_loader(source: Source, *, batch_size: int, workers: int | None = 1, **k
     return Loader(source, batch_size=batch_size, workers=workers, **kwargs)
 
 
+_logged: set[str] = set()
+
+
+def _log_once(message: str) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        log.info("%s", message)
+
+
 def _usable_cpus() -> int:
     """CPUs this process may run on (taskset, cgroup cpusets), not all the machine has."""
     return len(os.sched_getaffinity(0)) or 1
@@ -603,10 +624,10 @@ def _check_has_batches(plan: EpochPlan) -> None:
 
 
 def _default_slots(workers: int, batch_size: int, slot_bytes: int, shm_dir: str | None,
-                   extra: int = 0) -> int:
+                   extra: int = 0, run: int = 1) -> int:
     """Enough slots to keep every worker busy and cover what a consumer holds, as long as they
     take at most ``_RING_MEMORY_SHARE`` of the memory the ring would live in; never fewer than 2."""
-    filling = -(-workers * _DEPTH // batch_size) + 1
+    filling = -(-workers * _DEPTH * run // batch_size) + 1  # _DEPTH tasks of `run` samples each
     usual = filling + _CONSUMER_HELD + 1 + extra
     fit = int(memory_for_ring(shm_dir) * _RING_MEMORY_SHARE // slot_bytes)
     if fit >= usual:
@@ -618,12 +639,15 @@ def _default_slots(workers: int, batch_size: int, slot_bytes: int, shm_dir: str 
     return slots
 
 
-def _shutdown(workers: list[Worker], ring: Ring, selector: selectors.BaseSelector) -> None:
+def _shutdown(workers: list[Worker], ring: Ring, selector: selectors.BaseSelector,
+              release: Callable[[], None] | None) -> None:
     """Steps 1-5 of NOTE [ Shutdown ] in ``_pool``; runs on close(), GC or interpreter exit."""
     stop_workers(list(workers))
     workers.clear()
     selector.close()
     ring.close()
+    if release is not None:
+        release()  # the source's shared tables (the workers that mapped them are gone)
 
 
 def _probe_transform(source: Source, transform, seed: int):

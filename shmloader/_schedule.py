@@ -16,11 +16,12 @@ is how the clips of one video, placed all over a shuffle window, are decoded in 
   * Every position is in exactly one task at a time. A task's reply settles all its items:
     done, or failed (raise, or skip and refill the position with the next sample of the same
     epoch, which goes out as a task of its own).
-  * A worker that dies takes its tasks with it. Its oldest task was being worked on: it is
-    sent again once, whole, on a fresh worker (a death can come from outside: the OOM killer),
-    and skipped, whole, if it kills a worker again or timed out. The others never started and
-    are sent again first, unchanged. A task's items are therefore written by at most one live
-    worker at any time.
+  * A worker that dies takes its tasks with it. Its oldest task was being worked on: its
+    samples are sent again, one task each, on a fresh worker (a death can come from outside:
+    the OOM killer); a one-sample task that kills a worker again, or that timed out, is skipped.
+    So a bad sample costs two deaths and only itself. The other tasks never started and are
+    sent again first, unchanged. A task's items are written by at most one live worker at any
+    time: the dead one's writes are overwritten by the retry before the batch is delivered.
   * Grouped sources: a group's items wait until every item of the group that this epoch's
     plan holds has a slot, then go out as one task. If the ring cannot hold a whole window
     (a small ``slots=``, a consumer keeping batches), waiting could stall: whenever no task is
@@ -34,6 +35,8 @@ import logging
 from collections import deque
 from typing import Callable
 
+import numpy as np
+
 from ._errors import LoaderError
 from ._plan import EpochCursor, EpochPlan
 
@@ -43,6 +46,8 @@ log = logging.getLogger("shmloader")
 
 # Skip reasons quoted when a whole epoch was skipped.
 _REASONS_QUOTED = 3
+# Samples named in the error for a worker that died on a task of several.
+_SAMPLES_NAMED = 8
 
 
 class Batch:
@@ -90,9 +95,8 @@ class _Groups:
         self.group = group
         kept = cursor.order[: cursor.limit] // group
         # last[g]: the position in the epoch's order of group g's last sample with a batch
-        self.last: dict[int, int] = {}
-        for pos, g in enumerate(kept.tolist()):
-            self.last[g] = pos
+        groups, first_from_end = np.unique(kept[::-1], return_index=True)
+        self.last: dict[int, int] = dict(zip(groups.tolist(), (len(kept) - 1 - first_from_end).tolist()))
         self.waiting: dict[int, list[tuple[Batch, int, int]]] = {}
 
 
@@ -101,8 +105,9 @@ class Scheduler:
 
     def __init__(self, plan: EpochPlan, slots: int, *, start: tuple[int, int], epochs: int | None,
                  ordered: bool, drop_remainder: bool, describe: Callable[[int], str], stats: dict,
-                 skipped: deque) -> None:
+                 skipped: deque, run: int = 1) -> None:
         self.plan = plan
+        self._run = max(1, run)  # positions per task for ungrouped sources
         self.free = list(range(slots - 1, -1, -1))
         self.queue: deque[Task] = deque()  # tasks not yet sent to a worker
         self.inflight: dict[int, Batch] = {}  # by seq: insertion order is plan order
@@ -162,8 +167,8 @@ class Scheduler:
             self._tally(b.epoch).open += 1
             self.inflight[b.seq] = b
             items = [(b, pos, s) for pos, s in enumerate(b.samples)]
-            if self.plan.group == 1:
-                self.queue.extend(Task(b.epoch, [item]) for item in items)
+            if self.plan.group == 1:  # runs of positions: a few replies per batch, not one per sample
+                self.queue.extend(Task(b.epoch, items[lo : lo + self._run]) for lo in range(0, len(items), self._run))
             else:
                 self._gather(cur, items)
         if idle and not self.queue and not self._ready():
@@ -240,7 +245,10 @@ class Scheduler:
             self.queue.appendleft(task)
 
     def retry(self, task: Task) -> None:
-        self.queue.appendleft(Task(task.epoch, task.items, retried=True))
+        """Send a dead worker's task again, first in line: one sample as it was; several one by
+        one, so that a sample that kills a worker again costs only itself."""
+        for item in reversed(task.items):
+            self.queue.appendleft(Task(task.epoch, [item], retried=True))
 
     # --------------------------------------------------------------- handing out
     def take_ready(self, compact: Callable[[Batch, list[int]], None]) -> tuple[Batch | None, int]:
@@ -299,6 +307,9 @@ class Scheduler:
 def holding(task: Task, describe: Callable[[int], str]) -> str:
     """What a task held, for an error message."""
     samples = [s for _, _, s in task.items]
-    first = f"sample {samples[0]} ({describe(samples[0])})"
-    return first if len(samples) == 1 else f"{len(samples)} samples: {first} and {len(samples) - 1} more"
+    named = ", ".join(f"sample {s} ({describe(s)})" for s in samples[:_SAMPLES_NAMED])
+    if len(samples) == 1:
+        return named
+    more = f" and {len(samples) - _SAMPLES_NAMED} more" if len(samples) > _SAMPLES_NAMED else ""
+    return f"one of {len(samples)} samples: {named}{more}"
 

@@ -23,6 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from ._sampling import CROP_AT, SAMPLINGS, SHORT_POLICIES, clip_frames, crop_windows, scaled_size
+from ._shared import SharedStrings
 from ._source import Spec, check_int
 
 __all__ = ["VideoClips"]
@@ -192,6 +193,8 @@ class VideoClips:
             size = _native_size(self.paths[0])
         self.size = size  # the size frames are decoded at, when it is fixed
         self._decoder = None
+        self._table: SharedStrings | None = None
+        self._users = 0  # loaders holding the table (acquire/release)
 
     @classmethod
     def from_folder(cls, root: str | os.PathLike, *, extensions: Sequence[str] = _VIDEO_EXTENSIONS,
@@ -310,12 +313,42 @@ class VideoClips:
     def clip_span(self) -> int:
         return (self.clip_len - 1) * self.frame_step + 1
 
+    def _shared_table(self) -> SharedStrings:
+        """Paths and labels in one shared segment, made when a loader first sends this source to
+        its workers: each worker maps it instead of unpickling its own copy, so a worker's
+        memory does not grow with the number of videos."""
+        if self._table is None:
+            self._table = SharedStrings(self.paths, None if self.labels is None else {"labels": self.labels})
+        return self._table
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """Descriptors the workers must inherit (the shared path table)."""
+        return (self._shared_table().fd,)
+
+    def acquire(self) -> None:
+        """A loader starts using this source: keep the shared table until it calls release()."""
+        self._users += 1
+        self._shared_table()
+
+    def release(self) -> None:
+        """A loader is done: the last one closes the table's descriptor (workers are gone)."""
+        self._users -= 1
+        if self._users <= 0 and self._table is not None:
+            self._table.close()
+            self._table = None
+
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_decoder"] = None
+        state["paths"] = self._shared_table()  # indexable like the list, a few bytes to pickle
+        state["_table"], state["_users"] = None, 0
+        state["_has_labels"], state["labels"] = self.labels is not None, None
         return state
 
     def worker_init(self) -> None:
+        if self.__dict__.pop("_has_labels", False):
+            self.labels = self.paths.column("labels")
         self._decoder = _Decoder(self.decode_threads)
 
     def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:

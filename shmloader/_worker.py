@@ -10,8 +10,10 @@ defined in a notebook or a script's ``__main__`` work.
 Each worker: reads a task (an epoch and items (slot, position, sample)), builds each sample's
 generator from ``(seed, epoch, sample)`` — the same whatever worker runs it — decodes straight
 into the slots (the samples of one video in one pass, when the source can), runs the transform
-in place, and answers with one DONE message (see NOTE [ Tasks and replies ] in ``_schedule``). A lifeline pipe, whose write end only
-the loader holds, ends the worker if the loader dies (see NOTE [ Shutdown ] in ``_pool``).
+in place, and answers with one DONE message (see NOTE [ Tasks and replies ] in ``_schedule``).
+A lifeline pipe, whose write end only the loader holds, ends the worker if the loader dies (see
+NOTE [ Shutdown ] in ``_pool``). What decord and FFmpeg print goes into the error of the sample
+that made them print (``_native_log``).
 """
 
 from __future__ import annotations
@@ -44,10 +46,12 @@ def _watch_lifeline(fd: int) -> None:
 
 
 def _error_payload(exc: BaseException) -> bytes:
+    from ._native_log import with_native_lines
+
     t = type(exc)
     info = {
         "type": t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}",
-        "message": str(exc),
+        "message": with_native_lines(str(exc)),
         "traceback": "".join(traceback.format_exception(exc)),
     }
     from ._protocol import MAX_ERROR_BYTES
@@ -76,6 +80,7 @@ def main(argv: list[str]) -> int:
     import cloudpickle  # noqa: F401  (registers what payload needs)
     import numpy as np
 
+    from . import _native_log as native_log
     from ._protocol import (DONE, FAILURE, MAX_TASK_ITEMS, OP_READ, ST_DONE, ST_READY, TASK, TASK_ITEM,
                             write_all)
     from ._ring import attach_views
@@ -88,7 +93,7 @@ def main(argv: list[str]) -> int:
     source, transform, seed = cfg["source"], cfg["transform"], cfg["seed"]
     decode_spec = cfg["scratch"]  # decode layout when the transform changes shapes, else None
     scratch: list[dict] = []  # one decode buffer per item of the largest task so far
-    read_many = getattr(source, "read_many", None)
+    native_log.capture()
     source.worker_init()
     write_all(done_fd, DONE.pack(ST_READY, 0, 0, 0.0))
 
@@ -106,51 +111,15 @@ def main(argv: list[str]) -> int:
         if any(slot >= nslots or pos >= batch_size for slot, pos, _ in items):
             return 0  # not from our loader; it sees this worker exit
         t0 = time.perf_counter()
-        outs = [{k: v[pos, ...] for k, v in slots[slot].items()} for slot, pos, _ in items]  # 0-d views too
+        native_log.take()  # forget what earlier samples printed
+        outs = Outs(slots, items)
         if decode_spec is None:
             decoded = outs
         else:
             while len(scratch) < count:
                 scratch.append({k: np.empty(shape, dtype) for k, (shape, dtype) in decode_spec.items()})
             decoded = scratch[:count]
-        samples = [sample for _, _, sample in items]
-        failed: dict[int, bytes] = {}
-
-        def rngs(indices):
-            return [np.random.default_rng((seed, epoch, samples[i])) for i in indices]
-
-        everything = range(count)
-        gens = rngs(everything)
-        try:
-            if read_many is not None:
-                read_many(samples, gens, decoded, (seed, epoch))
-            elif count == 1:
-                source.read(samples[0], gens[0], decoded[0])
-            else:
-                raise _ReadEach
-        except Exception as exc:
-            if count == 1:
-                failed[0] = _error_payload(exc)
-            else:  # which of them failed? read each on its own, from fresh generators
-                gens = rngs(everything)
-                for i in everything:
-                    try:
-                        if read_many is not None:
-                            read_many([samples[i]], [gens[i]], [decoded[i]], (seed, epoch))
-                        else:
-                            source.read(samples[i], gens[i], decoded[i])
-                    except Exception as exc:
-                        failed[i] = _error_payload(exc)
-        if transform is not None:
-            for i in everything:  # each transform continues its sample's generator
-                if i in failed:
-                    continue
-                try:
-                    mine = dict(decoded[i])  # it may replace entries instead of writing in place
-                    result = transform(mine, gens[i])
-                    _store(mine if result is None else result, outs[i])
-                except Exception as exc:  # reported to the loader, which raises or skips
-                    failed[i] = _error_payload(exc)
+        failed = _run(source, transform, items, Rngs(seed, epoch, items), outs, decoded, (seed, epoch))
         busy = time.perf_counter() - t0
         reply = [DONE.pack(ST_DONE, count, len(failed), busy)]
         for i, err in failed.items():
@@ -158,8 +127,102 @@ def main(argv: list[str]) -> int:
         write_all(done_fd, b"".join(reply))
 
 
-class _ReadEach(Exception):
-    """A source without read_many given several items: read them one by one."""
+class Rngs:
+    """Each item's generator, seeded by ``(seed, epoch, sample)``, made when first asked for (a
+    source of array rows never asks, and a generator costs more than reading a row)."""
+
+    __slots__ = ("_key", "_samples", "_made")
+
+    def __init__(self, seed: int, epoch: int, items: list[tuple[int, int, int]]) -> None:
+        self._key = (seed, epoch)
+        self._samples = [sample for _, _, sample in items]
+        self._made: dict[int, object] = {}
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def __getitem__(self, i: int):
+        g = self._made.get(i)
+        if g is None:
+            import numpy as np
+
+            g = self._made[i] = np.random.default_rng((*self._key, self._samples[i]))
+        return g
+
+    def fresh(self) -> "Rngs":
+        return Rngs(self._key[0], self._key[1], [(0, 0, s) for s in self._samples])
+
+
+class Outs:
+    """Each item's place in its slot, ``{field: array}``, made when first asked for. ``block``:
+    ``{field: array[n, ...]}`` over all the items at once when they are consecutive positions of
+    one slot (a run of a batch), for sources that fill many rows in one go; else None."""
+
+    __slots__ = ("_slots", "_items", "_made", "block")
+
+    def __init__(self, slots: list[dict], items: list[tuple[int, int, int]]) -> None:
+        self._slots = slots
+        self._items = items
+        self._made: dict[int, dict] = {}
+        slot, first = items[0][0], items[0][1]
+        run = all(s == slot and p == first + i for i, (s, p, _) in enumerate(items))
+        self.block = {k: v[first : first + len(items)] for k, v in slots[slot].items()} if run else None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i: int) -> dict:
+        d = self._made.get(i)
+        if d is None:
+            slot, pos, _ = self._items[i]
+            d = self._made[i] = {k: v[pos, ...] for k, v in self._slots[slot].items()}  # 0-d views too
+        return d
+
+
+def _run(source, transform, items, rngs, outs, decoded, epoch_key) -> dict[int, bytes]:
+    """Read (and transform) every item; return the error report of each that failed.
+
+    All items in one call to the source's ``read_many`` when it has one (the clips of a video in
+    one decode pass, rows in one gather); if that raises, each item is read on its own, from a
+    fresh generator, to find which failed. Items are independent: one failure costs no other.
+    """
+    count = len(items)
+    samples = [sample for _, _, sample in items]
+    read_many = getattr(source, "read_many", None)
+    failed: dict[int, bytes] = {}
+    whole = read_many is not None or count == 1
+    if whole:
+        try:
+            if read_many is not None:
+                read_many(samples, rngs, decoded, epoch_key)
+            else:
+                source.read(samples[0], rngs[0], decoded[0])
+        except Exception as exc:
+            if count == 1:
+                failed[0] = _error_payload(exc)
+            else:
+                whole = False
+                rngs = rngs.fresh()
+    if not whole:
+        for i in range(count):
+            try:
+                if read_many is not None:
+                    read_many([samples[i]], [rngs[i]], [decoded[i]], epoch_key)
+                else:
+                    source.read(samples[i], rngs[i], decoded[i])
+            except Exception as exc:
+                failed[i] = _error_payload(exc)
+    if transform is not None:
+        for i in range(count):  # each transform continues its sample's generator
+            if i in failed:
+                continue
+            try:
+                mine = dict(decoded[i])  # it may replace entries instead of writing in place
+                result = transform(mine, rngs[i])
+                _store(mine if result is None else result, outs[i])
+            except Exception as exc:  # reported to the loader, which raises or skips
+                failed[i] = _error_payload(exc)
+    return failed
 
 
 def _store(result, out) -> None:

@@ -67,8 +67,6 @@ def test_what_counts_as_native(line, native):
     assert is_native(line) is native
 
 
-@pytest.mark.xfail(strict=True, reason="needs capture()/take()/with_native_lines() wired into _worker.py "
-                                       "(see shmloader/_native_log.py); remove this marker then")
 def test_bad_file_reason_reaches_the_skip_warning_not_stderr(videos, tmp_path):
     paths, _ = videos
     bad = tmp_path / "bad.mp4"
