@@ -27,7 +27,7 @@ import numpy as np
 from ._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
 from ._plan import EpochPlan
 from ._pool import Worker, start_worker, stop_workers
-from ._protocol import DONE, FAILURE, MAX_ERROR_BYTES, ST_DONE, ST_READY, pack_task, write_all
+from ._protocol import ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
 from ._ring import Layout, Ring, memory_for_ring
 from ._schedule import Batch, Scheduler, Task, holding
 from ._source import Source, check_int
@@ -467,28 +467,14 @@ class Loader:
             w.buf += chunk
             if len(chunk) < _READ_BYTES:
                 break  # drained for now; epoll is level-triggered and wakes us for more
-        buf = w.buf
-        while len(buf) >= DONE.size:
-            status, count, nfail, busy = DONE.unpack_from(buf)
-            if nfail > count:
-                self._protocol_error(w, f"a reply with {nfail} failures for {count} items")
-            off, failures = DONE.size, {}
-            for _ in range(nfail):
-                if len(buf) < off + FAILURE.size:
-                    break
-                i, plen = FAILURE.unpack_from(buf, off)
-                if plen > MAX_ERROR_BYTES:
-                    self._protocol_error(w, f"an error report of {plen} bytes")
-                if i >= count or i in failures:
-                    self._protocol_error(w, f"a failure record for item {i} of {count}")
-                if len(buf) < off + FAILURE.size + plen:
-                    break
-                failures[i] = bytes(buf[off + FAILURE.size : off + FAILURE.size + plen])
-                off += FAILURE.size + plen
-            if len(failures) < nfail:
-                break  # the rest of this reply is still in the pipe
-            del buf[:off]
-            self._on_message(w, status, count, failures, busy)
+        while True:
+            try:
+                reply = take_reply(w.buf)
+            except ProtocolError as e:
+                self._protocol_error(w, str(e))
+            if reply is None:
+                break
+            self._on_message(w, *reply)
         if eof and w in self._workers:
             w.proc.wait()
             self._worker_lost(w, w.how_it_ended())

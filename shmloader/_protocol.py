@@ -32,6 +32,36 @@ FAILURE = struct.Struct("<II")
 MAX_ERROR_BYTES = 64 * 1024
 
 
+class ProtocolError(Exception):
+    """What a worker wrote is not a valid reply; the message says what it was."""
+
+
+def take_reply(buf: bytearray) -> tuple[int, int, dict[int, bytes], float] | None:
+    """The first whole reply in ``buf`` as (status, item count, failures, busy seconds), removed
+    from ``buf``; None while it is still incomplete. Raises ProtocolError on anything malformed
+    (counts out of range, an oversized error report), before buffering what it announces."""
+    if len(buf) < DONE.size:
+        return None
+    status, count, nfail, busy = DONE.unpack_from(buf)
+    if nfail > count:
+        raise ProtocolError(f"a reply with {nfail} failures for {count} items")
+    off, failures = DONE.size, {}
+    for _ in range(nfail):
+        if len(buf) < off + FAILURE.size:
+            return None
+        i, plen = FAILURE.unpack_from(buf, off)
+        if plen > MAX_ERROR_BYTES:
+            raise ProtocolError(f"an error report of {plen} bytes")
+        if i >= count or i in failures:
+            raise ProtocolError(f"a failure record for item {i} of {count}")
+        if len(buf) < off + FAILURE.size + plen:
+            return None
+        failures[i] = bytes(buf[off + FAILURE.size : off + FAILURE.size + plen])
+        off += FAILURE.size + plen
+    del buf[:off]
+    return status, count, failures, busy
+
+
 def pack_task(epoch: int, items: list[tuple[int, int, int]]) -> bytes:
     return TASK.pack(OP_READ, len(items), epoch) + b"".join(TASK_ITEM.pack(*item) for item in items)
 
