@@ -73,6 +73,8 @@ EVAL_TARGET = 8.0  # ms per video, 30 separate decodes / one pass: at least
 EVAL_SCALE = 128
 EVAL_CLIPS = 10
 EVAL_VIEWS = 3 * EVAL_CLIPS
+# Names per video in the evaluation list (see eval_names): more entries than one run visits.
+_EVAL_NAMES = 50
 
 # Texture added to the frame codes, +-38 levels: the codes keep a margin around read_codes'
 # threshold (light cells stay above ~120, dark ones below ~80) and the video gets ~500 kbit/s.
@@ -236,6 +238,23 @@ def anatomy(paths: list[str], side: int, gop: int, clip_len: int, frame_step: in
             "deliver_ms_per_frame": round(deliver, 3), "mean_frames_skipped_per_random_clip": round(skipped, 1),
             "random_clip_model_ms": round(med["open"] + skipped * skip + clip_len * deliver, 1),
             "clip_at_keyframe_model_ms": round(med["open"] + between * skip + clip_len * deliver, 1)}
+
+
+def eval_names(paths: list[str], copies: int) -> list[str]:
+    """Each video under ``copies`` names (symbolic links beside it, made once): an evaluation
+    list as long as a measurement needs in which every entry is a file not seen before, as in
+    an evaluation pass over distinct videos (per-path caches, such as the native size a worker
+    keeps for ``scale=``, never hit)."""
+    out = []
+    for c in range(copies):
+        for p in paths:
+            folder = os.path.join(os.path.dirname(p), "eval-names")
+            os.makedirs(folder, exist_ok=True)
+            link = os.path.join(folder, f"{c:03d}-{os.path.basename(p)}")
+            if not os.path.lexists(link):
+                os.symlink(os.path.join("..", os.path.basename(p)), link)
+            out.append(link)
+    return out
 
 
 # ------------------------------------------------------- clips, as the loader picks them
@@ -564,7 +583,7 @@ def plan(args, have_torch: bool) -> list[Row]:
     return rows
 
 
-def run_row(row: Row, rep: int, args, content: str, recipe: Recipe) -> dict:
+def run_row(row: Row, rep: int, args, content: str, recipe: Recipe, eval_recipe: Recipe) -> dict:
     res = Result(row.key, content, str(args.workers), rep)
     res.extra.update(label=row.label, clips_per_sample=row.clips, clips_per_video=row.clips_per_video)
     w = args.workers
@@ -572,15 +591,13 @@ def run_row(row: Row, rep: int, args, content: str, recipe: Recipe) -> dict:
         if row.kind == "alone":
             decode_alone("clips", recipe, row.clips_per_video, w, args.duration, res, 1)
         elif row.kind == "eval-alone":
-            decode_alone("eval", recipe, 1, w, args.duration, res, EVAL_VIEWS)
+            decode_alone("eval", eval_recipe, 1, w, args.duration, res, EVAL_VIEWS)
         else:
             if row.kind == "loader":
                 make = lambda: shm_pipeline(recipe, w, args.batch_size, **dict(row.options))  # noqa: E731
             elif row.kind == "eval-loader":
-                # Videos listed several times: an evaluation pass long enough to measure.
-                many = dataclasses.replace(recipe, paths=recipe.paths * 50)
                 side = (recipe.side, recipe.side)
-                make = lambda: shm_pipeline(many, w, args.eval_batch_size, evaluation=True,  # noqa: E731
+                make = lambda: shm_pipeline(eval_recipe, w, args.eval_batch_size, evaluation=True,  # noqa: E731
                                             crop=side, **dict(row.options))
             elif row.kind == "tf-map":
                 make = lambda: tf_map_pipeline(recipe, row.clips_per_video, args.batch_size)  # noqa: E731
@@ -593,13 +610,13 @@ def run_row(row: Row, rep: int, args, content: str, recipe: Recipe) -> dict:
     return dataclasses.asdict(res)
 
 
-def run_quietly(row: Row, rep: int, args, content: str, recipe: Recipe) -> dict:
+def run_quietly(row: Row, rep: int, args, content: str, recipe: Recipe, eval_recipe: Recipe) -> dict:
     """``run_row``, repeated up to ``--retries`` times while other programs load the machine."""
     best, attempts = None, 0
     for attempts in range(1, 2 + max(0, args.retries)):
         release_memory()
         t0 = time.perf_counter()
-        r = run_row(row, rep, args, content, recipe)
+        r = run_row(row, rep, args, content, recipe, eval_recipe)
         r["wall_s"] = time.perf_counter() - t0
         if best is None or r.get("other_cpu_pct", 0) < best.get("other_cpu_pct", 0):
             best = r
@@ -786,7 +803,9 @@ def standing_notes(args, have_torch: bool, why_no_torch: str | None) -> list[str
         "duration, no loader and no consumer (bench/limit.py's physical limit, for these clips).",
         "Evaluation, one pass: eval_loader(VideoClips(clips_per_sample=10, crop_at='three', scale="
         f"{EVAL_SCALE}, crop=({args.side}, {args.side}), sampling='uniform'), workers=W): one sample "
-        f"[30, T, H, W, 3] per video, the video list repeated so that a pass lasts the measured time. "
+        f"[30, T, H, W, 3] per video. The evaluation list holds each video under {_EVAL_NAMES} names "
+        "(symbolic links), so that a pass lasts the measured time and every entry is a first visit, as "
+        "in an evaluation over distinct files (per-path caches never hit, for both rows). "
         "Apart: the same 30 views in W spawned processes, one get_batch per view (each clip decoded "
         "once per crop, as 30 separate samples would be) on one reader per video (cheaper than a "
         "reader per view).",
@@ -794,7 +813,10 @@ def standing_notes(args, have_torch: bool, why_no_torch: str | None) -> list[str
     if have_torch:
         import torch
 
-        notes.append(f"torch {torch.__version__} from {os.path.dirname(os.path.dirname(torch.__file__))}; "
+        where = os.path.dirname(os.path.dirname(torch.__file__))
+        if where.startswith(ROOT + os.sep) and ".venv" not in where:  # a side install, e.g. pip --target
+            where = f"{os.path.relpath(where, ROOT)} (on PYTHONPATH)"
+        notes.append(f"torch {torch.__version__} from {where}; "
                      "DataLoader(num_workers=W, prefetch_factor=2) with forkserver workers, as in loaders.py.")
     elif why_no_torch:
         notes.append(f"torch DataLoader row left out: {why_no_torch}.")
@@ -844,13 +866,13 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
             err = [[m - s[k][metric]["min"] for m, k in zip(med, names)],
                    [s[k][metric]["max"] - m for m, k in zip(med, names)]]
             ax.barh(names, med, xerr=err, color=colors, capsize=3)
-            for y, v in enumerate(med):
-                ax.text(v, y, f" {v:.1f}", va="center", fontsize=8)
+            for y, (v, k) in enumerate(zip(med, names)):  # the median, right of the error bar
+                ax.text(s[k][metric]["max"], y, f"  {v:.1f}", va="center", fontsize=8)
             ax.invert_yaxis()
             ax.set_xlabel(what)
             ax.set_title(f"{content} videos: {what}", fontsize=9)
             ax.grid(axis="x", alpha=0.3)
-            ax.set_xlim(right=max(med) * 1.25 if med else None)
+            ax.set_xlim(right=max(s[k][metric]["max"] for k in names) * 1.2 if names else None)
         ev = [r["key"] for r in doc["rows"] if r["group"] == "evaluation" and r["key"] in s]
         ax = axes[i][2]
         if ev:
@@ -858,8 +880,9 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
             err = [[m - s[k]["ms_per_video"]["min"] for m, k in zip(med, ev)],
                    [s[k]["ms_per_video"]["max"] - m for m, k in zip(med, ev)]]
             ax.bar(ev, med, yerr=err, color=["tab:purple", "tab:gray"][: len(ev)], capsize=3)
-            for x, v in enumerate(med):
-                ax.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+            for x, (v, k) in enumerate(zip(med, ev)):
+                ax.text(x, s[k]["ms_per_video"]["max"], f"{v:.0f}\n", ha="center", va="bottom", fontsize=8)
+            ax.set_ylim(top=max(s[k]["ms_per_video"]["max"] for k in ev) * 1.15)
             ax.set_ylabel("ms per video (wall)")
             ax.set_title(f"{content}: 10 clips x 3 crops", fontsize=9)
             ax.grid(axis="y", alpha=0.3)
@@ -890,10 +913,12 @@ def main(argv: list[str]) -> int:
     have_torch = not args.no_peers and why_no_torch is None
     if why_no_torch and not args.no_peers:
         print(f"note: no torch DataLoader row: {why_no_torch}", file=sys.stderr)
-    videos, recipes = {}, {}
+    videos, recipes, eval_recipes = {}, {}, {}
     for content in args.contents:
         paths, videos[content] = make_recipe_videos(args, content)
         recipes[content] = Recipe(tuple(paths), args.clip_len, args.frame_step, args.side)
+        eval_recipes[content] = Recipe(tuple(eval_names(paths, _EVAL_NAMES)), args.clip_len, args.frame_step,
+                                       args.side)
         videos[content]["anatomy"] = anatomy(paths, args.side, args.gop, args.clip_len, args.frame_step)
     rows = plan(args, have_torch)
 
@@ -914,7 +939,7 @@ def main(argv: list[str]) -> int:
         for rep in range(args.reps):
             for content, row in order.sample(tasks, len(tasks)):
                 bar.set_description(f"rep {rep + 1}/{args.reps} {content} {row.key}")
-                r = run_quietly(row, rep, args, content, recipes[content])
+                r = run_quietly(row, rep, args, content, recipes[content], eval_recipes[content])
                 if r.get("error"):
                     tqdm.write(f"{content} {row.key}: {r['error']}")
                 runs.append(r)
