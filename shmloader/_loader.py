@@ -56,9 +56,12 @@ _READ_BYTES = 1 << 16
 _RING_MEMORY_SHARE = 0.5
 # Grouped sources: batches' worth of samples in one shuffle window by default (see _plan).
 _GROUP_WINDOW_BATCHES = 4
-# A batch goes to at most this many tasks (runs of positions; NOTE [ Tasks and replies ] in
-# _schedule): one per worker up to here, so a batch fills in parallel while the main process
-# pays a few replies per batch rather than one per sample, however many workers there are.
+# A batch goes out as runs of positions, one task and one reply each (NOTE [ Tasks and replies ]
+# in _schedule): one run per this many workers, at most _TASKS_PER_BATCH. Each reply wakes the
+# main process, and a wake-up alone costs ~0.1 ms of CPU on a VM: with up to 8 workers a whole
+# batch is one task (the workers fill different batches side by side); with more, splitting a
+# batch keeps the ring needed to keep them all busy (and its memory) 4x smaller.
+_WORKERS_PER_RUN = 8
 _TASKS_PER_BATCH = 4
 
 
@@ -122,7 +125,8 @@ class Loader:
         if nworkers > _usable_cpus():
             _log_once(f"workers={nworkers} is more than the {_usable_cpus()} CPUs this process may use: "
                       "they will share them")
-        self._run = -(-batch_size // min(batch_size, nworkers, _TASKS_PER_BATCH))
+        runs = min(batch_size, _TASKS_PER_BATCH, -(-nworkers // _WORKERS_PER_RUN))
+        self._run = -(-batch_size // runs)
         if slots is None:
             # A grouped source's shuffle window must fit in the ring besides the usual slots.
             window = -(-self._plan.window * group // batch_size) + 1 if group > 1 else 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import struct
 
+import numpy as np
+
 # loader -> worker: op, number of items, epoch; then that many TASK_ITEMs
 TASK = struct.Struct("<B3xIq")
 OP_READ = 1
@@ -62,8 +64,12 @@ def take_reply(buf: bytearray) -> tuple[int, int, dict[int, bytes], float] | Non
     return status, count, failures, busy
 
 
+_ITEMS = np.dtype([("slot", "<u4"), ("pos", "<u4"), ("sample", "<i8")])  # TASK_ITEM as an array
+assert _ITEMS.itemsize == TASK_ITEM.size
+
+
 def pack_task(epoch: int, items: list[tuple[int, int, int]]) -> bytes:
-    return TASK.pack(OP_READ, len(items), epoch) + b"".join(TASK_ITEM.pack(*item) for item in items)
+    return TASK.pack(OP_READ, len(items), epoch) + np.array(items, dtype=_ITEMS).tobytes()
 
 
 def write_all(fd: int, data: bytes) -> None:

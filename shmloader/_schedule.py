@@ -206,6 +206,12 @@ class Scheduler:
     def task_done(self, task: Task, failed: dict[int, str]) -> list[tuple[Task, int]]:
         """A worker answered ``task``; ``failed``: item index -> reason. Returns the failed
         items for the loader to raise on or skip (it knows the ``on_error`` policy)."""
+        if not failed:  # the usual case, once per reply: a count per batch, not a step per sample
+            items = task.items
+            b = items[0][0]
+            if items[-1][0] is b:  # a run of one batch
+                self._position_done(b, len(items))
+                return []
         bad = []
         for i, (b, pos, sample) in enumerate(task.items):
             if i in failed:
@@ -214,8 +220,8 @@ class Scheduler:
                 self._position_done(b)
         return bad
 
-    def _position_done(self, b: Batch) -> None:
-        b.pending -= 1
+    def _position_done(self, b: Batch, n: int = 1) -> None:
+        b.pending -= n
         if not b.pending:
             self._done.append(b)
 

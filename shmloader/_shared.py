@@ -66,12 +66,17 @@ class SharedArrays:
 class SharedStrings:
     """A list of strings as UTF-8 bytes and offsets in a shared segment; indexable like a list."""
 
-    def __init__(self, strings: list[str], extra: dict[str, np.ndarray] | None = None) -> None:
+    def __init__(self, encoded: tuple[np.ndarray, np.ndarray], extra: dict[str, np.ndarray] | None = None) -> None:
+        blob, ends = encoded
+        self.shared = SharedArrays({"blob": blob, "ends": ends, **(extra or {})}, "shmloader-table")
+        self._len = len(ends)
+
+    @staticmethod
+    def encode(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(UTF-8 bytes, end offsets) of ``strings``: the part of building a table that takes time."""
         encoded = [s.encode("utf-8", "surrogateescape") for s in strings]
         ends = np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)))
-        blob = np.frombuffer(b"".join(encoded) or b"\0", np.uint8)
-        self.shared = SharedArrays({"blob": blob, "ends": ends, **(extra or {})}, "shmloader-table")
-        self._len = len(strings)
+        return np.frombuffer(b"".join(encoded) or b"\0", np.uint8), ends
 
     @property
     def fd(self) -> int:

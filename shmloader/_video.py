@@ -194,6 +194,8 @@ class VideoClips:
         self.size = size  # the size frames are decoded at, when it is fixed
         self._decoder = None
         self._table: SharedStrings | None = None
+        # Encoded now, so that a loader over a million videos starts as fast as over eight.
+        self._encoded = SharedStrings.encode(self.paths)
         self._users = 0  # loaders holding the table (acquire/release)
 
     @classmethod
@@ -318,7 +320,7 @@ class VideoClips:
         its workers: each worker maps it instead of unpickling its own copy, so a worker's
         memory does not grow with the number of videos."""
         if self._table is None:
-            self._table = SharedStrings(self.paths, None if self.labels is None else {"labels": self.labels})
+            self._table = SharedStrings(self._encoded, None if self.labels is None else {"labels": self.labels})
         return self._table
 
     @property
@@ -342,7 +344,7 @@ class VideoClips:
         state = self.__dict__.copy()
         state["_decoder"] = None
         state["paths"] = self._shared_table()  # indexable like the list, a few bytes to pickle
-        state["_table"], state["_users"] = None, 0
+        state["_table"], state["_users"], state["_encoded"] = None, 0, None
         state["_has_labels"], state["labels"] = self.labels is not None, None
         return state
 

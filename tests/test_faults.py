@@ -166,7 +166,7 @@ def test_worker_hang_skip_mode_kills_replaces_and_goes_on():
         got = delivered(loader)
         stats = loader.stats()
         now = set(loader.worker_pids())
-    # Sample 7 shares a task with sample 6 (two tasks per batch of 4 for 2 workers): the task
+    # Sample 7 shares a task with samples 4-6 (a whole batch per task for 2 workers): the task
     # times out, its samples go again one by one, and sample 7 alone times out and is skipped.
     assert stats["skipped"] == 1 and stats["worker_restarts"] == 2
     assert len(now) == 2 and now != first  # hung workers were killed and replaced

@@ -35,8 +35,8 @@ def test_a_batch_is_a_few_tasks_and_delivers_the_same_as_one_worker():
         with shmloader.Loader(src, batch_size=8, workers=workers, shuffle=True, seed=2, epochs=2) as loader:
             runs[workers] = [{k: np.array(v) for k, v in b.items()} for b in loader]
             stats = loader.stats()
-        # one task per worker and batch (at most 4), not one per sample
-        assert stats["tasks"] == 16 * min(workers, 4) and stats["decoded"] == 128
+        # a whole batch per task with up to 8 workers, not one task per sample
+        assert stats["tasks"] == 16 and stats["decoded"] == 128
     for workers in (2, 3):
         for a, b in zip(runs[1], runs[workers]):
             np.testing.assert_array_equal(a["i"], b["i"])
@@ -48,7 +48,7 @@ def test_rows_of_an_array_source_come_in_one_gather_per_run():
     src = shmloader.ArraySource({"x": rows, "y": np.arange(1000)})
     with shmloader.Loader(src, batch_size=100, workers=2, shuffle=True, seed=0) as loader:
         got = [(np.array(b["x"]), np.array(b["y"])) for b in loader]
-        assert loader.stats()["tasks"] == 10 * 2
+        assert loader.stats()["tasks"] == 10
     order = np.concatenate([y for _, y in got])
     assert sorted(order) == list(range(1000))
     for x, y in got:
@@ -63,7 +63,7 @@ def fails_on_5(i, rng):
 
 def test_failure_in_the_middle_of_a_task_raises_naming_the_sample():
     src = shmloader.FunctionSource(fails_on_5, SPEC, 16, check=False)
-    with shmloader.Loader(src, batch_size=8, workers=2) as loader:  # tasks 0-3, 4-7, ...
+    with shmloader.Loader(src, batch_size=8, workers=2) as loader:  # tasks 0-7, 8-15
         with pytest.raises(shmloader.SampleError, match="sample 5 .*row 5 is damaged"):
             delivered(loader)
 
@@ -143,6 +143,7 @@ def test_64_workers_start_run_and_close_leaving_nothing(caplog):
             pids = loader.worker_pids()
             assert len(pids) == 64
             assert sorted(delivered(loader)) == list(range(256))
+            assert loader.stats()["tasks"] == 8 * 4  # 64 workers: each batch in 4 runs of 8
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
     cpus = len(os.sched_getaffinity(0))
     if cpus < 64:
