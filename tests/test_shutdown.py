@@ -203,9 +203,10 @@ def test_ring_larger_than_memory_fails_before_allocating(slots):
         shmloader.Loader(src, batch_size=64, workers=1, slots=slots)
 
 
-@pytest.mark.parametrize("memory_mib, slots", [(1024, 10), (16, 4), (1, 2)])
+@pytest.mark.parametrize("memory_mib, slots", [(1024, 12), (16, 4), (1, 2)])
 def test_default_ring_fits_the_memory(monkeypatch, caplog, memory_mib, slots):
-    """slots=None: the usual 10 slots of 2 MiB here, or as many as fit in half the memory the
+    """slots=None: the usual 12 slots of 2 MiB here (2 batches queued per worker, 6 held by the
+    consumer, one spare), or as many as fit in half the memory the
     ring may take (at least 2), said in a log line; an explicit slots= is taken as given."""
     caplog.set_level(logging.INFO, logger="shmloader")
     monkeypatch.setattr(shmloader._loader, "memory_for_ring", lambda shm_dir: memory_mib * 2**20)
@@ -215,7 +216,7 @@ def test_default_ring_fits_the_memory(monkeypatch, caplog, memory_mib, slots):
         assert loader.stats()["slots"] == slots
         assert sorted(int(x[0]) for b in loader for x in b["x"]) == list(range(8))  # and it runs
     said = [r.getMessage() for r in caplog.records if "ring slots" in r.getMessage()]
-    assert said == ([] if slots == 10 else [f"a batch takes 2.0 MiB: {slots} ring slots instead of the usual 10 "
+    assert said == ([] if slots == 12 else [f"a batch takes 2.0 MiB: {slots} ring slots instead of the usual 12 "
                                              "fit in 50% of the memory available; pass slots= to choose"])
-    with shmloader.Loader(src, batch_size=2, workers=2, slots=12) as loader:
-        assert loader.stats()["slots"] == 12
+    with shmloader.Loader(src, batch_size=2, workers=2, slots=14) as loader:
+        assert loader.stats()["slots"] == 14
