@@ -378,6 +378,11 @@ class VideoClips:
             reader = dec.reader(path, fixed)
             n = len(reader)
             pts = reader.get_frame_timestamp(np.arange(n)) if self.fps is not None else None
+            del reader
+            if native is not None:
+                # That was a native-size reader: gone before the scaled one decodes, or its
+                # thread would go on decoding ahead at full size beside it (measured: +75 %).
+                dec.release()
             shared_scale = None
             if self.scale is not None and self.group_clips and epoch_key is not None:
                 shared_scale = _draw_scale(np.random.default_rng((*epoch_key, v, 1)), self.scale)
@@ -494,7 +499,8 @@ class _Decoder:
     def native_size(self, path: str) -> tuple[int, int]:
         hw = self._sizes.get(path)
         if hw is None:
-            # next() reports the frame's size even for widths get_batch cannot copy (e.g. 96)
+            # next() reports the frame's size even for widths get_batch cannot copy (e.g. 96);
+            # it also sets the reader decoding ahead, so the caller releases it once done with it
             shape = self._open(path, None).next().shape
             hw = self._sizes[path] = (int(shape[0]), int(shape[1]))
             while len(self._sizes) > _SIZES_KEPT:
