@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench bench-recipes notebooks clean
+.PHONY: demo test bench bench-scale bench-recipes notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/cpu_vs_workers.py
+
+# main-process CPU per sample, rows vs tf.data, growth with workers, worker memory (issue #11)
+bench-scale: $(STAMP)
+	$(PY) bench/scale.py
 
 # several clips per decode pass on long-GOP videos (issue #10): bench/results/recipes-cpu2.*
 bench-recipes: $(STAMP)
