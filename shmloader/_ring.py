@@ -72,10 +72,11 @@ class Layout:
         slot_bytes = max(_PAGE, -(-offset // _PAGE) * _PAGE)
         return cls(batch_size, tuple(fields), slot_bytes)
 
-    def views(self, buf: np.ndarray) -> dict[str, np.ndarray]:
-        """Field arrays (leading batch axis) over one slot's ``uint8`` buffer."""
+    def views(self, buf: np.ndarray, n: int | None = None) -> dict[str, np.ndarray]:
+        """Field arrays (leading batch axis, the first ``n`` samples) over one slot's ``uint8`` buffer."""
+        n = self.batch_size if n is None else n
         return {
-            f.name: buf[f.offset : f.offset + f.nbytes].view(f.dtype).reshape((self.batch_size, *f.shape))
+            f.name: buf[f.offset : f.offset + f.nbytes * n // self.batch_size].view(f.dtype).reshape((n, *f.shape))
             for f in self.fields
         }
 
@@ -152,10 +153,10 @@ class Ring:
         """
         size = self.layout.slot_bytes
         buf = np.frombuffer(self._mm, np.uint8, count=size, offset=slot * size)
-        views = self.layout.views(buf)
+        out = self.layout.views(buf, n)
         weakref.finalize(buf, _release, self.released, self._waker, slot)
         del buf
-        return {k: v[:n] for k, v in views.items()}
+        return out
 
     def drain_wake(self) -> None:
         self._waker.drain()
