@@ -25,6 +25,8 @@ time, ``time.thread_time``) over plain iteration, top costs per batch. Writes
 ``<out>/<name>.json``, ``<out>/<name>.md`` and ``<out>/<name>.png``.
 
     python bench/scale.py                                    # the full run, ~6 minutes on 2 cores
+    python bench/scale.py --commit HEAD                      # shmloader as committed (a shared tree
+                                                             # may change under a long run)
     python bench/scale.py --reps 1 --duration 1 --rows 20000 --fake-paths 10000 \\
         --growth-workers 1,4 --name dev --out /tmp/scale      # seconds, for development
 """
@@ -79,6 +81,8 @@ _IDLE_CPU_S, _IDLE_QUIET_S, _IDLE_TIMEOUT_S = 0.003, 0.3, 20.0
 _IDLE_SETTLE_S = 0.5
 # A measured window holds at least this many ring's worth of batches (see _run_loader).
 _WINDOW_RINGS = 2
+# Set in the run that --commit starts: the commit its shmloader was archived from.
+_SNAPSHOT_ENV = "SCALE_BENCH_COMMIT"
 # Functions listed per profile.
 _PROFILE_TOP = 15
 
@@ -134,6 +138,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile", choices=("auto", "always", "never"), default="auto",
                    help="profile the main process when a target is missed (auto), always or never")
     p.add_argument("--profile-batches", type=int, default=12, help="batches profiled")
+    p.add_argument("--commit", default=None,
+                   help="measure shmloader as in this commit (a git archive of it), not the working tree")
     p.add_argument("--no-plots", action="store_true")
     args = p.parse_args(argv)
     if args.reps < 1 or args.duration <= 0 or args.min_batches < 1 or args.workers < 1:
@@ -597,6 +603,16 @@ def check_targets(runs: list[dict], summary: dict, args) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- profile
+def _where(file: str, line: int) -> str:
+    """``shmloader/_loader.py:336`` for the package measured (wherever it was imported from)."""
+    import shmloader
+
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(shmloader.__file__)))
+    if file.startswith(parent + os.sep):
+        return f"{os.path.relpath(file, parent)}:{line}"
+    return f"{os.path.basename(file)}:{line}"
+
+
 def profile_plain(ctx: dict, what: str, args) -> dict:
     """cProfile of the main thread's CPU time (``time.thread_time``) over plain iteration: the
     consumer's thread is the only one working in plain iteration. The profiler slows every call
@@ -639,8 +655,7 @@ def profile_plain(ctx: dict, what: str, args) -> dict:
     st = pstats.Stats(prof)
     rows = []
     for (file, line, func), (cc, nc, tt, ct, _) in st.stats.items():
-        where = f"{os.path.relpath(file, ROOT) if file.startswith(ROOT) else os.path.basename(file)}:{line}"
-        rows.append({"function": f"{func} ({where})", "calls_per_batch": nc / nb,
+        rows.append({"function": f"{func} ({_where(file, line)})", "calls_per_batch": nc / nb,
                      "self_us_per_batch": 1e6 * tt / nb, "cum_us_per_batch": 1e6 * ct / nb})
     rows.sort(key=lambda r: -r["self_us_per_batch"])
     return {"what": what, "batch_size": batch, "batches": nb, "thread_cpu_us_per_batch": 1e6 * total / nb,
@@ -648,6 +663,34 @@ def profile_plain(ctx: dict, what: str, args) -> dict:
             "top_cumulative": sorted(rows, key=lambda r: -r["cum_us_per_batch"])[:_PROFILE_TOP],
             "top_cumulative_shmloader": sorted((r for r in rows if "shmloader/" in r["function"]),
                                                key=lambda r: -r["cum_us_per_batch"])[:_PROFILE_TOP]}
+
+
+def profile_first_batch(ctx: dict, which: str, args) -> dict:
+    """cProfile, wall clock, of the main process from ``Loader()`` to the first batch of a memory
+    run's loader: where the time to first batch goes (the workers' own start-up shows as waiting)."""
+    import shmloader
+
+    source = ctx["mem_sources"][which]
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    loader = shmloader.Loader(source, batch_size=_MEM_BATCH, workers=args.workers, shuffle=False,
+                              epochs=1, slots=_MEM_SLOTS)
+    try:
+        it = iter(loader)
+        next(it)
+        prof.disable()
+        wall = time.perf_counter() - t0
+        it = None
+    finally:
+        prof.disable()
+        loader.close()
+    rows = []
+    for (file, line, func), (cc, nc, tt, ct, _) in pstats.Stats(prof).stats.items():
+        rows.append({"function": f"{func} ({_where(file, line)})", "calls": nc, "self_ms": 1e3 * tt, "cum_ms": 1e3 * ct})
+    return {"paths": len(source.paths), "wall_s": wall,
+            "top_cumulative": sorted(rows, key=lambda r: -r["cum_ms"])[:_PROFILE_TOP],
+            "top_self": sorted(rows, key=lambda r: -r["self_ms"])[:_PROFILE_TOP]}
 
 
 # ---------------------------------------------------------------------------- report
@@ -768,6 +811,14 @@ def markdown(doc: dict) -> str:
             lines.append(f"| `{r['function']}` | {r['calls_per_batch']:.1f} | {r['self_us_per_batch']:.0f} | "
                          f"{r['cum_us_per_batch']:.0f} |")
         lines.append("")
+    for p in doc.get("profiles_first_batch", []):
+        lines += [f"## Profile: Loader() to first batch, {p['paths']} paths "
+                  f"({p['wall_s']:.2f} s under the profiler)", "",
+                  "Wall clock (cProfile's default timer): waiting for the workers shows as `select`/`poll`.", "",
+                  "| function (cumulative) | calls | self ms | cumulative ms |", "|---|---|---|---|"]
+        for r in p["top_cumulative"]:
+            lines.append(f"| `{r['function']}` | {r['calls']} | {r['self_ms']:.1f} | {r['cum_ms']:.1f} |")
+        lines.append("")
     if doc["notes"]:
         lines += ["## Notes", ""] + [f"- {n}" for n in doc["notes"]] + [""]
     if doc.get("plots"):
@@ -832,6 +883,7 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
             ax.bar(range(len(cfgs)), med, yerr=[lo, hi], capsize=3,
                    color=["tab:blue" if c.startswith("shm") else "tab:gray" for c in cfgs])
             ax.set_yscale("log")
+            ax.set_ylim(bottom=min(med) / 4)  # every bar visibly starts from the same floor
             ax.set_xticks(range(len(cfgs)), [c.replace(" ", "\n") for c in cfgs], fontsize=8)
             ax.set_ylabel("rows/s")
             ax.set_title(f"{doc['config']['row_bytes']} B rows, batch {doc['config']['rows_batch']}, shuffled",
@@ -847,32 +899,76 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ main
-def code_state() -> dict:
-    """Which shmloader was measured: the commit, and a digest of the package as it is on disk
-    (a run on uncommitted changes says so)."""
-    def git(*a):
-        try:
-            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout
-        except (OSError, subprocess.SubprocessError):
-            return ""
+def _git(*a: str, text: bool = True):
+    try:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=text, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "" if text else b""
 
+
+def _package_digest(folder: str) -> str:
+    """sha256 over the package's ``*.py`` files (name and content, sorted by name)."""
     digest = hashlib.sha256()
-    pkg = os.path.join(ROOT, "shmloader")
-    for f in sorted(os.listdir(pkg)):
+    for f in sorted(os.listdir(folder)):
         if f.endswith(".py"):
-            with open(os.path.join(pkg, f), "rb") as fh:
+            with open(os.path.join(folder, f), "rb") as fh:
                 digest.update(f.encode() + b"\0" + fh.read())
-    commit = git("rev-parse", "--short", "HEAD").strip()
-    dirty = [line[3:] for line in git("status", "--porcelain", "--", "shmloader").splitlines() if line]
-    sha = digest.hexdigest()[:12]
-    changes = f" with uncommitted changes to {', '.join(dirty)}" if dirty else ""
-    describe = f"commit {commit}{changes} (shmloader/*.py sha256 {sha})"
-    return {"commit": commit, "dirty": dirty, "package_sha256": sha, "describe": describe}
+    return digest.hexdigest()[:12]
+
+
+def _commit_digest(rev: str) -> str:
+    digest = hashlib.sha256()
+    names = sorted(n for n in _git("ls-tree", "--name-only", rev, "shmloader/").split() if n.endswith(".py"))
+    for n in names:
+        digest.update(os.path.basename(n).encode() + b"\0" + _git("show", f"{rev}:{n}", text=False))
+    return digest.hexdigest()[:12]
+
+
+def code_state() -> dict:
+    """Which shmloader this process imported (and its workers import: they find the same folder),
+    as a digest of its files, and whether that is exactly the repository's HEAD commit."""
+    import shmloader
+
+    folder = os.path.dirname(os.path.abspath(shmloader.__file__))
+    sha = _package_digest(folder)
+    commit = _git("rev-parse", "--short", "HEAD").strip()
+    snapshot = os.environ.get(_SNAPSHOT_ENV)
+    if snapshot:
+        head = _commit_digest(snapshot)
+        where = f"commit {snapshot}" + ("" if head == sha else " (?? the files differ from it)")
+        where += " exactly, run from a `git archive` of it (`--commit`)"
+    elif _commit_digest("HEAD") == sha:
+        where = f"commit {commit} exactly (the working tree's shmloader/ matched it)"
+    else:
+        dirty = [line[3:] for line in _git("status", "--porcelain", "--", "shmloader").splitlines() if line]
+        where = f"commit {commit} with uncommitted changes to {', '.join(dirty) or '(files not in git)'}"
+    return {"commit": snapshot or commit, "package": folder, "package_sha256": sha,
+            "describe": f"shmloader at {where} (shmloader/*.py sha256 {sha})"}
+
+
+def _run_at_commit(rev: str, argv: list[str]) -> int:
+    """Run this script again against shmloader as it is in commit ``rev``: ``git archive`` of
+    its shmloader/ into a temporary folder first on PYTHONPATH (the workers find the package
+    next to the one the main process imported). Others may edit the working tree meanwhile."""
+    import tempfile
+
+    full = _git("rev-parse", "--verify", f"{rev}^{{commit}}").strip()
+    if not full:
+        raise SystemExit(f"--commit {rev}: not a commit of {ROOT}")
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
+        archive = subprocess.run(["git", "archive", full, "shmloader"], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([tmp, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        env[_SNAPSHOT_ENV] = full[:7]
+        return subprocess.run([sys.executable, os.path.abspath(__file__), *argv], env=env).returncode
 
 
 def main(argv: list[str]) -> int:
     global SLEEP_S
     args = parse_args(argv)
+    if args.commit and not os.environ.get(_SNAPSHOT_ENV):
+        return _run_at_commit(args.commit, argv)
+    code = code_state()
     SLEEP_S = args.sleep_ms / 1e3
     t_start = time.perf_counter()
     from measure import machine_info
@@ -905,7 +1001,7 @@ def main(argv: list[str]) -> int:
 
     summary = summarize(runs, blocks)
     doc = {"name": args.name, "command": " ".join(shlex.quote(a) for a in ["python", "bench/scale.py", *argv]),
-           "machine": machine, "code": code_state(), "config": dict(vars(args)), "summary": summary,
+           "machine": machine, "code": code, "config": dict(vars(args)), "summary": summary,
            "targets": [], "profiles": [], "runs": runs, "notes": notes}
     doc["targets"] = check_targets(runs, summary, args)
     # A missed main-process target gets a profile of its plain iteration (a memory target
@@ -915,6 +1011,15 @@ def main(argv: list[str]) -> int:
         if what in args.experiments and (args.profile == "always" or (args.profile == "auto" and what in missed)):
             print(f"profiling plain iteration: {what}", flush=True)
             doc["profiles"].append(profile_plain(ctx, what, args))
+    wants_memory = args.profile == "always" or (args.profile == "auto" and "memory" in missed)
+    if "memory" in args.experiments and wants_memory:
+        print("profiling Loader() to first batch: memory", flush=True)
+        doc["profiles_first_batch"] = [profile_first_batch(ctx, which, args) for which in ("small", "large")]
+    after = code_state()
+    if after["package_sha256"] != code["package_sha256"]:
+        notes.append(f"shmloader's files changed during the run ({code['package_sha256']} -> "
+                     f"{after['package_sha256']}): workers started later imported other code. Run again, "
+                     "or with --commit.")
     errors = [r for r in runs if r["error"]]
     if errors:
         notes.append(f"{len(errors)} run(s) failed: " + "; ".join(f"{r['experiment']} {r['config']}: {r['error']}"
