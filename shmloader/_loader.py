@@ -103,7 +103,6 @@ class Loader:
         self._source = source
         self._cpus = sorted(os.sched_getaffinity(0)) if pin_workers else None
         self._batch_size = batch_size
-        self._epochs = epochs
         self._drop_remainder = drop_remainder
         self._ordered = ordered
         self._on_error = on_error

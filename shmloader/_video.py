@@ -312,9 +312,6 @@ class VideoClips:
         v, c = divmod(index, self.clips_per_video)
         return f"{self.paths[v]!r}, clip {c}" if self.clips_per_video > 1 else repr(self.paths[v])
 
-    def clip_span(self) -> int:
-        return (self.clip_len - 1) * self.frame_step + 1
-
     def _shared_table(self) -> SharedStrings:
         """Paths and labels in one shared segment, made when a loader first sends this source to
         its workers: each worker maps it instead of unpickling its own copy, so a worker's
@@ -445,14 +442,14 @@ def _draw_scale(rng: np.random.Generator, scale: tuple[int, int]) -> int:
 
 
 def _native_size(path: str) -> tuple[int, int]:
-    import decord
-
+    """The first video's size, read in the main process the way a worker reads it."""
+    decoder = _Decoder(1)
     try:
-        # next() reports the frame's size even for widths get_batch cannot copy (e.g. 96)
-        shape = (1, *decord.VideoReader(path, num_threads=1).next().shape)
+        return decoder.native_size(path)
     except Exception as e:
         raise ValueError(f"size=None: cannot read the native size of {path!r}: {e}") from e
-    return int(shape[1]), int(shape[2])
+    finally:
+        decoder.release()
 
 
 class _Decoder:

@@ -119,7 +119,7 @@ def main(argv: list[str]) -> int:
             while len(scratch) < count:
                 scratch.append({k: np.empty(shape, dtype) for k, (shape, dtype) in decode_spec.items()})
             decoded = scratch[:count]
-        failed = _run(source, transform, items, Rngs(seed, epoch, items), outs, decoded, (seed, epoch))
+        failed = _run(source, transform, items, seed, epoch, outs, decoded)
         busy = time.perf_counter() - t0
         reply = [DONE.pack(ST_DONE, count, len(failed), busy)]
         for i, err in failed.items():
@@ -133,9 +133,9 @@ class Rngs:
 
     __slots__ = ("_key", "_samples", "_made")
 
-    def __init__(self, seed: int, epoch: int, items: list[tuple[int, int, int]]) -> None:
+    def __init__(self, seed: int, epoch: int, samples: list[int]) -> None:
         self._key = (seed, epoch)
-        self._samples = [sample for _, _, sample in items]
+        self._samples = samples
         self._made: dict[int, object] = {}
 
     def __len__(self) -> int:
@@ -150,7 +150,7 @@ class Rngs:
         return g
 
     def fresh(self) -> "Rngs":
-        return Rngs(self._key[0], self._key[1], [(0, 0, s) for s in self._samples])
+        return Rngs(*self._key, self._samples)
 
 
 class Outs:
@@ -179,7 +179,7 @@ class Outs:
         return d
 
 
-def _run(source, transform, items, rngs, outs, decoded, epoch_key) -> dict[int, bytes]:
+def _run(source, transform, items, seed, epoch, outs, decoded) -> dict[int, bytes]:
     """Read (and transform) every item; return the error report of each that failed.
 
     All items in one call to the source's ``read_many`` when it has one (the clips of a video in
@@ -188,6 +188,7 @@ def _run(source, transform, items, rngs, outs, decoded, epoch_key) -> dict[int, 
     """
     count = len(items)
     samples = [sample for _, _, sample in items]
+    rngs, epoch_key = Rngs(seed, epoch, samples), (seed, epoch)
     read_many = getattr(source, "read_many", None)
     failed: dict[int, bytes] = {}
     whole = read_many is not None or count == 1
