@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench bench-scale bench-recipes notebooks clean
+.PHONY: demo test bench bench-peers peers bench-scale bench-recipes notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,20 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/cpu_vs_workers.py
+
+# The peers of issue #12 (grain, SPDL, torchcodec with CPU torch) in the venv, for `make bench`;
+# not needed by `make test`. SPDL also needs FFmpeg 5's shared libraries (Debian's packages below).
+SPDL_LIBS := libavcodec59 libavformat59 libavfilter8 libswscale6 libavdevice59
+peers: $(STAMP)
+	$(PY) -m pip install --quiet torch==2.13.0 'torchcodec==0.13.*' grain spdl
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y -q $(SPDL_LIBS) >/dev/null || echo "SPDL: apt-get install $(SPDL_LIBS) failed"; \
+	else echo "SPDL needs FFmpeg 5's shared libraries: apt-get install $(SPDL_LIBS)"; fi
+
+# every loader and peer on the frame-code videos (cpu2) and on textured ones (cpu2-textured)
+bench-peers: peers
+	$(PY) bench/cpu_vs_workers.py
+	$(PY) bench/cpu_vs_workers.py --content textured --experiments '' --name cpu2-textured
 
 # main-process CPU per sample, rows vs tf.data, growth with workers, worker memory (issue #11)
 bench-scale: $(STAMP)

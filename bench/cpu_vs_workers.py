@@ -30,7 +30,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-ALL_LOADERS = ("naive", "tf-map", "threads", "torch", "videoloader", "shmloader", "limit")
+ALL_LOADERS = ("naive", "tf-map", "threads", "torch", "videoloader", "shmloader", "limit",
+               "tfrecord-jpeg", "tfrecord-raw", "grain", "grain-default", "spdl", "torchcodec")
+PEERS = ALL_LOADERS[7:]  # optional (issue #12): each skipped with its reason when it cannot run
 ALL_WORKLOADS = ("short", "large", "python")
 ALL_EXPERIMENTS = ("producers", "titer")
 
@@ -89,6 +91,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--video-frames", type=int, default=64)
     p.add_argument("--video-size", type=_size, default=(240, 320), help="HxW of synthetic videos")
     p.add_argument("--codec", default="libx264", choices=("libx264", "mpeg4"))
+    p.add_argument("--content", default="codes", choices=("codes", "textured"),
+                   help="synthetic videos: flat frame codes (cheap to decode, tiny files) or the codes "
+                        "over a panning texture with noise (~web-video bit rate)")
     p.add_argument("--sim-scale", type=float, default=0.1,
                    help="scale of the simulated times (1.0: producer 1 s, consumer 0.2 s per item)")
     p.add_argument("--sim-items", type=int, default=8,
@@ -130,13 +135,15 @@ def plan(args) -> list[list[Task]]:
     """Blocks of tasks. Loaders that are compared with each other (same workload, same W) share
     a block and run back to back, so they see the same spell of the shared machine."""
     from loaders import FIXED_PARALLELISM
+    from peers import PEER_FIXED
 
+    fixed = {**FIXED_PARALLELISM, **PEER_FIXED}
     blocks = []
     for wl in args.workloads:
         for w in args.workers:
             block = []
             for name in args.loaders:
-                if name not in FIXED_PARALLELISM:
+                if name not in fixed:
                     block.append(Task("limit" if name == "limit" else "loader", name, wl, w))
                 elif w == max(args.workers):  # one run per workload, beside the widest W
                     block.append(Task("loader", name, wl, 1))
@@ -152,7 +159,13 @@ def plan(args) -> list[list[Task]]:
 
 def skip_unavailable(args, notes: list[str]) -> None:
     from loaders import torch_missing
+    from peers import missing
 
+    for name in [n for n in args.loaders if n in PEERS]:
+        if why := missing(name):
+            print(f"note: skipping {name}: {why}", file=sys.stderr)
+            notes.append(f"{name} skipped: {why}")
+            args.loaders.remove(name)
     if "torch" in args.loaders and (why := torch_missing()):
         print(f"note: skipping the torch DataLoader: {why}", file=sys.stderr)
         notes.append(f"torch DataLoader skipped: {why}")
@@ -167,6 +180,18 @@ def skip_unavailable(args, notes: list[str]) -> None:
             args.loaders.remove("videoloader")
 
 
+def convert_tfrecords(args, clips, workloads: dict) -> None:
+    """The TFRecord route's one-off conversion, before any run (cached: see ``tfrecord``)."""
+    import tfrecord
+
+    for name in ("tfrecord-jpeg", "tfrecord-raw"):
+        if name in args.loaders:
+            for wl in args.workloads:
+                info = tfrecord.convert(clips, workloads[wl], name.split("-")[1])
+                print(f"{name} {wl}: {info['about']}, {info['bytes'] / 2**20:.1f} MiB, "
+                      f"converted in {info['conversion_s']:.1f} s", file=sys.stderr)
+
+
 def start_forkserver() -> None:
     """Start the forkserver now, with the worker-side modules preloaded.
 
@@ -175,7 +200,8 @@ def start_forkserver() -> None:
     """
     import multiprocessing as mp
 
-    mp.set_forkserver_preload(["numpy", "decord", "torch", "workloads", "loaders"])
+    mp.set_forkserver_preload(["numpy", "decord", "torch", "torchcodec.decoders", "workloads", "loaders",
+                               "peers"])
     ctx = mp.get_context("forkserver")
     p = ctx.Process(target=int)
     p.start()
@@ -193,7 +219,6 @@ def start_forkserver() -> None:
 def run_task(task: Task, rep: int, args, clips, workloads: dict) -> dict:
     import experiments
     import limit
-    from loaders import LOADERS
     from measure import Result, run_pipeline
 
     scale = args.sim_scale
@@ -208,18 +233,22 @@ def run_task(task: Task, rep: int, args, clips, workloads: dict) -> dict:
             r = experiments.t_iter(task.name, task.workers, t_cpu, T_GPU_S * scale, args.sim_items, rep)
         return dataclasses.asdict(r)
     wl = workloads[task.workload]
-    from loaders import FIXED_PARALLELISM
+    from loaders import FIXED_PARALLELISM, LOADERS
+    from peers import PEER_FIXED
+    from peers import PEERS as PEER_LOADERS
+    from workloads import check_frames
 
-    workers = FIXED_PARALLELISM.get(task.name, str(task.workers))
+    workers = {**FIXED_PARALLELISM, **PEER_FIXED}.get(task.name, str(task.workers))
     res = Result(task.name, wl.name, workers, rep)
     try:
         if task.kind == "limit":
             limit.physical_limit(clips, wl, task.workers, args.duration, res, pin=args.pin)
         else:
-            make = LOADERS[task.name]
+            make = {**LOADERS, **PEER_LOADERS}[task.name]
+            check = None if args.videos else lambda video, labels: check_frames(video, labels, clips, wl)
             run_pipeline(lambda: make(clips, wl, task.workers, args.batch_size, pin=args.pin), res,
                          clip_len=wl.clip_len, clip_bytes=wl.clip_bytes, duration=args.duration,
-                         warmup=args.warmup, min_batches=args.min_batches)
+                         warmup=args.warmup, min_batches=args.min_batches, check=check)
     except Exception as e:  # one broken loader must not lose the others' results
         res.error = f"{type(e).__name__}: {e}"
     return dataclasses.asdict(res)
@@ -266,12 +295,17 @@ def main(argv: list[str]) -> int:
         videos = {"folder": args.videos, "count": len(clips.paths), "about": "files given by --videos"}
     else:
         h, w = args.video_size
-        clips = make_clipset(args.cache, args.video_count, args.video_frames, args.video_size, args.codec)
-        videos = {"folder": os.path.relpath(args.cache, ROOT), "count": len(clips.paths),
-                  "about": f"{args.video_frames} frames {h}x{w} {args.codec} (shmloader._samples.make_videos)"}
+        clips = make_clipset(args.cache, args.video_count, args.video_frames, args.video_size, args.codec,
+                             args.content)
+        kbps = sum(os.path.getsize(p) for p in clips.paths) * 8 / 1e3 / (len(clips.paths) * args.video_frames / 25)
+        maker = ("shmloader._samples.make_videos" if args.content == "codes"
+                 else "frame codes over a panning texture with noise, workloads.write_textured")
+        videos = {"folder": os.path.relpath(os.path.dirname(clips.paths[0]), ROOT), "count": len(clips.paths),
+                  "about": f"{args.video_frames} frames {h}x{w} {args.codec}, {kbps:.0f} kbit/s ({maker})"}
     workloads = default_workloads(args.clip_len, args.small, args.large, args.py_iters)
     skip_unavailable(args, notes)
     blocks = plan(args)
+    convert_tfrecords(args, clips, workloads)
 
     # Paid once, outside every measurement: TensorFlow's import and the forkserver's start.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -347,6 +381,28 @@ def standing_notes(args) -> list[str]:
         "loader and no consumer, default environment; the python workload's transform is part of "
         "its work.",
     ]
+    peer_notes = {
+        "tfrecord-jpeg": "tfrecord-jpeg† / tfrecord-raw†: the clips converted once into TFRecord (JPEG quality 90 "
+                         "per frame, or raw uint8 at the workload's size; see the disk table), read with "
+                         "TFRecordDataset(num_parallel_reads=AUTOTUNE).repeat().shuffle(96).map(parse + "
+                         "decode_jpeg or decode_raw, AUTOTUNE).batch.prefetch: all in TensorFlow's C++ threads "
+                         "of the main process (the python workload's transform as a numpy_function there). "
+                         "Fixed clips: each epoch reads the same 96 clips in a new order (W = auto).",
+        "grain": "grain: grain.DataLoader(worker_count=W, read_options=ReadOptions(num_threads=1)), "
+                 "SequentialSampler over the same (epoch, sample) stream, Batch in the workers (spawned "
+                 "processes); grain-default: ReadOptions() as it comes, 16 read threads per worker.",
+        "spdl": "spdl: PipelineBuilder().add_source(keys).pipe(decode, concurrency=W).aggregate(B).pipe(stack)"
+                ".build(num_threads=W); decode = spdl.io.demux_video(path, timestamp=clip window ± half a "
+                "frame) + decode_packets(scale filter, decoder threads=1) + convert_frames: frames chosen by "
+                "timestamp. Threads of the main process (FFmpeg releases the GIL).",
+        "torchcodec": "torchcodec: torch DataLoader(num_workers=W) as for torch, decoding with "
+                      "torchcodec.decoders.VideoDecoder(dimension_order='NHWC', num_ffmpeg_threads=1, "
+                      "seek_mode='approximate', transforms=[Resize(size)]) and get_frames_at (its resize "
+                      "differs from decord's by about one grey level).",
+    }
+    for name, note in peer_notes.items():
+        if name in args.loaders or (name == "tfrecord-jpeg" and "tfrecord-raw" in args.loaders):
+            notes.append(note)
     if args.pin:
         notes.append("--pin: worker process i of shmloader (Loader(pin_workers=True) where the installed "
                      "shmloader has it), torch and the physical limit runs on core i, with all its "

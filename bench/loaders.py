@@ -43,6 +43,7 @@ class Pipeline:
     pids: Callable[[], list[int]] = lambda: []
     teardown: list[Callable[[], None]] = field(default_factory=list)
     stats: Callable[[], dict] | None = None
+    disk: dict | None = None  # the TFRecord route's files: bytes, source_bytes, conversion_s
 
     def __next__(self) -> dict:
         return next(self.batches)
@@ -215,19 +216,20 @@ def torch_missing() -> str | None:
 
 
 def torch_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
-                 pin: bool = False) -> Pipeline:
+                 pin: bool = False, dataset=None) -> Pipeline:
     """``torch.utils.data.DataLoader(num_workers=workers)`` with forkserver workers.
 
     Not the Linux default, fork: forking a process that runs TensorFlow's thread pools is
     unsafe. The forkserver (started by the CLI) preloads torch and decord, so workers start
-    about as fast as forked ones; spawn would import torch afresh in each.
+    about as fast as forked ones; spawn would import torch afresh in each. ``dataset`` replaces
+    the decord dataset (``peers.torchcodec_loader``).
     """
     import multiprocessing as mp
 
     from torch.utils.data import DataLoader
 
     stop = threading.Event()
-    dl = DataLoader(_TorchClips(clips, wl), batch_size=batch_size, sampler=_EndlessKeys(len(clips)),
+    dl = DataLoader(dataset or _TorchClips(clips, wl), batch_size=batch_size, sampler=_EndlessKeys(len(clips)),
                     num_workers=workers, multiprocessing_context=mp.get_context("forkserver"),
                     drop_last=True, prefetch_factor=2)
     dl_iter = iter(dl)  # starts the workers

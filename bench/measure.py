@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import psutil
 
 # Children of ours that belong to no loader: multiprocessing's forkserver and resource tracker.
@@ -168,6 +169,8 @@ class Result:
     peak_main_rss_mib: float = 0.0
     added_rss_mib: float = 0.0  # peak (main + children) less main's RSS before the run
     first_batch_s: float = 0.0
+    frames_bad: float = float("nan")  # clips of the first batch that are not the frames asked for
+    frame_mad: float = float("nan")  # largest mean |difference| from decord's frames, grey levels
     wall_s: float = 0.0  # the whole run: start-up, warm-up, measuring, closing
     attempts: int = 1  # runs made; more than one when other load spoilt the earlier ones
     error: str | None = None
@@ -225,8 +228,11 @@ def touch(batch) -> int:
 
 
 def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration: float,
-                 warmup: int, min_batches: int) -> Result:
+                 warmup: int, min_batches: int, check=None) -> Result:
     """Build a pipeline with ``make()``, time its first batch, then measure ``duration`` s.
+
+    ``check(video, labels) -> (bad clips, largest difference)`` looks at the first batch once
+    the pipeline is closed (outside every measurement).
 
     Holds no reference to the tf.data iterator besides the pipeline's own, so that
     ``close`` can drop it (see NOTE [ Closing a from_generator pipeline ] in ``loaders``).
@@ -236,8 +242,10 @@ def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration:
         pipe = make()
         sampler.pids = pipe.pids
         try:
-            touch(next(pipe))
+            first = next(pipe)
+            touch(first)
             res.first_batch_s = time.perf_counter() - t0
+            first = {k: np.array(v) for k, v in first.items()} if check else None
             for _ in range(warmup):
                 touch(next(pipe))
             a = sampler.window_start()
@@ -255,6 +263,10 @@ def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration:
             t1 = time.perf_counter()
             pipe.close()
             res.extra["close_s"] = round(time.perf_counter() - t1, 3)
+    if pipe.disk is not None:
+        res.extra["disk"] = {k: v for k, v in pipe.disk.items() if k != "files"}
+    if check is not None:
+        res.frames_bad, res.frame_mad = check(first["video"], first["label"])
     return res
 
 
@@ -292,6 +304,9 @@ def machine_info() -> dict:
         "decord": version("decord2") or version("decord"),
         "tensorflow": version("tensorflow-cpu") or version("tensorflow"),
         "torch": version("torch"),
+        "torchcodec": version("torchcodec"),
+        "grain": version("grain"),
+        "spdl": version("spdl_io") or version("spdl"),
         "shmloader": version("shmloader"),
         "psutil": psutil.__version__,
     }

@@ -57,6 +57,7 @@ import numpy as np
 from cpu_vs_workers import _ints, _names, _size, release_memory
 from measure import Result, Sampler, machine_info, touch, window_result
 from report import spread
+from workloads import write_textured
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -75,10 +76,6 @@ EVAL_CLIPS = 10
 EVAL_VIEWS = 3 * EVAL_CLIPS
 # Names per video in the evaluation list (see eval_names): more entries than one run visits.
 _EVAL_NAMES = 50
-
-# Texture added to the frame codes, +-38 levels: the codes keep a margin around read_codes'
-# threshold (light cells stay above ~120, dark ones below ~80) and the video gets ~500 kbit/s.
-_TEXTURE_AMPLITUDE = 0.3
 
 # A spawned process that does not report back within this much of the planned duration has hung.
 _SLACK_S = 60.0
@@ -132,42 +129,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 # ---------------------------------------------------------------------------- videos
-def write_textured(path: str | os.PathLike, video_id: int, frames: int, size: tuple[int, int],
-                   fps: int, gop: int) -> str:
-    """A frame-code video (``shmloader._samples.frame_image``) over a panning texture with noise.
-
-    The texture moves 1 pixel per frame to the right and 1 every other frame down (a slow
-    camera pan: inter frames carry motion vectors and residuals, as camera footage does); the
-    codes stay readable by ``read_codes``. Deterministic for a given ``video_id``.
-    """
-    import av
-
-    from shmloader._samples import frame_image
-
-    h, w = size
-    rng = np.random.default_rng((SEED, video_id))
-    margin = frames + 8
-    coarse = rng.integers(0, 256, ((h + margin) // 4 + 1, (w + margin) // 4 + 1, 3)).astype(np.float32)
-    texture = np.kron(coarse, np.ones((4, 4, 1), np.float32))  # 4x4 blocks: detail a codec must keep
-    path = os.fspath(path)
-    with av.open(path, "w") as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
-        # The same settings as write_video(gop=...): keyframes at multiples of gop only.
-        stream.options = {"crf": "18", "preset": "veryfast", "g": str(gop), "keyint_min": str(gop),
-                          "sc_threshold": "0"}
-        for i in range(frames):
-            y, x = i // 2, i
-            image = frame_image(video_id, i, h, w) + _TEXTURE_AMPLITUDE * (texture[y : y + h, x : x + w] - 128)
-            image += rng.normal(0.0, 3.0, image.shape)
-            frame = av.VideoFrame.from_ndarray(image.clip(0, 255).astype(np.uint8), format="rgb24")
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
-
-
 def make_recipe_videos(args, content: str) -> tuple[list[str], dict]:
     """The videos of one kind, written once into the cache; (paths, what they are)."""
     import decord
@@ -197,7 +158,7 @@ def make_recipe_videos(args, content: str) -> tuple[list[str], dict]:
              "size": f"{h}x{w}", "fps": args.fps, "gop": args.gop, "codec": "libx264 crf 18 veryfast",
              "keyframes_of_first": keys, "median_kbit_per_s": round(kbps),
              "content": ("frame codes only (shmloader._samples.make_videos)" if content == "codes" else
-                         "frame codes over a panning texture with noise (bench/recipes.py write_textured)")}
+                         "frame codes over a panning texture with noise (bench/workloads.py write_textured)")}
     if keys != list(range(0, args.video_frames, args.gop)):
         raise SystemExit(f"{paths[0]}: keyframes at {keys}, expected every {args.gop} frames")
     return paths, about

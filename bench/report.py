@@ -12,10 +12,15 @@ LIMIT_TARGET = 0.95  # shmloader / physical limit at the same number of workers
 PYTHON_TARGET = 1.5  # shmloader / best thread-based loader, Python-heavy transform
 T_ITER_TOLERANCE = 0.05  # |measured T_iter / formula - 1|
 
-THREAD_BASED = ("naive", "tf-map", "threads", "videoloader")
-ORDER = ("naive", "tf-map", "threads", "videoloader", "torch", "shmloader", "limit")
+# Loaders whose decoding or transform runs in threads of the main process.
+THREAD_BASED = ("naive", "tf-map", "threads", "videoloader", "spdl", "tfrecord-jpeg", "tfrecord-raw")
+ORDER = ("naive", "tf-map", "threads", "videoloader", "torch", "tfrecord-jpeg", "tfrecord-raw", "grain",
+         "grain-default", "spdl", "torchcodec", "shmloader", "limit")
+# Read fixed clips cut at conversion time, not a new random start every epoch.
+FIXED_CLIPS = ("tfrecord-jpeg", "tfrecord-raw")
 METRICS = ("clips_per_s", "frames_per_s", "main_cpu_pct", "workers_cpu_pct", "main_cpu_s_per_gb",
-           "cpu_ms_per_clip", "peak_rss_mib", "added_rss_mib", "first_batch_s", "other_cpu_pct")
+           "cpu_ms_per_clip", "peak_rss_mib", "added_rss_mib", "first_batch_s", "other_cpu_pct",
+           "frames_bad", "frame_mad")
 
 
 def spread(values: list[float]) -> dict:
@@ -148,7 +153,11 @@ COLUMNS = (
     "count in every process that maps them) and the part of it the run added over the main "
     "process's RSS before it started (one process runs every configuration, so the absolute peak "
     "also carries what earlier runs left behind); time to first batch from building the pipeline; "
-    "other load = busy CPU of everything else on the machine during the run.")
+    "other load = busy CPU of everything else on the machine during the run; frames = the first "
+    "batch of every run checked against its frame codes (one video, consecutive frames, its label) "
+    "and against decord's decode of the same frames: 'ok' and the largest mean absolute pixel "
+    "difference in grey levels (tolerance 7; frames one apart differ by 10-15), or the number of wrong clips. † = fixed clips cut "
+    "at conversion time (every epoch reads the same clips).")
 def _fmt(s: dict, digits: int = 0) -> str:
     if not s or s["n"] == 0:
         return "–"
@@ -167,7 +176,8 @@ def markdown(doc: dict) -> str:
     lines = [f"# Loader benchmark: {doc['name']}", "",
              f"Machine: {m['cpu_model']}, {m['usable_cores']} usable cores, {m['memory_gib']} GiB; "
              f"Python {m['python']}, numpy {m['numpy']}, decord {m['decord']}, "
-             f"tensorflow {m['tensorflow']}, torch {m['torch'] or 'not installed'}.", "",
+             f"tensorflow {m['tensorflow']}, torch {m['torch'] or 'not installed'}"
+             + "".join(f", {k} {m[k]}" for k in ("torchcodec", "grain", "spdl") if m.get(k)) + ".", "",
              f"Command: `{doc['command']}`  ", f"Wall time: {doc['wall_s']:.0f} s.", "",
              f"Videos: {doc['videos']['count']} × {doc['videos']['about']}. Batch size "
              f"{cfg['batch_size']}, {cfg['reps']} interleaved repetitions of {cfg['duration']} s "
@@ -178,8 +188,8 @@ def markdown(doc: dict) -> str:
             continue
         lines += [f"## {wl}: {about}", "",
                   "| loader | W | clips/s | frames/s | main CPU % | workers CPU % | main CPU s/GB "
-                  "| CPU ms/clip | peak RSS MiB | added RSS MiB | first batch s | other load % |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| CPU ms/clip | peak RSS MiB | added RSS MiB | first batch s | other load % | frames |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for loader, by_w in doc["summary"][wl].items():
             for w, s in by_w.items():
                 per_gb = s["main_cpu_s_per_gb"]
@@ -187,10 +197,12 @@ def markdown(doc: dict) -> str:
                          _fmt(s["workers_cpu_pct"]), _fmt(per_gb, _digits(per_gb["median"])),
                          _fmt(s["cpu_ms_per_clip"], 1), _fmt(s["peak_rss_mib"]),
                          _fmt(s["added_rss_mib"]), _fmt(s["first_batch_s"], 2),
-                         _fmt(s["other_cpu_pct"])]
+                         _fmt(s["other_cpu_pct"]), _frames_cell(s)]
                 name = "physical limit" if loader == "limit" else loader
+                name += "†" if loader in FIXED_CLIPS else ""
                 lines.append(f"| {name} | {w} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += _disk_markdown(doc)
     if doc["targets"]:
         lines += ["## Targets", "", "| target | goal | measured | per-repetition | met |",
                   "|---|---|---|---|---|"]
@@ -208,6 +220,36 @@ def markdown(doc: dict) -> str:
     if doc.get("plots"):
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in doc["plots"]] + [""]
     return "\n".join(lines)
+
+
+def _frames_cell(s: dict) -> str:
+    bad, mad = s["frames_bad"], s["frame_mad"]
+    if bad["n"] == 0:
+        return "–"
+    if bad["max"] > 0:
+        return f"**{bad['max']:.0f} wrong**"
+    return f"ok, {mad['max']:.2f}"
+
+
+def _disk_markdown(doc: dict) -> list[str]:
+    """The TFRecord route's price: bytes on disk against the source videos, one-off conversion."""
+    seen = {}
+    for r in doc["runs"]:
+        disk = r.get("extra", {}).get("disk")
+        if disk:
+            seen.setdefault((r["loader"], disk["about"]), disk)
+    if not seen:
+        return []
+    lines = ["## Pre-decoded TFRecord: disk and conversion", "",
+             "Converted once before the runs (one process: decode with decord, encode, write); "
+             "the clips are fixed at conversion time.", "",
+             "| loader | what is stored | records | MiB on disk | × source videos | conversion s (one-off) |",
+             "|---|---|---|---|---|---|"]
+    for (loader, about), d in seen.items():
+        lines.append(f"| {loader} | {about} | {d['records']} | {d['bytes'] / 2**20:.1f} | "
+                     f"{d['bytes'] / d['source_bytes']:.1f}× (of {d['source_bytes'] / 2**20:.1f} MiB) | "
+                     f"{d['conversion_s']:.1f} |")
+    return lines + [""]
 
 
 def _sim_markdown(doc: dict) -> list[str]:
@@ -246,7 +288,9 @@ def _sim_markdown(doc: dict) -> list[str]:
 # ---------------------------------------------------------------------------- plots
 _STYLE = {"naive": ("tab:gray", "o"), "tf-map": ("tab:orange", "s"), "threads": ("tab:green", "^"),
           "torch": ("tab:red", "D"), "videoloader": ("tab:purple", "v"),
-          "shmloader": ("tab:blue", "o"), "limit": ("black", "x")}
+          "shmloader": ("tab:blue", "o"), "limit": ("black", "x"), "tfrecord-jpeg": ("tab:olive", "P"),
+          "tfrecord-raw": ("tab:brown", "X"), "grain": ("tab:pink", "<"), "grain-default": ("tab:pink", ">"),
+          "spdl": ("tab:cyan", "h"), "torchcodec": ("darkred", "d")}
 
 
 def _series(by_w: dict, metric: str):

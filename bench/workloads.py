@@ -11,6 +11,7 @@ sample ``s`` of epoch ``e`` starts at ``default_rng((seed, e, s)).integers(0, la
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from dataclasses import dataclass
 from typing import Iterator
@@ -122,19 +123,113 @@ def shm_transform(iters: int):
     return transform
 
 
-def make_clipset(folder: str, count: int, frames: int, size: tuple[int, int], codec: str) -> ClipSet:
-    from shmloader._samples import make_videos
+# Texture added to the frame codes, +-38 levels: the codes keep a margin around read_codes'
+# threshold (light cells stay above ~120, dark ones below ~80) and the video gets ~500 kbit/s.
+_TEXTURE_AMPLITUDE = 0.3
 
-    paths, labels = make_videos(folder, count=count, frames=frames, size=size, codec=codec)
-    return ClipSet(tuple(paths), tuple(int(x) for x in labels))
+def write_textured(path: str | os.PathLike, video_id: int, frames: int, size: tuple[int, int],
+                   fps: int, gop: int) -> str:
+    """A frame-code video (``shmloader._samples.frame_image``) over a panning texture with noise.
+
+    The texture moves 1 pixel per frame to the right and 1 every other frame down (a slow
+    camera pan: inter frames carry motion vectors and residuals, as camera footage does); the
+    codes stay readable by ``read_codes``. Deterministic for a given ``video_id``.
+    """
+    import av
+
+    from shmloader._samples import frame_image
+
+    h, w = size
+    rng = np.random.default_rng((SEED, video_id))
+    margin = frames + 8
+    coarse = rng.integers(0, 256, ((h + margin) // 4 + 1, (w + margin) // 4 + 1, 3)).astype(np.float32)
+    texture = np.kron(coarse, np.ones((4, 4, 1), np.float32))  # 4x4 blocks: detail a codec must keep
+    path = os.fspath(path)
+    with av.open(path, "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        # The same settings as write_video(gop=...): keyframes at multiples of gop only.
+        stream.options = {"crf": "18", "preset": "veryfast", "g": str(gop), "keyint_min": str(gop),
+                          "sc_threshold": "0"}
+        for i in range(frames):
+            y, x = i // 2, i
+            image = frame_image(video_id, i, h, w) + _TEXTURE_AMPLITUDE * (texture[y : y + h, x : x + w] - 128)
+            image += rng.normal(0.0, 3.0, image.shape)
+            frame = av.VideoFrame.from_ndarray(image.clip(0, 255).astype(np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def make_clipset(folder: str, count: int, frames: int, size: tuple[int, int], codec: str,
+                 content: str = "codes") -> ClipSet:
+    """Synthetic videos with frame codes, written once into ``folder``; label = id % 2.
+
+    ``codes``: ``make_videos``' flat cells (a few kbit/s: decoding costs little, files are tiny);
+    ``textured``: the codes over a panning texture with noise (``write_textured``, libx264 with
+    one keyframe per video, as x264 gives these 64-frame videos by default).
+    """
+    if content == "codes":
+        from shmloader._samples import make_videos
+
+        paths, labels = make_videos(folder, count=count, frames=frames, size=size, codec=codec)
+        return ClipSet(tuple(paths), tuple(int(x) for x in labels))
+    if content != "textured" or codec != "libx264":
+        raise ValueError(f"content {content!r} with codec {codec!r}: textured videos are libx264")
+    h, w = size
+    folder = os.path.join(folder, "textured")
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for i in range(count):
+        p = os.path.join(folder, f"textured_{i:03d}_{frames}f_{h}x{w}_gop{frames}.mp4")
+        if not os.path.exists(p):
+            write_textured(p + ".tmp.mp4", i, frames, size, fps=25, gop=frames)
+            os.replace(p + ".tmp.mp4", p)
+        paths.append(p)
+    return ClipSet(tuple(paths), tuple(i % 2 for i in range(count)))
 
 
 def list_clipset(folder: str) -> ClipSet:
     """Every video file in ``folder`` (sorted), labelled by position modulo 2."""
-    import os
-
     exts = (".mp4", ".avi", ".mkv", ".mov", ".webm")
     paths = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.lower().endswith(exts))
     if not paths:
         raise SystemExit(f"no videos ({', '.join(exts)}) in {folder}")
     return ClipSet(tuple(paths), tuple(i % 2 for i in range(len(paths))))
+
+
+# Mean absolute difference (grey levels) allowed between a loader's clip and decord's decode of
+# the same frames: peers resize with another filter (torchcodec: up to 4.4 on textured videos) or
+# store JPEG (TFRecord, quality 90: 5.0). Frames one apart differ by 10-15, and the frame codes
+# are checked exactly besides.
+FRAME_MAD_TOLERANCE = 7.0
+
+
+def check_frames(video: np.ndarray, labels: np.ndarray, clips: ClipSet, wl: Workload) -> tuple[int, float]:
+    """(clips that are wrong, largest mean |pixel difference| against decord) for a batch.
+
+    A clip is right when its frame codes (``shmloader._samples.read_codes``) name one video
+    of ``clips`` and ``clip_len`` consecutive frames of it, its label is that video's, and its
+    pixels are within ``FRAME_MAD_TOLERANCE`` of decord's decode of those frames at the same size.
+    """
+    import decord
+
+    from shmloader._samples import read_codes
+
+    ids, frames = read_codes(video)
+    bad, worst = 0, 0.0
+    h, w = wl.size
+    for clip, label, vid, fr in zip(video, labels, ids, frames):
+        vid0, f0 = int(vid[0]), int(fr[0])
+        if (vid != vid0).any() or (fr != f0 + np.arange(len(fr))).any() or vid0 >= len(clips.paths) \
+                or int(label) != clips.labels[vid0]:
+            bad += 1
+            continue
+        reader = decord.VideoReader(clips.paths[vid0], width=w, height=h, num_threads=1)
+        ref = reader.get_batch(list(range(f0, f0 + len(fr)))).asnumpy()
+        mad = float(np.abs(clip.astype(np.int16) - ref).mean())
+        worst = max(worst, mad)
+        bad += mad > FRAME_MAD_TOLERANCE
+    return bad, worst
