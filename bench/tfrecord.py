@@ -39,14 +39,15 @@ def _key(clips: ClipSet, wl: Workload, fmt: str) -> str:
     return f"{fmt}-{wl.clip_len}x{wl.size[0]}x{wl.size[1]}-{h.hexdigest()[:12]}"
 
 
-def convert(clips: ClipSet, wl: Workload, fmt: str, root: str = ROOT) -> dict:
-    """The TFRecord files of ``clips`` at ``wl``'s clip shape in ``fmt``, written if not cached.
+def convert(clips: ClipSet, wl: Workload, fmt: str, root: str | None = None) -> dict:
+    """The TFRecord files of ``clips`` at ``wl``'s clip shape in ``fmt``, written if not cached
+    (under ``root``, by default ``ROOT``).
 
     Returns the manifest: files, records, bytes, source_bytes, conversion_s, fmt.
     """
     if fmt not in ("jpeg", "raw"):
         raise ValueError(f"fmt must be 'jpeg' or 'raw', not {fmt!r}")
-    folder = os.path.join(root, _key(clips, wl, fmt))
+    folder = os.path.join(root or ROOT, _key(clips, wl, fmt))
     manifest = os.path.join(folder, "manifest.json")
     if os.path.exists(manifest):
         with open(manifest) as f:

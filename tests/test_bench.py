@@ -1,0 +1,165 @@
+"""The benchmark's own checks (issue #12): the frame check every run's first batch goes through,
+the TFRecord route's conversion and reader, and the peers' decoders against decord.
+
+grain, SPDL and torchcodec are optional (``make peers``); their tests skip where they do not
+import, and `make test` needs none of them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+sys.path.insert(0, BENCH)
+
+import peers  # noqa: E402
+import tfrecord  # noqa: E402
+from workloads import (CLIPS_PER_VIDEO, FRAME_MAD_TOLERANCE, SEED, ClipSet, Workload,  # noqa: E402
+                       check_frames, decode_clip, make_clipset, sample_keys)
+
+pytestmark = pytest.mark.timeout(120)
+
+WL = Workload("short", 8, (64, 64), 0, "test clips")
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory) -> ClipSet:
+    return make_clipset(str(tmp_path_factory.mktemp("bench-videos")), count=3, frames=40,
+                        size=(96, 128), codec="libx264")
+
+
+def _batch(clips: ClipSet, keys) -> tuple[np.ndarray, np.ndarray]:
+    pairs = [decode_clip(clips, WL, e, s) for e, s in keys]
+    return np.stack([c for c, _ in pairs]), np.array([lab for _, lab in pairs])
+
+
+def test_check_frames_passes_decords_own_clips(clips):
+    video, labels = _batch(clips, [(0, 0), (0, 5), (1, 11)])
+    assert check_frames(video, labels, clips, WL) == (0, 0.0)
+
+
+def test_check_frames_finds_wrong_label_order_and_pixels(clips):
+    video, labels = _batch(clips, [(0, 0), (0, 5), (0, 9), (1, 2)])
+    labels[0] = 1 - labels[0]  # the label of another class
+    video[1] = video[1][::-1]  # frames out of order
+    video[2, 3:] = video[3, 3:]  # frames of another clip spliced in
+    noise = np.random.default_rng(0).integers(-25, 26, video[3].shape)
+    video[3] = np.clip(video[3] + noise, 0, 255)  # the right codes, pixels far from decord's
+    bad, worst = check_frames(video, labels, clips, WL)
+    assert bad == 4
+    assert worst > FRAME_MAD_TOLERANCE
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "raw"])
+def test_tfrecord_route_converts_once_and_reads_the_epoch0_clips(clips, tmp_path, monkeypatch, fmt):
+    monkeypatch.setattr(tfrecord, "ROOT", str(tmp_path))
+    info = tfrecord.convert(clips, WL, fmt)
+    assert info["records"] == len(clips)
+    assert info["bytes"] == sum(os.path.getsize(p) for p in info["files"])
+    assert info["source_bytes"] == sum(os.path.getsize(p) for p in clips.paths)
+    if fmt == "raw":  # one [T, H, W, 3] buffer per clip, plus the records' framing
+        assert info["bytes"] >= len(clips) * WL.clip_bytes
+    mtimes = [os.path.getmtime(p) for p in info["files"]]
+    assert tfrecord.convert(clips, WL, fmt) == info  # cached: nothing rewritten
+    assert [os.path.getmtime(p) for p in info["files"]] == mtimes
+
+    from shmloader._samples import read_codes
+
+    # Fixed clips: every clip read is one of epoch 0's (video, start), whatever the epoch.
+    epoch0 = set()
+    for sample in range(len(clips)):
+        clip, _ = decode_clip(clips, WL, 0, sample)
+        epoch0.add((sample // CLIPS_PER_VIDEO, int(read_codes(clip)[1][0])))
+    pipe = getattr(peers, f"tfrecord_{fmt}")(clips, WL, 1, 4)
+    try:
+        seen = []
+        for _ in range(2 * len(clips) // 4):  # two epochs
+            batch = next(pipe)
+            video, labels = batch["video"].numpy(), batch["label"].numpy()
+            assert video.shape == (4, *WL.shape)
+            bad, worst = check_frames(video, labels, clips, WL)
+            assert bad == 0, worst
+            ids, frames = read_codes(video)
+            seen += [(int(i[0]), int(f[0])) for i, f in zip(ids, frames)]
+    finally:
+        pipe.close()
+    assert set(seen) <= epoch0 and len(set(seen)) > len(clips) // 2
+    assert pipe.disk["bytes"] == info["bytes"]
+
+
+def test_missing_peers_are_skipped_with_the_reason():
+    import argparse
+
+    import cpu_vs_workers
+
+    args = argparse.Namespace(loaders=list(cpu_vs_workers.ALL_LOADERS))
+    notes: list[str] = []
+    cpu_vs_workers.skip_unavailable(args, notes)
+    for name in cpu_vs_workers.PEERS:
+        why = peers.missing(name)
+        assert (name in args.loaders) == (why is None)
+        if why is not None:
+            assert "pip install" in why
+            assert any(n.startswith(f"{name} skipped: ") for n in notes)
+
+
+def _stream(n: int, count: int):
+    it = sample_keys(n)
+    return [next(it) for _ in range(count)]
+
+
+def test_grain_source_follows_the_key_stream_and_decodes_decords_frames(clips):
+    pytest.importorskip("grain", reason="grain is a benchmark peer (make peers)")
+    source = peers.GrainClips(clips, WL)
+    keys = _stream(len(clips), 2 * len(clips) + 3)
+    for index in (0, 1, len(clips) - 1, len(clips), 2 * len(clips) + 2):
+        item = source[index]
+        clip, label = decode_clip(clips, WL, *keys[index])
+        np.testing.assert_array_equal(item["video"], clip)
+        assert item["label"] == label
+
+
+@pytest.fixture(scope="module")
+def resource_tracker():
+    """multiprocessing's resource tracker, which grain's spawned workers start and which lives as
+    long as this process does: started before the leak check looks (module scope comes first)."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+
+
+def test_grain_loader_delivers_the_stream_in_order_and_closes(clips, resource_tracker):
+    pytest.importorskip("grain", reason="grain is a benchmark peer (make peers)")
+    pipe = peers.grain_loader(clips, WL, 1, 4)
+    try:
+        video = next(pipe)["video"].numpy()
+    finally:
+        pipe.close()  # no worker left: the autouse leak check
+    expected, _ = _batch(clips, _stream(len(clips), 4))
+    np.testing.assert_array_equal(video, expected)
+
+
+@pytest.mark.parametrize("key", [(0, 0), (0, 7), (3, 10)])
+def test_spdl_picks_the_frames_by_timestamp(clips, key):
+    pytest.importorskip("spdl.io", reason="SPDL is a benchmark peer (make peers)")
+    clip, label = peers.spdl_decode_clip(clips, WL, *key)
+    ref, ref_label = decode_clip(clips, WL, *key)
+    assert label == ref_label
+    assert check_frames(clip[None], np.array([label]), clips, WL)[0] == 0
+    np.testing.assert_array_equal(clip, ref)  # the same FFmpeg scaler: bit for bit here
+
+
+@pytest.mark.parametrize("key", [(0, 0), (0, 7), (3, 10)])
+def test_torchcodec_decodes_the_same_frames(clips, key):
+    pytest.importorskip("torchcodec.decoders", reason="torchcodec is a benchmark peer (make peers)")
+    clip, label = peers.torchcodec_decode_clip(clips, WL, *key)
+    bad, worst = check_frames(clip[None], np.array([label]), clips, WL)
+    assert bad == 0 and worst <= FRAME_MAD_TOLERANCE
+    start = np.random.default_rng((SEED, *key)).integers(0, 40 - WL.clip_len + 1)
+    from shmloader._samples import read_codes
+
+    np.testing.assert_array_equal(read_codes(clip)[1], start + np.arange(WL.clip_len))
