@@ -179,11 +179,12 @@ def threads(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
 
 
 # ---------------------------------------------------------------- 4. torch DataLoader
-class _TorchClips:
-    """Map-style dataset: key ``epoch * n + sample`` -> (clip, label), decoded in the worker."""
+class TorchClips:
+    """Map-style dataset: key ``epoch * n + sample`` -> (clip, label), decoded in the worker by
+    ``decode(clips, wl, epoch, sample)`` (a module-level function: it is pickled to the workers)."""
 
-    def __init__(self, clips: ClipSet, wl: Workload) -> None:
-        self.clips, self.wl = clips, wl
+    def __init__(self, clips: ClipSet, wl: Workload, decode=decode_clip) -> None:
+        self.clips, self.wl, self.decode = clips, wl, decode
 
     def __len__(self) -> int:
         return len(self.clips)
@@ -192,7 +193,7 @@ class _TorchClips:
         import torch
 
         epoch, sample = divmod(int(key), len(self.clips))
-        clip, label = decode_clip(self.clips, self.wl, epoch, sample)
+        clip, label = self.decode(self.clips, self.wl, epoch, sample)
         return torch.from_numpy(clip), label
 
 
@@ -229,7 +230,7 @@ def torch_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
     from torch.utils.data import DataLoader
 
     stop = threading.Event()
-    dl = DataLoader(dataset or _TorchClips(clips, wl), batch_size=batch_size, sampler=_EndlessKeys(len(clips)),
+    dl = DataLoader(dataset or TorchClips(clips, wl), batch_size=batch_size, sampler=_EndlessKeys(len(clips)),
                     num_workers=workers, multiprocessing_context=mp.get_context("forkserver"),
                     drop_last=True, prefetch_factor=2)
     dl_iter = iter(dl)  # starts the workers

@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from loaders import Pipeline, _batched_dataset, _stack, torch_loader
+from loaders import Pipeline, TorchClips, _batched_dataset, _stack, torch_loader
 from workloads import SEED, ClipSet, Workload, python_heavy, sample_keys
 
 # What each peer needs importable, and how to get it.
@@ -207,23 +207,6 @@ def spdl_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin
 
 
 # ---------------------------------------------------------------------- torchcodec
-class TorchcodecClips:
-    """Map-style torch dataset: key ``epoch * n + sample`` -> (clip, label) decoded by torchcodec."""
-
-    def __init__(self, clips: ClipSet, wl: Workload) -> None:
-        self.clips, self.wl = clips, wl
-
-    def __len__(self) -> int:
-        return len(self.clips)
-
-    def __getitem__(self, key: int):
-        import torch
-
-        epoch, sample = divmod(int(key), len(self.clips))
-        clip, label = torchcodec_decode_clip(self.clips, self.wl, epoch, sample)
-        return torch.from_numpy(clip), label
-
-
 def torchcodec_decode_clip(clips: ClipSet, wl: Workload, epoch: int, sample: int) -> tuple[np.ndarray, int]:
     """Open with ``VideoDecoder`` (NHWC, one FFmpeg thread, resize in the decoder), read the frames."""
     from torchcodec.decoders import VideoDecoder
@@ -243,7 +226,8 @@ def torchcodec_decode_clip(clips: ClipSet, wl: Workload, epoch: int, sample: int
 def torchcodec_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
                       pin: bool = False) -> Pipeline:
     """torch DataLoader (forkserver workers, as ``loaders.torch_loader``) over torchcodec decodes."""
-    return torch_loader(clips, wl, workers, batch_size, pin=pin, dataset=TorchcodecClips(clips, wl))
+    return torch_loader(clips, wl, workers, batch_size, pin=pin,
+                        dataset=TorchClips(clips, wl, torchcodec_decode_clip))
 
 
 # ------------------------------------------------------------------------ TFRecord
