@@ -19,8 +19,8 @@ from workloads import ClipSet, Workload, decode_clip, sample_keys
 _SLACK_S = 60.0
 
 
-def _decode_for(clips: ClipSet, wl: Workload, shard: int, shards: int, ready, go, duration: float,
-                out, pin: bool) -> None:
+def _decode_for(clips: ClipSet, wl: Workload, shard: int, shards: int, pin: bool, ready, go,
+                duration: float, out) -> None:
     if pin:  # before decord starts any thread: they all inherit this core
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[shard % len(cores)]})
@@ -36,16 +36,20 @@ def _decode_for(clips: ClipSet, wl: Workload, shard: int, shards: int, ready, go
     out.put((shard, n, time.perf_counter() - t0))
 
 
-def physical_limit(clips: ClipSet, wl: Workload, workers: int, duration: float, res: Result,
-                   pin: bool = False) -> Result:
-    # spawn, not the forkserver that torch's workers share: that one preloads torch, which
-    # would inflate these processes' memory for nothing.
+def run_timed(target, args_of, workers: int, duration: float, res: Result, units_to_clips: int,
+              clip_len: int, clip_bytes: int) -> Result:
+    """Start ``target(*args_of(i), ready, go, duration, out)`` in W spawned processes, release them
+    together once all are ready, and fill ``res`` from their reports ``(shard, units, seconds)``.
+
+    spawn, not the forkserver that torch's workers share: that one preloads torch, which would
+    inflate these processes' memory for nothing. Each report counts ``units`` of work, each
+    ``units_to_clips`` clips.
+    """
     ctx = mp.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     with Sampler(children=True) as sampler:
         t0 = time.perf_counter()
-        procs = [ctx.Process(target=_decode_for, daemon=True,
-                             args=(clips, wl, i, workers, ready, go, duration, out, pin))
+        procs = [ctx.Process(target=target, daemon=True, args=(*args_of(i), ready, go, duration, out))
                  for i in range(workers)]
         for p in procs:
             p.start()
@@ -66,11 +70,16 @@ def physical_limit(clips: ClipSet, wl: Workload, workers: int, duration: float, 
             for q in (ready, out):
                 q.close()
                 q.join_thread()
-    rate = sum(n / dt for _, n, dt in reports)
-    clips_done = sum(n for _, n, _ in reports)
-    window_result(res, a, b, clips_done, wl.clip_len, wl.clip_bytes, sampler)
+    units = sum(n for _, n, _ in reports)
+    window_result(res, a, b, units * units_to_clips, clip_len, clip_bytes, sampler)
     # Rates from each process's own clock: the window above also holds the wait for the last report.
-    res.clips_per_s = rate
-    res.frames_per_s = rate * wl.clip_len
-    res.gb_per_s = rate * wl.clip_bytes / 1e9
+    rate = units_to_clips * sum(n / dt for _, n, dt in reports)
+    res.clips_per_s, res.frames_per_s = rate, rate * clip_len
+    res.gb_per_s = rate * clip_bytes / 1e9
     return res
+
+
+def physical_limit(clips: ClipSet, wl: Workload, workers: int, duration: float, res: Result,
+                   pin: bool = False) -> Result:
+    return run_timed(_decode_for, lambda i: (clips, wl, i, workers, pin), workers, duration, res, 1,
+                     wl.clip_len, wl.clip_bytes)

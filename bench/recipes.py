@@ -54,6 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
+import limit
 from cpu_vs_workers import _ints, _names, _size, release_memory
 from measure import Result, Sampler, machine_info, touch, window_result
 from report import spread
@@ -319,39 +320,8 @@ def decode_alone(kind: str, recipe: Recipe, clips_per_video: int, workers: int, 
     """``limit.physical_limit`` for these clips: W spawned processes, no loader, no consumer.
     ``kind``: "clips" (a unit is one random clip) or "eval" (the 30 views of a video);
     ``clips_per_unit`` converts units to clips."""
-    ctx = mp.get_context("spawn")
-    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    with Sampler(children=True) as sampler:
-        t0 = time.perf_counter()
-        procs = [ctx.Process(target=_decode_alone, daemon=True,
-                             args=(kind, recipe, clips_per_video, i, workers, ready, go, duration, out))
-                 for i in range(workers)]
-        for p in procs:
-            p.start()
-        try:
-            for _ in procs:
-                ready.get(timeout=_SLACK_S)
-            res.first_batch_s = time.perf_counter() - t0
-            a = sampler.window_start()
-            go.set()
-            reports = [out.get(timeout=duration + _SLACK_S) for _ in procs]
-            b = sampler.window_end()
-        finally:
-            for p in procs:
-                p.join(timeout=5)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-            for q in (ready, out):
-                q.close()
-                q.join_thread()
-    units = sum(n for _, n, _ in reports)
-    window_result(res, a, b, units * clips_per_unit, recipe.clip_len, recipe.clip_bytes, sampler)
-    # Rates from each process's own clock: the window also holds the wait for the last report.
-    rate = clips_per_unit * sum(n / dt for _, n, dt in reports)
-    res.clips_per_s, res.frames_per_s = rate, rate * recipe.clip_len
-    res.gb_per_s = rate * recipe.clip_bytes / 1e9
-    return res
+    return limit.run_timed(_decode_alone, lambda i: (kind, recipe, clips_per_video, i, workers), workers,
+                           duration, res, clips_per_unit, recipe.clip_len, recipe.clip_bytes)
 
 
 # ------------------------------------------------------------------------ pipelines
