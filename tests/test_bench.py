@@ -123,24 +123,37 @@ def test_grain_source_follows_the_key_stream_and_decodes_decords_frames(clips):
         assert item["label"] == label
 
 
-@pytest.fixture(scope="module")
-def resource_tracker():
-    """multiprocessing's resource tracker, which grain's spawned workers start and which lives as
-    long as this process does: started before the leak check looks (module scope comes first)."""
-    from multiprocessing import resource_tracker
+# grain's workers are spawned, which starts multiprocessing's resource tracker for the rest of the
+# process's life: the loader runs in a child interpreter, so no test after this one finds the tracker.
+_GRAIN_RUN = """
+import sys, numpy as np, psutil
+sys.path.insert(0, sys.argv[1])
+import peers
+from workloads import Workload, make_clipset
+clips = make_clipset(sys.argv[2], count=3, frames=40, size=(96, 128), codec="libx264")
+pipe = peers.grain_loader(clips, Workload("short", 8, (64, 64), 0, ""), 1, 4)
+try:
+    np.save(sys.argv[3], next(pipe)["video"].numpy())
+finally:
+    pipe.close()
+left = [p.cmdline() for p in psutil.Process().children(recursive=True)
+        if "resource_tracker" not in " ".join(p.cmdline())]
+print("left:", left)
+"""
 
-    resource_tracker.ensure_running()
 
-
-def test_grain_loader_delivers_the_stream_in_order_and_closes(clips, resource_tracker):
+def test_grain_loader_delivers_the_stream_in_order_and_closes(clips, tmp_path):
     pytest.importorskip("grain", reason="grain is a benchmark peer (make peers)")
-    pipe = peers.grain_loader(clips, WL, 1, 4)
-    try:
-        video = next(pipe)["video"].numpy()
-    finally:
-        pipe.close()  # no worker left: the autouse leak check
+    import subprocess
+
+    folder = os.path.dirname(clips.paths[0])  # make_clipset finds the videos written already
+    out = tmp_path / "batch.npy"
+    run = subprocess.run([sys.executable, "-c", _GRAIN_RUN, BENCH, folder, str(out)],
+                         capture_output=True, text=True, timeout=100)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "left: []" in run.stdout  # close() stopped grain's worker processes
     expected, _ = _batch(clips, _stream(len(clips), 4))
-    np.testing.assert_array_equal(video, expected)
+    np.testing.assert_array_equal(np.load(out), expected)
 
 
 @pytest.mark.parametrize("key", [(0, 0), (0, 7), (3, 10)])
