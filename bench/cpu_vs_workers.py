@@ -21,7 +21,6 @@ import argparse
 import ctypes
 import dataclasses
 import gc
-import json
 import os
 import random
 import shlex
@@ -30,9 +29,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-ALL_LOADERS = ("naive", "tf-map", "threads", "torch", "videoloader", "shmloader", "limit",
-               "tfrecord-jpeg", "tfrecord-raw", "grain", "grain-default", "spdl", "torchcodec")
-PEERS = ALL_LOADERS[7:]  # optional (issue #12): each skipped with its reason when it cannot run
+# Optional (issue #12): each skipped with its reason when it cannot run.
+PEERS = ("tfrecord-jpeg", "tfrecord-raw", "grain", "grain-default", "spdl", "torchcodec")
+ALL_LOADERS = ("naive", "tf-map", "threads", "torch", "videoloader", "shmloader", "limit", *PEERS)
 ALL_WORKLOADS = ("short", "large", "python")
 ALL_EXPERIMENTS = ("producers", "titer")
 
@@ -346,13 +345,7 @@ def main(argv: list[str]) -> int:
     doc["wall_s"] = time.perf_counter() - t_start
     if not args.no_plots:
         doc["plots"] = report.plot(doc, args.out, args.name)
-    base = os.path.join(args.out, args.name)
-    with open(base + ".json", "w") as f:
-        json.dump(doc, f, indent=1, default=str)
-    with open(base + ".md", "w") as f:
-        f.write(report.markdown(doc))
-    print(report.markdown(doc))
-    print(f"\nwrote {base}.json, {base}.md" + "".join(f", {p}" for p in doc.get("plots", [])))
+    report.save(doc, report.markdown(doc), args.out, args.name)
     return 0
 
 

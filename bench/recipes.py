@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import math
 import multiprocessing as mp
 import os
@@ -57,7 +56,7 @@ import numpy as np
 import limit
 from cpu_vs_workers import _ints, _names, _size, release_memory
 from measure import Result, Sampler, machine_info, touch, window_result
-from report import spread
+from report import save, spread
 from workloads import write_textured
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -893,14 +892,7 @@ def main(argv: list[str]) -> int:
     doc["wall_s"] = time.perf_counter() - t_start
     if not args.no_plots:
         doc["plots"] = plot(doc, args.out, args.name)
-    base = os.path.join(args.out, args.name)
-    with open(base + ".json", "w") as f:
-        json.dump(doc, f, indent=1, default=str)
-    text = markdown(doc)
-    with open(base + ".md", "w") as f:
-        f.write(text)
-    print(text)
-    print(f"\nwrote {base}.json, {base}.md" + "".join(f", {os.path.join(args.out, p)}" for p in doc.get("plots", [])))
+    save(doc, markdown(doc), args.out, args.name)
     return 0
 
 

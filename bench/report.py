@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import statistics
 from collections import defaultdict
 
@@ -409,13 +411,23 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
     return files
 
 
+def save(doc: dict, text: str, folder: str, name: str) -> None:
+    """Write ``<folder>/<name>.json`` (the document) and ``.md`` (``text``), print the text and
+    what was written (plots included)."""
+    base = os.path.join(folder, name)
+    with open(base + ".json", "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    with open(base + ".md", "w") as f:
+        f.write(text)
+    print(text)
+    print(f"\nwrote {base}.json, {base}.md" + "".join(f", {os.path.join(folder, p)}" for p in doc.get("plots", [])))
+
+
 def _short(about: str, width: int = 60) -> str:
     return about if len(about) <= width else about[: width - 1] + "…"
 
 
 def _save(fig, folder: str, filename: str) -> str:
-    import os
-
     import matplotlib.pyplot as plt
 
     path = os.path.join(folder, filename)

@@ -37,7 +37,6 @@ import argparse
 import cProfile
 import gc
 import hashlib
-import json
 import os
 import pstats
 import random
@@ -51,6 +50,8 @@ import time
 
 import numpy as np
 import psutil
+
+from cpu_vs_workers import _ints, _names, _size
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -86,29 +87,12 @@ _SNAPSHOT_ENV = "SCALE_BENCH_COMMIT"
 # Functions listed per profile.
 _PROFILE_TOP = 15
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
-
-
-def _names(text: str) -> list[str]:
-    names = [x for x in text.split(",") if x]
-    bad = [x for x in names if x not in EXPERIMENTS]
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {','.join(EXPERIMENTS)}")
-    return names
-
-
-def _size(text: str) -> tuple[int, int]:
-    h, w = text.lower().split("x")
-    return int(h), int(w)
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--name", default="scale-cpu2", help="results are <out>/<name>.{json,md,png}")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--experiments", type=_names, default=list(EXPERIMENTS))
+    p.add_argument("--experiments", type=_names(EXPERIMENTS), default=list(EXPERIMENTS))
     p.add_argument("--reps", type=int, default=3, help="interleaved repetitions")
     p.add_argument("--seed", type=int, default=0, help="seed of the run order shuffle")
     p.add_argument("--duration", type=float, default=6.0,
@@ -1027,14 +1011,9 @@ def main(argv: list[str]) -> int:
     doc["wall_s"] = time.perf_counter() - t_start
     if not args.no_plots:
         doc["plots"] = plot(doc, args.out, args.name)
-    base = os.path.join(args.out, args.name)
-    with open(base + ".json", "w") as f:
-        json.dump(doc, f, indent=1, default=str)
-    with open(base + ".md", "w") as f:
-        f.write(markdown(doc))
-    print(markdown(doc))
-    plots = "".join(f", {os.path.join(args.out, p)}" for p in doc.get("plots", []))
-    print(f"\nwrote {base}.json, {base}.md{plots}")
+    from report import save
+
+    save(doc, markdown(doc), args.out, args.name)
     return 0
 
 
