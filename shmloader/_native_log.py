@@ -26,11 +26,15 @@ import select
 import threading
 from collections import deque
 
-__all__ = ["capture", "take", "with_native_lines", "is_native"]
+__all__ = ["capture", "take", "with_native_lines", "is_native", "damage_seen"]
 
 # "[mov,mp4,m4a,3gp,3g2,mj2 @ 0x55c88e413dc0] moov atom not found" (FFmpeg's av_log) and
 # "[08:22:23] /project/src/video/video_reader.cc:86: ERROR opening: ..." (decord's C++ logger).
 _NATIVE = re.compile(r"^\[[^\]]* @ 0x[0-9a-fA-F]+\] |^\[\d\d:\d\d:\d\d\] \S+:\d+: ")
+# A decoder's complaint about the bitstream ("[h264 @ 0x...] error while decoding MB 0 8",
+# "Invalid NAL unit size", "concealing 396 DC errors"): decord goes on after these and may hand
+# back a neighbouring frame in place of the damaged one.
+_DAMAGE = re.compile(r"^\[\w+ @ 0x[0-9a-fA-F]+\] .*(error|invalid|corrupt|conceal|missing|illegal|overread)", re.I)
 # Lines held for one task: a damaged file makes FFmpeg print a few; a pathological one, many.
 _KEPT = 20
 # A line longer than this is passed on or held in pieces rather than buffered without bound.
@@ -52,6 +56,7 @@ class _Capture:
         self.lock = threading.Lock()
         self.partial = b""
         self.held: deque[str] = deque(maxlen=_KEPT)
+        self.damage = 0  # decoder complaints seen since start-up
         threading.Thread(target=self._pump, name="shmloader-native-log", daemon=True).start()
 
     def _pump(self) -> None:
@@ -83,6 +88,7 @@ class _Capture:
             text = raw.decode("utf-8", "replace").rstrip("\r")
             if is_native(text):
                 self.held.append(text)
+                self.damage += bool(_DAMAGE.match(text))
             else:
                 _write_all(self.stderr, raw + b"\n")
         if self.partial and not self.partial.startswith(b"["):
@@ -134,6 +140,16 @@ def capture() -> None:
 def take() -> list[str]:
     """The native log lines printed since the last call (none without :func:`capture`)."""
     return _capture.take() if _capture is not None else []
+
+
+def damage_seen() -> int:
+    """How many decoder complaints about damaged data were printed so far (0 without
+    :func:`capture`): compare the count before and after a decode to learn whether it met any."""
+    if _capture is None:
+        return 0
+    with _capture.lock:
+        _capture._drain()  # a line written before this call is in the pipe, if not sorted yet
+        return _capture.damage
 
 
 def with_native_lines(message: str) -> str:

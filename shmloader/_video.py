@@ -1,7 +1,9 @@
-"""VideoClips: clips of ``clip_len`` frames decoded by decord inside the workers.
+"""VideoClips: clips of ``clip_len`` frames decoded inside the workers.
 
-decord is imported here alone, lazily: in the workers, and in the main process only when
-``size=None`` asks for the native size (one frame of the first video is read to learn it).
+What a video holds (its frame count, timestamps, size as shown) comes from ``_probe``, the
+presentation timeline libavformat gives; the frames come from decord or PyAV (``_decoders``),
+chosen per file. Neither is imported here: the main process probes only the first video, when
+``size=None`` asks for the native size.
 
 Every sample's clips are decoded in one pass: the worker works out all their frames first
 (``_sampling``), asks decord for the sorted union of them in ONE ``get_batch`` call, and
@@ -14,46 +16,30 @@ videos). The same holds across samples: a worker handed several samples of one v
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
-from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
 
+from ._probe import DECODERS, VideoInfo
 from ._sampling import CROP_AT, SAMPLINGS, SHORT_POLICIES, clip_frames, crop_windows, scaled_size
 from ._shared import SharedStrings
 from ._source import Spec, check_int
 
 __all__ = ["VideoClips"]
 
-# decord cannot scale to these output widths: get_batch fails with "DECORDArrayCopyFromTo: The
-# size must exactly match" (measured with decord2 3.4.0 on H.264 and MPEG-4, any height and
-# any source size). For them the worker decodes at a multiple of the width and averages
-# columns back down. Any other width that still fails is added at run time (see _Decoder).
-_BAD_WIDTHS = frozenset({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96, 144})
+# Native frame sizes remembered per worker for `scale=` are the probes `_decoders.Decoding` keeps.
 
-# Readers kept open per worker after their clip is read. None: decord's reader keeps decoding
-# ahead in its own thread while it sits idle, so a cache of 4 cost ~50 % more CPU per clip
-# (1 worker at 146 % of a core instead of 103 %) for no gain in wall time (measured on the
-# demo videos, 16x112x112 random clips). Opening a reader is cheaper than feeding idle ones.
-_READER_CACHE = 0
+_VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".m2ts", ".mts")
 
-# Native frame sizes remembered per worker for `scale=` (learning one costs a second reader and
-# a keyframe decode); a few ints per video, bounded so a huge dataset cannot grow a worker.
-_SIZES_KEPT = 100_000
+_DECODER_CHOICES = ("auto", *DECODERS)
 
-_VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg")
+# Manifest columns (written by `shmloader scan`) that spare the workers a probe; with `bytes`
+# and `mtime_ns` a row is trusted only while its file is unchanged.
+_MANIFEST_INTS = ("frames", "height", "width", "rotation", "bytes", "mtime_ns")
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
-
-
-def _decode_width(width: int, bad: frozenset[int] | set[int] = _BAD_WIDTHS) -> int:
-    k = 1
-    while width * k in bad:
-        k += 1
-    return width * k
 
 
 def _pair(name: str, value) -> tuple[int, int]:
@@ -111,6 +97,13 @@ class VideoClips:
     in one pass by one worker, and placed at several positions of the coming batches (the
     loader's shuffle window, see ``Loader``). Paths are local files: URLs and FFmpeg protocol
     strings (``http:``, ``concat:``...) are refused unless ``allow_urls=True``.
+
+    Which decoder: ``decoder="auto"`` lets each file's probe choose — decord where it reads the
+    file right, PyAV for MPEG-TS, edit lists that drop frames, size changes, rotation, a frame
+    count the container contradicts, and any file decord refuses (see ``_probe``); ``"decord"``
+    or ``"pyav"`` forces one. Frame counts, indices and timestamps are the probe's whichever
+    decoder runs. ``decode_threads``: threads each worker's decoder uses (1: the workers are the
+    parallelism).
     """
 
     def __init__(self, paths: Sequence[str | os.PathLike], labels: Sequence[int] | None = None, *,
@@ -119,7 +112,7 @@ class VideoClips:
                  short_video: str = "error", size: tuple[int, int] | None = None,
                  scale: int | tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
                  crop_at: str = "center", group_clips: bool = False, allow_urls: bool = False,
-                 decode_threads: int = 1) -> None:
+                 decode_threads: int = 1, decoder: str = "auto") -> None:
         paths = [os.fspath(p) for p in paths]
         if not paths:
             raise ValueError("paths is empty")
@@ -164,6 +157,9 @@ class VideoClips:
                                  "square: it must fit a scaled video of any aspect ratio")
         if crop is not None and size is not None and (crop[0] > size[0] or crop[1] > size[1]):
             raise ValueError(f"crop={crop} does not fit in size={size}")
+        if decoder not in _DECODER_CHOICES:
+            raise ValueError(f"decoder must be one of {_DECODER_CHOICES}, got {decoder!r}")
+        check_int("decode_threads", decode_threads, 1)
         if not isinstance(group_clips, bool):
             raise ValueError(f"group_clips must be True or False, got {group_clips!r}")
         resolved = []
@@ -186,13 +182,15 @@ class VideoClips:
         self.crop_at = crop_at
         self.group_clips = group_clips
         self.decode_threads = int(decode_threads)
+        self.decoder = decoder
         # Decoded at the file's own size: with a crop, any size at least the crop will do;
         # without, every video must have the first one's size.
         self.native = size is None and scale is None
         if size is None and scale is None and crop is None:
             size = _native_size(self.paths[0])
         self.size = size  # the size frames are decoded at, when it is fixed
-        self._decoder = None
+        self._decoding = None
+        self._known: dict[str, np.ndarray] | None = None  # manifest columns, see from_csv
         self._table: SharedStrings | None = None
         # Encoded now, so that a loader over a million videos starts as fast as over eight.
         self._encoded = SharedStrings.encode(self.paths)
@@ -226,7 +224,11 @@ class VideoClips:
     def from_csv(cls, manifest: str | os.PathLike, *, path_column: str = "path",
                  label_column: str | None = "label", **kwargs) -> "VideoClips":
         """Videos listed in a CSV (with a header) or JSON manifest; relative paths are taken
-        against the manifest's folder. JSON: a list of ``{"path": ..., "label": ...}`` objects."""
+        against the manifest's folder. JSON: a list of ``{"path": ..., "label": ...}`` objects.
+
+        A manifest written by ``shmloader scan`` also gives every video's frame count, size,
+        rotation and decoder: workers use them instead of probing the file again, as long as
+        its size and modification time are those the row was made from (else it is probed)."""
         import csv
         import json
 
@@ -253,7 +255,9 @@ class VideoClips:
                 except (KeyError, TypeError, ValueError):
                     raise ValueError(f"{manifest!r} row {n}: {label_column!r} must be an integer, "
                                      f"got {row.get(label_column)!r}") from None
-        return cls(paths, labels if label_column is not None else None, **kwargs)
+        clips = cls(paths, labels if label_column is not None else None, **kwargs)
+        clips._known = _known_columns(rows)
+        return clips
 
     def options(self) -> dict:
         """The constructor's keyword arguments that made this source (paths aside)."""
@@ -262,13 +266,14 @@ class VideoClips:
                     sampling=self.sampling, fps=self.fps, short_video=self.short_video,
                     size=None if self.native else self.size, scale=self.scale, crop=self.crop,
                     crop_at=self.crop_at, group_clips=self.group_clips, allow_urls=True,
-                    decode_threads=self.decode_threads)
+                    decode_threads=self.decode_threads, decoder=self.decoder)
 
     def with_options(self, **changes) -> "VideoClips":
         """A copy with some constructor arguments changed, e.g. ``sampling="uniform"`` for evaluation."""
         kwargs = self.options()
         kwargs.update(changes)
         clips = type(self)(self.paths, **kwargs)
+        clips._known = self._known
         if hasattr(self, "classes"):
             clips.classes = self.classes
         return clips
@@ -317,7 +322,9 @@ class VideoClips:
         its workers: each worker maps it instead of unpickling its own copy, so a worker's
         memory does not grow with the number of videos."""
         if self._table is None:
-            self._table = SharedStrings(self._encoded, None if self.labels is None else {"labels": self.labels})
+            columns = {} if self.labels is None else {"labels": self.labels}
+            columns.update({f"known_{k}": a for k, a in (self._known or {}).items()})
+            self._table = SharedStrings(self._encoded, columns)
         return self._table
 
     @property
@@ -339,16 +346,32 @@ class VideoClips:
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_decoder"] = None
+        state["_decoding"] = None
         state["paths"] = self._shared_table()  # indexable like the list, a few bytes to pickle
         state["_table"], state["_users"], state["_encoded"] = None, 0, None
         state["_has_labels"], state["labels"] = self.labels is not None, None
+        state["_known"] = None if self._known is None else list(self._known)
         return state
 
     def worker_init(self) -> None:
+        from ._decoders import Decoding
+
         if self.__dict__.pop("_has_labels", False):
             self.labels = self.paths.column("labels")
-        self._decoder = _Decoder(self.decode_threads)
+        if self._known is not None:
+            self._known = {k: self.paths.column(f"known_{k}") for k in self._known}
+        self._decoding = Decoding(self.decode_threads, self.decoder)
+
+    def _info(self, v: int, path: str) -> VideoInfo:
+        """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""
+        known = self._known
+        if known is None or known["frames"][v] < 1:
+            return self._decoding.info(path)
+        row = VideoInfo(path=path, frames=int(known["frames"][v]), height=int(known["height"][v]),
+                        width=int(known["width"][v]), fps=float(known["fps"][v]), duration=0.0, codec="",
+                        pix_fmt="", rotation=int(known["rotation"][v]), container="",
+                        decoder=DECODERS[int(known["decoder"][v])], problem="" if known["cfr"][v] else "vfr")
+        return self._decoding.info(path, row, (int(known["bytes"][v]), int(known["mtime_ns"][v])))
 
     def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
         self.read_many([index], [rng], [out])
@@ -368,46 +391,41 @@ class VideoClips:
                              epoch_key)
 
     def _read_video(self, v: int, items: list, epoch_key) -> None:
-        dec, path, k = self._decoder, self.paths[v], self.clips_per_sample
-        try:
-            native = dec.native_size(path) if self.scale is not None else None
-            fixed = None if self.native else self.size  # decode size unless scaled per video
-            reader = dec.reader(path, fixed)
-            n = len(reader)
-            pts = reader.get_frame_timestamp(np.arange(n)) if self.fps is not None else None
-            del reader
-            if native is not None:
-                # That was a native-size reader: gone before the scaled one decodes, or its
-                # thread would go on decoding ahead at full size beside it (measured: +75 %).
-                dec.release()
-            shared_scale = None
-            if self.scale is not None and self.group_clips and epoch_key is not None:
-                shared_scale = _draw_scale(np.random.default_rng((*epoch_key, v, 1)), self.scale)
-            plans = []  # (out, frames [K, T], decode size, rng) per sample
-            for c, rng, out in items:
-                frames = clip_frames(n, pts, clip_len=self.clip_len, frame_step=self.frame_step, fps=self.fps,
-                                     sampling=self.sampling, clips=[c * k + j for j in range(k)],
-                                     total_clips=self.clips_per_video * k, short_video=self.short_video, rng=rng)
-                size = fixed
-                if self.scale is not None:
-                    s = shared_scale if shared_scale is not None else _draw_scale(rng, self.scale)
-                    size = scaled_size(*native, s)
-                plans.append((out, frames, size, rng))
-            for size in dict.fromkeys(p[2] for p in plans):  # one pass per decode size
-                group = [p for p in plans if p[2] == size]
-                union = np.unique(np.concatenate([p[1].ravel() for p in group]))
-                direct = None
-                if len(group) == 1 and k == 1 and self.crop is None and np.array_equal(union, group[0][1][0]):
-                    direct = group[0][0]["video"]  # the clip is the union: decode straight into the slot
-                decoded = dec.decode(path, size, union, direct)
-                if self.native and self.crop is None and decoded.shape[1:3] != tuple(self.size):
-                    h, w = decoded.shape[1:3]
-                    raise ValueError(f"video is {h}x{w} but the loader's clips are {self.size[0]}x{self.size[1]}; "
-                                     "pass size=(height, width) to resize, or crop=")
-                for out, frames, _, rng in group:
-                    self._fill(out, v, frames, union, decoded, rng, done=direct is not None)
-        finally:
-            dec.release()  # an idle decord reader keeps decoding ahead in its thread
+        path, k = self.paths[v], self.clips_per_sample
+        info = self._info(v, path)
+        n = info.frames
+        pts = None
+        if self.fps is not None:
+            pts = info.times()
+            if pts is None:  # a manifest row of a variable-rate video: read the timestamps
+                pts = self._decoding.info(path).times()
+        native = (info.height, info.width)
+        if self.native and self.crop is None and native != tuple(self.size):
+            raise ValueError(f"video is {native[0]}x{native[1]} but the loader's clips are "
+                             f"{self.size[0]}x{self.size[1]}; pass size=(height, width) to resize, or crop=")
+        fixed = None if self.native else self.size  # decode size unless scaled per video
+        shared_scale = None
+        if self.scale is not None and self.group_clips and epoch_key is not None:
+            shared_scale = _draw_scale(np.random.default_rng((*epoch_key, v, 1)), self.scale)
+        plans = []  # (out, frames [K, T], decode size, rng) per sample
+        for c, rng, out in items:
+            frames = clip_frames(n, pts, clip_len=self.clip_len, frame_step=self.frame_step, fps=self.fps,
+                                 sampling=self.sampling, clips=[c * k + j for j in range(k)],
+                                 total_clips=self.clips_per_video * k, short_video=self.short_video, rng=rng)
+            size = fixed
+            if self.scale is not None:
+                s = shared_scale if shared_scale is not None else _draw_scale(rng, self.scale)
+                size = scaled_size(*native, s)
+            plans.append((out, frames, size, rng))
+        for size in dict.fromkeys(p[2] for p in plans):  # one pass per decode size
+            group = [p for p in plans if p[2] == size]
+            union = np.unique(np.concatenate([p[1].ravel() for p in group]))
+            direct = None
+            if len(group) == 1 and k == 1 and self.crop is None and np.array_equal(union, group[0][1][0]):
+                direct = group[0][0]["video"]  # the clip is the union: decode straight into the slot
+            decoded = self._decoding.decode(info, size, union, direct)
+            for out, frames, _, rng in group:
+                self._fill(out, v, frames, union, decoded, rng, done=decoded is direct)
 
     def _fill(self, out, v, frames, union, decoded, rng, done: bool) -> None:
         k, t = frames.shape
@@ -429,6 +447,28 @@ class VideoClips:
         out["frames"][...] = frames.reshape(out["frames"].shape)
 
 
+def _known_columns(rows: list[dict]) -> dict[str, np.ndarray] | None:
+    """The probe columns of a ``shmloader scan`` manifest, as arrays (frames 0: not known)."""
+    need = (*_MANIFEST_INTS, "fps", "decoder", "problem")
+    if not rows or not all(c in rows[0] for c in need):
+        return None
+    n = len(rows)
+    known = {c: np.zeros(n, np.int64) for c in _MANIFEST_INTS}
+    known.update(fps=np.zeros(n, np.float64), decoder=np.zeros(n, np.int8), cfr=np.zeros(n, np.bool_))
+    for i, row in enumerate(rows):
+        try:
+            values = {c: int(row[c]) for c in _MANIFEST_INTS}
+            fps, decoder = float(row["fps"]), DECODERS.index(row["decoder"])
+        except (TypeError, ValueError):
+            continue  # a file the scan could not read: probed (and reported) when it is loaded
+        for c, x in values.items():
+            known[c][i] = x
+        known["fps"][i], known["decoder"][i] = fps, decoder
+        problem = str(row["problem"] or "")
+        known["cfr"][i] = not any(w in problem for w in ("frame rate", "gap", "timestamps"))
+    return known
+
+
 def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``a`` seen with another shape; raises rather than copy (a copy would not reach the slot)."""
     b = a.view()
@@ -442,108 +482,11 @@ def _draw_scale(rng: np.random.Generator, scale: tuple[int, int]) -> int:
 
 
 def _native_size(path: str) -> tuple[int, int]:
-    """The first video's size, read in the main process the way a worker reads it."""
-    decoder = _Decoder(1)
+    """The first video's size as shown, read in the main process as a worker reads it."""
+    from ._probe import probe
+
     try:
-        return decoder.native_size(path)
+        info = probe(path)
     except Exception as e:
         raise ValueError(f"size=None: cannot read the native size of {path!r}: {e}") from e
-    finally:
-        decoder.release()
-
-
-class _Decoder:
-    """Worker-side decoding state: readers, the width fallback, native sizes, scratch memory."""
-
-    def __init__(self, threads: int) -> None:
-        import decord
-        from decord._ffi.base import _LIB, check_call
-
-        self._decord = decord
-        self._copy = lambda nd, ptr, n: check_call(_LIB.DECORDArrayCopyToBytes(nd.handle, ptr, n))
-        self._threads = threads
-        self._bad = set(_BAD_WIDTHS)
-        self._readers: OrderedDict[tuple[str, tuple | None], object] = OrderedDict()
-        self._sizes: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        self._scratch: np.ndarray | None = None
-
-    def _open(self, path: str, size: tuple[int, int] | None):
-        """A reader decoding at ``size`` (height, width as decord makes it), or native for None."""
-        key = (path, size)
-        r = self._readers.get(key)
-        if r is None:
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"no such file: {path!r}" if not os.path.exists(path) else f"not a file: {path!r}")
-            if size is None:
-                r = self._decord.VideoReader(path, num_threads=self._threads)
-            else:
-                r = self._decord.VideoReader(path, width=size[1], height=size[0], num_threads=self._threads)
-            self._readers[key] = r
-            while len(self._readers) > max(_READER_CACHE, 1):  # one, while a sample is read
-                self._readers.popitem(last=False)
-        else:
-            self._readers.move_to_end(key)
-        return r
-
-    def reader(self, path: str, size: tuple[int, int] | None):
-        """The reader that will decode ``path`` at ``size`` (for its frame count and timestamps)."""
-        return self._open(path, None if size is None else (size[0], _decode_width(size[1], self._bad)))
-
-    def release(self) -> None:
-        while len(self._readers) > _READER_CACHE:
-            self._readers.popitem(last=False)
-
-    def native_size(self, path: str) -> tuple[int, int]:
-        hw = self._sizes.get(path)
-        if hw is None:
-            # next() reports the frame's size even for widths get_batch cannot copy (e.g. 96);
-            # it also sets the reader decoding ahead, so the caller releases it once done with it
-            shape = self._open(path, None).next().shape
-            hw = self._sizes[path] = (int(shape[0]), int(shape[1]))
-            while len(self._sizes) > _SIZES_KEPT:
-                self._sizes.popitem(last=False)
-        return hw
-
-    def decode(self, path: str, size: tuple[int, int] | None, frames: np.ndarray,
-               out: np.ndarray | None = None) -> np.ndarray:
-        """Frames (ascending, unique) of ``path`` at ``size`` in one ``get_batch`` call.
-
-        Written into ``out`` when given and of the right shape, else into scratch memory that
-        stays valid until the next call. A width decord cannot produce is decoded at a multiple
-        and averaged down.
-        """
-        while True:
-            width = None if size is None else _decode_width(size[1], self._bad)
-            reader = self._open(path, None if size is None else (size[0], width))
-            try:
-                nd = reader.get_batch(frames.tolist())
-                break
-            except self._decord.DECORDError as e:
-                if "size must exactly match" not in str(e) or (size is not None and width >= size[1] * 64):
-                    raise
-                if size is None:  # the file's own width is one decord cannot copy out: resize
-                    size = self.native_size(path)
-                    continue
-                self._bad.add(width)  # a width decord cannot produce here: fall back for good
-        n, h, wd = (int(x) for x in nd.shape[:3])
-        w = wd if size is None else size[1]
-        if out is not None and wd == w and out.shape == (n, h, w, 3):
-            self._copy(nd, out.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(out.nbytes))
-            return out
-        s = self._scratch_for((n, h, wd, 3))
-        self._copy(nd, s.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(s.nbytes))
-        if wd == w:
-            return s
-        k = wd // w
-        summed = s.reshape(n, h, w, k, 3).sum(axis=3, dtype=np.uint16)
-        np.floor_divide(summed + k // 2, k, out=summed)
-        if out is not None and out.shape == (n, h, w, 3):
-            np.copyto(out, summed, casting="unsafe")
-            return out
-        return summed.astype(np.uint8)
-
-    def _scratch_for(self, shape: tuple[int, ...]) -> np.ndarray:
-        need = int(np.prod(shape))
-        if self._scratch is None or self._scratch.size < need:
-            self._scratch = np.empty(need, np.uint8)
-        return self._scratch[:need].reshape(shape)
+    return info.height, info.width

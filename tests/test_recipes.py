@@ -10,6 +10,9 @@ import pytest
 
 import shmloader
 from shmloader._samples import frame_image, read_codes, write_video
+from shmloader._sampling import clip_frames
+
+from ._variants import reference as libav_reference
 
 LANDSCAPE = (96, 128)
 PORTRAIT = (128, 72)
@@ -104,8 +107,10 @@ def test_fps_gives_clips_of_equal_duration_at_25_and_50_fps(rates):
         assert s["frames"].max() < 60 * native // 25
 
 
-def test_fps_with_broken_timestamps_names_the_file(tmp_path):
-    """A Matroska file whose packets carry no timestamps gets made-up ones 1 ms apart."""
+def test_fps_uses_the_timestamps_as_stored(tmp_path):
+    """A Matroska file muxed without timestamps gets made-up ones 1 ms apart from libavformat,
+    as every player sees them: by time the video lasts 20 ms, so a 0.8 s clip is refused
+    naming the file; by frame index it is read as usual."""
     import av
 
     path = str(tmp_path / "nopts.mkv")
@@ -119,12 +124,34 @@ def test_fps_with_broken_timestamps_names_the_file(tmp_path):
                 c.mux(packet)
     clips = shmloader.VideoClips([path], clip_len=4, fps=5, size=(48, 64))
     with shmloader.Loader(clips, batch_size=1, workers=1) as loader:
-        with pytest.raises(shmloader.SampleError, match="frame timestamps") as info:
+        with pytest.raises(shmloader.SampleError, match="shorter than one clip") as info:
             next(iter(loader))
     assert "nopts.mkv" in str(info.value)
-    # The same file is fine by frame index.
     (s,) = samples_of(shmloader.VideoClips([path], clip_len=4, size=(48, 64)), workers=1, batch_size=1)
     assert (read_codes(s["video"])[1] == s["frames"]).all()
+
+
+@pytest.mark.parametrize("case", ["missing", "overlap", "backwards", "zero_length", "wrong_shape"])
+def test_fps_refuses_timestamps_it_cannot_trust(case):
+    """The timestamp check itself, on arrays: each broken case is refused, not sampled."""
+    begin = np.arange(10) * 0.04
+    pts = np.stack([begin, begin + 0.04], axis=1)
+    broken = {"missing": None, "overlap": pts - np.where(np.arange(10) == 5, 0.03, 0)[:, None],
+              "backwards": pts[::-1].copy(), "zero_length": np.stack([begin, begin], axis=1),
+              "wrong_shape": pts[:9]}[case]
+    kw = dict(clip_len=3, frame_step=1, fps=12.5, sampling="center", clips=[0], total_clips=1,
+              short_video="error", rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="frame timestamps"):
+        clip_frames(10, broken, **kw)
+    frames = clip_frames(10, pts, **kw)  # the same video with sound timestamps
+    assert frames.shape == (1, 3) and (np.diff(frames) == 2).all()
+    gap = pts.copy()
+    gap[5:] += 1.0  # a gap is not broken: the frame before it stays on screen through it
+    gap[4, 1] = gap[5, 0]
+    for start in range(10):
+        f = clip_frames(10, gap, **{**kw, "sampling": "random", "rng": np.random.default_rng(start)})[0]
+        instants = gap[f[0], 0] + np.arange(3) / 12.5 + 1e-6
+        assert ((gap[f, 0] <= instants) & (instants < gap[f, 1])).all()
 
 
 @pytest.mark.parametrize("policy, frames", [("repeat_last", [0, 2, 4, 4]), ("wrap", [0, 2, 4, 0])])
@@ -241,21 +268,26 @@ def test_multi_view_eval_ten_clips_three_crops_in_view_order(shapes):
                     np.testing.assert_array_equal(batch["video"][i, 3 * k + c], full[:, y : y + 56, x : x + 56])
 
 
-def test_native_width_decord_cannot_copy_out(tmp_path):
-    """decord's get_batch fails on a 96-pixel-wide video at its own size: the loader still
-    delivers it (decoded at twice the width, averaged down), natively and scaled."""
+@pytest.mark.parametrize("decoder", ["auto", "pyav"])
+def test_native_width_96(tmp_path, decoder):
+    """A 96-pixel-wide video (decord cannot copy that width out on some CPUs) is delivered at its
+    own size and scaled: decord's own frames where it produces them, else libavformat's."""
     path = write_video(tmp_path / "narrow.mp4", 40, frames=12, size=(128, 96))
-    with pytest.raises(decord.DECORDError):
-        decord.VideoReader(path).get_batch([0])
-    (s,) = samples_of(shmloader.VideoClips([path], clip_len=3, frame_step=2), workers=1, batch_size=1)
+    clips = shmloader.VideoClips([path], clip_len=3, frame_step=2, decoder=decoder)
+    (s,) = samples_of(clips, workers=1, batch_size=1)
     assert s["video"].shape == (3, 128, 96, 3)
     ids, numbers = read_codes(s["video"])
     assert (ids == 40).all() and (numbers == s["frames"]).all()
-    ref = decord_frames(path, s["frames"], (128, 192)).reshape(3, 128, 96, 2, 3).mean(3)
-    assert np.abs(s["video"] - ref).max() <= 1
-    scaled = shmloader.VideoClips([path], clip_len=3, frame_step=2, scale=56, crop=(56, 56))
-    (s,) = samples_of(scaled, workers=1, batch_size=1)
-    np.testing.assert_array_equal(s["video"], decord_frames(path, s["frames"], (75, 56))[:, 9:65])
+    scaled = shmloader.VideoClips([path], clip_len=3, frame_step=2, scale=56, crop=(56, 56), decoder=decoder)
+    (c,) = samples_of(scaled, workers=1, batch_size=1)
+    for got, size, window in ((s, None, slice(None)), (c, (75, 56), slice(9, 65))):
+        try:
+            ref = decord_frames(path, got["frames"], size)
+        except decord.DECORDError:
+            ref = libav_reference(path, size)[got["frames"]]
+            assert np.abs(got["video"].astype(np.int16) - ref[:, window]).max() <= 4
+        else:
+            np.testing.assert_array_equal(got["video"], ref[:, window])
 
 
 @pytest.mark.parametrize("kw, name", [

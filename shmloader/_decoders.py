@@ -1,0 +1,306 @@
+"""The two decoders behind one small interface, and the per-worker choice between them.
+
+Both take a video's :class:`~shmloader._probe.VideoInfo` (the frame truth), a decode size and
+ascending frame indices, and write ``[n, h, w, 3]`` uint8 frames into ``out`` when it has that
+shape. Both decode with ``threads`` threads per worker, scale in FFmpeg's scaler (bicubic,
+then RGB) and seek to the keyframe before each stretch of wanted frames, decoding forward:
+
+- :class:`Decord`: decord's ``get_batch`` over the whole set in one call, copied once into the
+  slot. decord is imported here alone.
+- :class:`PyAV`: libavformat + libavcodec through PyAV, frames found by their timestamp in the
+  probe's timeline (so edit lists, MPEG-TS and size changes come out as a player shows them),
+  turned as the container's rotation asks. av is imported here and in ``_probe``.
+
+:class:`Decoding` is what a worker holds: probes (cached), the choice per file (the probe's,
+or the user's ``decoder=``), and what decord was found unable to do on this machine — a decode
+size whose row alignment decord cannot copy out (it depends on the CPU's SIMD), found by
+behaviour once per worker and width, never from a list. Those go to PyAV, whose pixels equal
+decord's at every size where decord works (the same scaler and flags).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections import OrderedDict
+
+import numpy as np
+
+from ._native_log import damage_seen
+from ._probe import VideoInfo, probe
+
+__all__ = ["Decord", "PyAV", "Decoding", "DecoderLimit"]
+
+# Probes a worker keeps, counted in frames (their timestamps take 24 bytes a frame): a worker
+# revisits a video every epoch, and re-reading its packets costs ~5-10 ms.
+_PROBED_FRAMES = 2_000_000
+
+# On a wanted frame missing after a seek (a seek that landed past it, as byte-based seeking in
+# MPEG-TS can), seek again this many keyframes further back before decoding from the start.
+_SEEK_RETRIES = 3
+
+
+class DecoderLimit(Exception):
+    """A decoder cannot produce this output here (not a fault of the file)."""
+
+
+def _scratch(holder, shape) -> np.ndarray:
+    need = int(np.prod(shape))
+    if holder._buf is None or holder._buf.size < need:
+        holder._buf = np.empty(need, np.uint8)
+    return holder._buf[:need].reshape(shape)
+
+
+class Decord:
+    """decord's reader: one ``get_batch`` over the sorted frames, copied once into ``out``."""
+
+    name = "decord"
+
+    def __init__(self, threads: int) -> None:
+        import decord
+        from decord._ffi.base import _LIB, check_call
+
+        self._decord = decord
+        self.Error = decord.DECORDError
+        self._copy = lambda nd, ptr, n: check_call(_LIB.DECORDArrayCopyToBytes(nd.handle, ptr, n))
+        self._threads = threads
+        self._buf: np.ndarray | None = None
+
+    def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
+               out: np.ndarray | None = None) -> np.ndarray:
+        if size is None:
+            reader = self._decord.VideoReader(info.path, num_threads=self._threads)
+        else:
+            reader = self._decord.VideoReader(info.path, width=size[1], height=size[0], num_threads=self._threads)
+        try:
+            nd = reader.get_batch(frames.tolist())
+        except self._decord.DECORDError as e:
+            if "size must exactly match" in str(e):  # decord cannot copy rows of this width out
+                raise DecoderLimit(f"decord cannot produce {'the native' if size is None else size[1]} width") from e
+            raise
+        finally:
+            del reader  # an idle reader keeps decoding ahead in its own thread
+        shape = tuple(int(x) for x in nd.shape)
+        dest = out if out is not None and out.shape == shape else _scratch(self, shape)
+        self._copy(nd, dest.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(dest.nbytes))
+        return dest
+
+
+class PyAV:
+    """libavformat + libavcodec through PyAV: the frames a player shows, at any size."""
+
+    name = "pyav"
+
+    def __init__(self, threads: int) -> None:
+        import av
+        self._av = av
+        self._threads = threads
+        self._scale = _Scaler()
+        self._buf: np.ndarray | None = None
+
+    def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
+               out: np.ndarray | None = None) -> np.ndarray:
+        h, w = size if size is not None else (info.height, info.width)
+        turns = info.rotation // 90
+        shape = (len(frames), h, w, 3)
+        dest = out if out is not None and out.shape == shape else _scratch(self, shape)
+        # Scaled before turning: a 90-degree turn swaps the sides the scaler must produce.
+        sh, sw = (w, h) if turns % 2 else (h, w)
+        with self._av.open(info.path, metadata_errors="ignore") as c:
+            s = c.streams.video[0]
+            s.codec_context.thread_count = self._threads
+            found = 0
+            try:
+                for j, frame in self._frames(c, s, info, frames):
+                    if frame.is_corrupt:
+                        raise ValueError(f"frame {int(frames[j])} is damaged")
+                    img = self._scale(frame, sw, sh)
+                    dest[j] = np.rot90(img, turns) if turns else img
+                    found += 1
+            except self._av.error.FFmpegError as e:
+                raise ValueError(f"damaged data before frame {int(frames[found])}: {e}") from e
+        if found != len(frames):
+            raise ValueError(f"frames {frames[found:].tolist()[:4]} of {info.frames} cannot be decoded: "
+                             "the stream ends early (damaged or truncated)")
+        return dest
+
+    def _frames(self, c, s, info: VideoInfo, frames: np.ndarray):
+        """``(j, frame)`` for every wanted index ``frames[j]``, in order."""
+        if info.pts is None:  # no timestamps to seek by: count frames from the start
+            it = iter(enumerate(c.decode(s)))
+            for j, f in enumerate(frames):
+                for i, frame in it:
+                    if i == f:
+                        yield j, frame
+                        break
+            return
+        pts = info.pts
+        keys = info.keyframes if info.keyframes is not None and len(info.keyframes) else np.zeros(1, np.int64)
+
+        def keyframe_before(i: int) -> int:  # -1: none shown before i (an edit list cut one off)
+            return int(keys[np.searchsorted(keys, i, side="right") - 1]) if keys[0] <= i else -1
+
+        j, back = 0, 0  # next wanted; keyframes further back than needed, after a missed frame
+        while j < len(frames):
+            target = int(frames[j])
+            k = int(np.searchsorted(keys, target, side="right")) - 1 - back
+            from_start = k < 0 or keyframe_before(target) < 0 or back > _SEEK_RETRIES
+            if from_start:
+                # Below the first timestamp: seeking to the first one itself can land a GOP
+                # late where seeking is byte-based (MPEG-TS).
+                c.seek(min(0, int(pts[0]) - 1), stream=s, backward=True)
+            else:
+                c.seek(int(pts[keys[k]]), stream=s, backward=True)
+            s.codec_context.flush_buffers()
+            missed, first = False, True
+            for frame in c.decode(s):
+                i = _index(pts, frame.pts)
+                if i is None:
+                    continue  # not a shown frame
+                if (first and i > target) or i > frames[j]:
+                    missed = True  # the seek landed past the frame, or the frame never came out
+                    break
+                first = False
+                if i < frames[j]:
+                    continue
+                yield j, frame
+                j, back = j + 1, 0
+                if j == len(frames):
+                    return
+                if keyframe_before(int(frames[j])) > i + 1:
+                    break  # a keyframe lies between here and the next wanted frame: seek to it
+            else:
+                if not first or from_start:
+                    return  # the stream ended: the caller reports what is missing
+                missed = True  # a seek past the last keyframe found nothing
+            if missed:
+                if from_start:
+                    return
+                back += 1
+
+
+class _Scaler:
+    """``scale=W:H,format=rgb24`` in a libavfilter graph, as decord builds it: the same swscale
+    flags and steps, so PyAV's pixels equal decord's wherever decord can decode. Rebuilt when
+    the input frame's size or format changes (a stream that changes size mid-way)."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._graph = None
+
+    def __call__(self, frame, width: int, height: int) -> np.ndarray:
+        key = (frame.width, frame.height, frame.format.name, width, height)
+        if key != self._key:
+            from fractions import Fraction
+
+            import av
+
+            g = av.filter.Graph()
+            chain = [g.add_buffer(width=frame.width, height=frame.height, format=frame.format,
+                                  time_base=Fraction(1, 1000)),
+                     g.add("scale", f"{width}:{height}"), g.add("format", "rgb24"), g.add("buffersink")]
+            for a, b in zip(chain, chain[1:]):
+                a.link_to(b)
+            g.configure()
+            self._graph, self._key = g, key
+        frame.pts = None
+        self._graph.push(frame)
+        return self._graph.pull().to_ndarray()
+
+
+def _index(pts: np.ndarray, t) -> int | None:
+    if t is None:
+        return None
+    i = int(np.searchsorted(pts, t))
+    return i if i < len(pts) and pts[i] == t else None
+
+
+class Decoding:
+    """A worker's decoders: the probe of each file (cached), the choice per file, and the
+    sizes decord was found unable to produce on this CPU (sent to PyAV from then on)."""
+
+    def __init__(self, threads: int, choice: str = "auto") -> None:
+        self._threads = threads
+        self._choice = choice
+        self._decoders: dict[str, Decord | PyAV] = {}
+        self._probes: OrderedDict[str, tuple[tuple[int, int], VideoInfo]] = OrderedDict()
+        self._probed_frames = 0
+        self.unsupported: set[int] = set()  # output widths decord fails to copy out on this CPU
+        self.fallbacks = 0  # decodes sent to PyAV after decord refused
+
+    def decoder(self, name: str) -> Decord | PyAV:
+        d = self._decoders.get(name)
+        if d is None:
+            d = self._decoders[name] = (Decord if name == "decord" else PyAV)(self._threads)
+        return d
+
+    def info(self, path: str, known: VideoInfo | None = None, stamp: tuple[int, int] | None = None) -> VideoInfo:
+        """The probe of ``path``: ``known`` (a manifest row) while the file's (size, mtime_ns)
+        is still ``stamp``, else read once per worker while the file stays unchanged."""
+        st = os.stat(path)
+        now = (st.st_size, st.st_mtime_ns)
+        if known is not None and stamp == now:
+            return known
+        hit = self._probes.get(path)
+        if hit is not None and hit[0] == now:
+            self._probes.move_to_end(path)
+            return hit[1]
+        info = probe(path)
+        if hit is not None:
+            self._forget(path)
+        n = info.frames if info.pts is not None else 0
+        if n <= _PROBED_FRAMES:
+            self._probes[path] = (now, info)
+            self._probed_frames += n
+            while self._probed_frames > _PROBED_FRAMES:
+                self._forget(next(iter(self._probes)))
+        return info
+
+    def _forget(self, path: str) -> None:
+        _, info = self._probes.pop(path)
+        self._probed_frames -= info.frames if info.pts is not None else 0
+
+    def _remember(self, info: VideoInfo) -> None:
+        if info.path in self._probes:
+            stamp, _ = self._probes[info.path]
+            self._probes[info.path] = (stamp, info)
+
+    def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
+               out: np.ndarray | None = None) -> np.ndarray:
+        """Frames ``frames`` (ascending, unique) of the video at ``size`` (None: as shown)."""
+        name = info.decoder if self._choice == "auto" else self._choice
+        hit = self._probes.get(info.path)
+        if hit is not None and hit[1].decoder != info.decoder and self._choice == "auto":
+            info = hit[1]  # decord refused this file earlier: PyAV reads it
+            name = info.decoder
+        width = info.width if size is None else size[1]
+        if name == "decord" and (self._choice == "decord" or width not in self.unsupported):
+            seen = damage_seen()
+            try:
+                got = self.decoder("decord").decode(info, size, frames, out)
+                if damage_seen() == seen or self._choice == "decord":
+                    return got
+                # FFmpeg complained about the bitstream inside decord, which then may return a
+                # neighbouring frame for a damaged one: PyAV, which marks damaged frames, decides.
+                self.fallbacks += 1
+            except DecoderLimit:
+                if self._choice == "decord":
+                    raise
+                self.unsupported.add(width)
+                self.fallbacks += 1
+            except self.decoder("decord").Error as e:
+                if self._choice == "decord":
+                    raise
+                # decord refuses a file libavformat opened: PyAV reads it from now on; if PyAV
+                # fails as well, its error says why, with decord's as context.
+                info = info.with_decoder("pyav", f"decord refuses it: {_first_line(e)}")
+                self._remember(info)
+                self.fallbacks += 1
+        if info.pts is None:  # a manifest row: PyAV seeks by the timestamps a probe reads
+            info = self.info(info.path)
+        return self.decoder("pyav").decode(info, size, frames, out)
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0][:160] if lines else type(e).__name__

@@ -1,0 +1,302 @@
+"""What a video file holds, as libavformat presents it: the one frame truth both decoders follow.
+
+``probe(path)`` reads the file's packets once (no decoding, a few ms for a 300-frame video)
+plus its first frame, and returns a :class:`VideoInfo`: the frames a player shows (an edit list
+that drops frames is honoured, as libavformat's ``discard`` flag says), their timestamps as
+stored, the size as shown (after the rotation the container asks for), and which decoder reads
+the file right. decord stays the decoder where it is right; PyAV (libavformat + libavcodec,
+the same code as ``ffmpeg -i``) reads the files decord counts or turns wrong:
+
+- MPEG-TS / M2TS: decord's index of a transport stream is off by a GOP or refuses it;
+- an edit list that drops frames (``ffmpeg -ss T -c copy`` cuts): decord counts and returns
+  the dropped frames, freezing the last ones;
+- a size change inside the stream (joined segments, live recordings);
+- a rotation tag: decord cannot copy turned frames out at their own size;
+- a container frame count that disagrees with the stream.
+
+A size change is found cheaply: the sequence headers (H.264/HEVC SPS, MPEG-4 VOL, MPEG-1/2
+sequence header) carried in keyframe packets are compared, and only when they change are the
+keyframes decoded to see whether the size did. ``check="keyframes"`` decodes every keyframe
+(any codec), ``check="frames"`` every frame (damaged frames, the exact count): what
+``shmloader scan`` runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+import numpy as np
+
+__all__ = ["VideoInfo", "probe", "DECODERS", "CHECKS"]
+
+DECODERS = ("decord", "pyav")
+CHECKS = ("headers", "keyframes", "frames")
+
+# Containers read by PyAV alone (libavformat's format names).
+_PYAV_FORMATS = {"mpegts": "MPEG-TS"}
+
+# Timestamps further apart than this many times the median step are a gap, not jitter.
+_GAP = 1.5
+# Steps within this share of the median count as one constant frame rate.
+_JITTER = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class VideoInfo:
+    """One video as a player shows it. ``pts`` (stream time base, presentation order, one per
+    frame) and ``keyframes`` (indices) are None when the info came from a manifest row."""
+
+    path: str
+    frames: int
+    height: int  # as shown, after rotation
+    width: int
+    fps: float
+    duration: float
+    codec: str
+    pix_fmt: str
+    rotation: int  # degrees the frames are turned counter-clockwise for display: 0, 90, 180, 270
+    container: str
+    decoder: str  # "decord" or "pyav"
+    problem: str = ""
+    time_base: Fraction = Fraction(1, 1)
+    pts: np.ndarray | None = field(default=None, repr=False, compare=False)
+    keyframes: np.ndarray | None = field(default=None, repr=False, compare=False)
+    durations: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def times(self) -> np.ndarray | None:
+        """``[frames, 2]`` (start, end) seconds of every frame, or None without timestamps.
+
+        Without ``pts`` (a manifest row), a constant-rate video (no ``problem``) is timed by
+        ``fps`` from 0: sampling by time needs only the differences."""
+        if self.pts is None or self.durations is None:
+            if self.pts is None and not self.problem and self.fps > 0:
+                begin = np.arange(self.frames + 1, dtype=np.float64) / self.fps
+                return np.stack([begin[:-1], begin[1:]], axis=1)
+            return None
+        begin = self.pts.astype(np.float64) * float(self.time_base)
+        end = np.empty_like(begin)
+        end[:-1] = begin[1:]
+        end[-1] = begin[-1] + float(self.durations[-1]) * float(self.time_base)
+        return np.stack([begin, end], axis=1)
+
+    def with_decoder(self, decoder: str, why: str = "") -> "VideoInfo":
+        return replace(self, decoder=decoder, problem="; ".join(p for p in (self.problem, why) if p))
+
+
+def probe(path: str, *, check: str = "headers") -> VideoInfo:
+    """The frames of ``path`` as libavformat presents them, and the decoder that reads them right.
+
+    Raises FileNotFoundError, ValueError (no video stream, no frames) or PyAV's error for a file
+    FFmpeg cannot open.
+    """
+    if check not in CHECKS:
+        raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such file: {path!r}" if not os.path.exists(path) else f"not a file: {path!r}")
+    r = _read(path, "first" if check == "headers" else check)
+    if check == "headers" and r.header_change:  # new sequence headers: did the size change?
+        k = _read(path, "keyframes")
+        r.sizes, r.damaged = k.sizes, r.damaged if r.damaged is not None else k.damaged
+    first = r.first
+    if first is None:
+        raise ValueError("no frame of the video stream can be decoded")
+    rotation = int(round(first.rotation / 90.0)) * 90 % 360
+    fh, fw = first.height, first.width
+    shown_h, shown_w = (fw, fh) if rotation in (90, 270) else (fh, fw)
+    pts, kept, tb = r.pts, r.kept, r.time_base
+    step = r.step
+    duration = kept * step if pts is None else float((pts[-1] - pts[0]) * tb) + step
+    problems, pyav = [], []
+    if r.container in _PYAV_FORMATS:
+        pyav.append(_PYAV_FORMATS[r.container])
+    if r.dropped and r.container not in _PYAV_FORMATS:
+        problems.append(f"edit list drops {r.dropped} frames")
+        pyav.append("edit list")
+    if len(r.sizes) > 1:
+        i, h, w = r.sizes[1]
+        problems.append(f"size change at frame {i} ({r.sizes[0][1]}x{r.sizes[0][2]} to {h}x{w})")
+        pyav.append("size change")
+    if rotation:
+        pyav.append("rotation")
+    if r.declared and r.declared != kept + r.dropped and not problems:
+        problems.append(f"container says {r.declared} frames, stream has {kept}")
+        pyav.append("frame count")
+    if r.damaged is not None:
+        problems.append(f"damaged at frame {r.damaged}")
+        pyav.append("damage")  # PyAV marks damaged frames; decord may hand back a neighbour
+    elif r.decoded is not None and r.decoded < kept:
+        problems.append(f"damaged at frame {r.decoded}: {kept} frames stored, {r.decoded} decode")
+    if pts is None:
+        problems.append("no usable timestamps")
+    else:
+        problems.extend(_rate_problems(pts, tb, step))
+    return VideoInfo(path=path, frames=kept, height=shown_h, width=shown_w, fps=r.fps, duration=duration,
+                     codec=r.codec, pix_fmt=first.format.name, rotation=rotation, container=r.container,
+                     decoder="pyav" if pyav else "decord", problem="; ".join(problems), time_base=tb,
+                     pts=pts, keyframes=r.keyframes, durations=r.durations)
+
+
+class _Pass:
+    """What one read of a file found (see ``_read``)."""
+
+    first = None
+    damaged: int | None = None
+    decoded: int | None = None
+    header_change = False
+
+    def __init__(self) -> None:
+        self.sizes: list[tuple[int, int, int]] = []  # (frame index, height, width) at each size
+
+
+def _read(path: str, decode: str) -> _Pass:
+    """Demux every packet of the first video stream once, decoding as ``decode`` says:
+    ``"first"`` until the first frame, ``"keyframes"`` keyframes only, ``"frames"`` all."""
+    import av
+
+    r = _Pass()
+    with av.open(path, metadata_errors="ignore") as c:
+        if not c.streams.video:
+            raise ValueError("no video stream")
+        s = c.streams.video[0]
+        cc = s.codec_context
+        cc.thread_count = 1
+        if decode == "keyframes":
+            cc.skip_frame = "NONKEY"
+        r.container = c.format.name.split(",")[0]
+        r.codec = cc.name
+        r.declared = int(s.frames or 0)
+        r.time_base = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
+        stamps, durations, key_stamps, frame_stamps = [], [], [], []
+        headers, r.dropped, kept, n = None, 0, 0, 0
+        try:
+            for p in c.demux(s):
+                if p.size == 0 and decode != "frames":
+                    continue
+                if p.size and p.is_discard:  # before an edit list's start: a reference, never shown
+                    r.dropped += 1
+                elif p.size:
+                    t = p.pts if p.pts is not None else p.dts
+                    stamps.append(t)
+                    durations.append(p.duration or 0)
+                    kept += 1
+                    if p.is_corrupt and r.damaged is None:
+                        r.damaged = kept - 1
+                    if p.is_keyframe:
+                        key_stamps.append(t)
+                        h = _sequence_headers(bytes(p), r.codec)
+                        if h:
+                            if headers is None:
+                                headers = h
+                            elif h != headers:
+                                r.header_change = True
+                if decode == "first" and r.first is not None:
+                    continue
+                try:
+                    for frame in p.decode():
+                        if r.first is None:
+                            r.first = frame
+                        if frame.is_corrupt and r.damaged is None and decode == "frames":
+                            r.damaged = n
+                        frame_stamps.append((n, frame.pts, frame.height, frame.width))
+                        n += 1
+                        if decode == "first":
+                            break
+                except av.error.FFmpegError:  # a damaged packet: note it, read on
+                    if r.damaged is None and decode != "first":
+                        r.damaged = n if decode == "frames" else kept - 1
+        except av.error.FFmpegError:  # the container itself breaks off
+            if r.damaged is None:
+                r.damaged = kept
+        if kept == 0:
+            raise ValueError("the video stream holds no frames")
+        r.kept = kept
+        r.pts, order = _timeline(stamps)
+        r.durations = None if order is None else np.asarray(durations, np.int64)[order]
+        r.keyframes = None if r.pts is None else np.unique(np.searchsorted(r.pts, key_stamps))
+        r.step = _median_step(r.pts, r.time_base, s)
+        r.fps = float(s.average_rate) if s.average_rate else (1.0 / r.step if r.step > 0 else 0.0)
+        if decode != "first":
+            r.decoded = n if decode == "frames" else None
+            for i, t, h, w in frame_stamps:
+                j = i if decode == "frames" else _index(r.pts, t)
+                if not r.sizes or r.sizes[-1][1:] != (h, w):
+                    r.sizes.append((-1 if j is None else j, h, w))
+    return r
+
+
+def _timeline(stamps: list) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Timestamps sorted into presentation order, or (None, None) when any is missing or repeats."""
+    if any(t is None for t in stamps):
+        return None, None
+    a = np.asarray(stamps, np.int64)
+    order = np.argsort(a, kind="stable")
+    pts = a[order]
+    if len(pts) > 1 and not (np.diff(pts) > 0).all():
+        return None, None
+    return pts, order
+
+
+def _median_step(pts: np.ndarray | None, tb: Fraction, stream) -> float:
+    if pts is not None and len(pts) > 1:
+        return float(np.median(np.diff(pts))) * float(tb)
+    rate = stream.average_rate or stream.guessed_rate
+    return 1.0 / float(rate) if rate else 0.0
+
+
+def _rate_problems(pts: np.ndarray, tb: Fraction, step: float) -> list[str]:
+    if len(pts) < 3 or step <= 0:
+        return []
+    d = np.diff(pts).astype(np.float64) * float(tb)
+    gaps = np.flatnonzero(d > _GAP * step)
+    if len(gaps):
+        i = int(gaps[0]) + 1
+        return [f"timestamp gap at frame {i} ({d[i - 1]:.3g} s)" + (f", {len(gaps)} gaps" if len(gaps) > 1 else "")]
+    if (np.abs(d - step) > _JITTER * step).any():
+        return ["variable frame rate"]
+    return []
+
+
+def _index(pts: np.ndarray | None, t) -> int | None:
+    if pts is None or t is None:
+        return None
+    i = int(np.searchsorted(pts, t))
+    return i if i < len(pts) and pts[i] == t else None
+
+
+# Sequence-level headers, where a stream states its frame size.
+_START = re.compile(b"\x00\x00\x01")
+
+
+def _sequence_headers(data: bytes, codec: str) -> bytes:
+    """The sequence headers carried in a keyframe packet, concatenated (b"" if none): H.264 /
+    HEVC SPS NAL units (Annex B or 4-byte length prefixed), MPEG-4 Part 2 VOL headers, MPEG-1/2
+    sequence headers. A stream that changes size must send new ones."""
+    if codec in ("h264", "hevc"):
+        sps = (lambda b: b[0] & 0x1F == 7) if codec == "h264" else (lambda b: (b[0] >> 1) & 0x3F == 33)
+        return b"".join(u for u in _nal_units(data) if u and sps(u))
+    if codec == "mpeg4":
+        return b"".join(u for u in _start_units(data) if u and 0x20 <= u[0] <= 0x2F)
+    if codec in ("mpeg1video", "mpeg2video"):
+        return b"".join(u for u in _start_units(data) if u and u[0] == 0xB3)
+    return b""
+
+
+def _start_units(data: bytes) -> list[bytes]:
+    starts = [m.end() for m in _START.finditer(data)]
+    return [data[a : b - 3] for a, b in zip(starts, starts[1:] + [len(data) + 3])]
+
+
+def _nal_units(data: bytes) -> list[bytes]:
+    units, i = [], 0
+    while i + 4 <= len(data):  # length prefixed, as MP4 and Matroska store H.264/HEVC
+        n = int.from_bytes(data[i : i + 4], "big")
+        if n == 0 or i + 4 + n > len(data):
+            break
+        units.append(data[i + 4 : i + 4 + n])
+        i += 4 + n
+    if i == len(data):
+        return units
+    return _start_units(data)  # Annex B, as MPEG-TS carries them

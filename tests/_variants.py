@@ -1,0 +1,140 @@
+"""Files as they turn up in real datasets, written with PyAV from frame-code videos, and the
+reference every loader frame is checked against: a sequential libavformat decode of the file.
+
+The reference is written here, apart from the loader's decoders: PyAV's own ``reformat``
+(bicubic) scales, ``np.rot90`` turns frames as the container's rotation asks (as ``ffmpeg``
+and players do), and frame ``i`` is simply the ``i``-th frame the decoder puts out.
+"""
+
+from __future__ import annotations
+
+import fractions
+import os
+
+import av
+import numpy as np
+
+from shmloader._samples import frame_image, read_codes, write_video
+
+FPS = 25
+GOP = 12
+
+
+def _remux(src: str, dst: str, edit=None, rotation: int = 0, fmt: str | None = None) -> str:
+    """Copy the video packets of ``src`` into ``dst``; ``edit(packet)`` may change timestamps."""
+    with av.open(src) as i, av.open(dst, "w", format=fmt) as o:
+        s = i.streams.video[0]
+        out = o.add_stream_from_template(s)
+        if rotation:
+            out.set_display_rotation(rotation)
+        for p in i.demux(s):
+            if p.dts is None:
+                continue
+            if edit is not None:
+                edit(p, s.time_base)
+            p.stream = out
+            o.mux(p)
+    return dst
+
+
+def _encoder(size: tuple[int, int]):
+    cc = av.CodecContext.create("libx264", "w")
+    cc.width, cc.height, cc.pix_fmt = size[1], size[0], "yuv420p"
+    cc.time_base, cc.framerate = fractions.Fraction(1, FPS), FPS
+    cc.options = {"crf": "18", "preset": "veryfast", "g": str(GOP), "keyint_min": str(GOP), "sc_threshold": "0"}
+    return cc
+
+
+def two_sizes(path: str, video_id: int, sizes=((96, 128), (72, 160)), frames: int = 30) -> str:
+    """One H.264 stream whose frame size changes at frame ``frames`` (joined segments): each
+    segment's encoder sends its own SPS in band."""
+    with av.open(path, "w") as dst:
+        o = dst.add_stream("libx264", rate=FPS)
+        o.width, o.height, o.pix_fmt = sizes[0][1], sizes[0][0], "yuv420p"
+        n = 0
+        for size in sizes:
+            cc = _encoder(size)
+            packets = []
+            for i in range(frames):
+                f = av.VideoFrame.from_ndarray(frame_image(video_id, n + i, *size), format="rgb24")
+                f = f.reformat(format="yuv420p")
+                f.pts = n + i
+                packets += cc.encode(f)
+            packets += cc.encode(None)
+            for p in packets:
+                p.stream, p.time_base = o, fractions.Fraction(1, FPS)
+                dst.mux(p)
+            n += frames
+    return path
+
+
+def write_variants(folder) -> dict[str, tuple[str, int]]:
+    """{name: (path, video id)} of every variant, in ``folder``."""
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    j = lambda name: os.path.join(folder, name)  # noqa: E731
+    plain = write_video(j("plain.mp4"), 1, frames=60, size=(96, 128), fps=FPS, gop=GOP)
+    cut = 13  # frames before the edit list's start, as `ffmpeg -ss 0.52 -c copy` leaves them
+
+    def shift(p, tb):
+        d = int(round(cut / FPS / tb))
+        p.pts, p.dts = p.pts - d, p.dts - d
+
+    gap_at, gap = 30, 10  # frames 30.. start 10 frame durations late
+
+    def hole(p, tb):
+        if p.pts >= int(round(gap_at / FPS / tb)):
+            d = int(round(gap / FPS / tb))
+            p.pts, p.dts = p.pts + d, p.dts + d
+
+    src2 = write_video(j("src2.mp4"), 2, frames=60, size=(96, 128), fps=FPS, gop=GOP)
+    src4 = write_video(j("src4.mp4"), 4, frames=60, size=(96, 128), fps=FPS, gop=GOP)
+    src5 = write_video(j("src5.mp4"), 5, frames=60, size=(96, 128), fps=FPS, gop=GOP)
+    variants = {
+        "plain": (plain, 1),
+        "edit_list": (_remux(src2, j("edit_list.mp4"), edit=shift), 2),
+        "mpegts": (write_video(j("stream.ts"), 3, frames=60, size=(96, 128), fps=FPS, gop=GOP), 3),
+        "rotation": (_remux(src4, j("rotated.mp4"), rotation=90), 4),
+        "timestamp_gap": (_remux(src5, j("gap.mkv"), edit=hole), 5),
+        "size_change": (two_sizes(j("two_sizes.mkv"), 6), 6),
+    }
+    for p in (src2, src4, src5):
+        os.remove(p)
+    return variants
+
+
+def damage(src: str, dst: str, at: float = 0.6, length: int = 600, seed: int = 1) -> str:
+    """``src`` (an MP4) with ``length`` random bytes written over its frame data (the ``mdat``
+    box) at ``at`` of the way through."""
+    data = bytearray(open(src, "rb").read())
+    box = data.index(b"mdat") - 4
+    size = int.from_bytes(data[box : box + 4], "big")
+    start = box + 8 + int((size - 8 - length) * at)
+    data[start : start + length] = np.random.default_rng(seed).integers(0, 256, length, dtype=np.uint8).tobytes()
+    with open(dst, "wb") as f:
+        f.write(data)
+    return dst
+
+
+def reference(path: str, size: tuple[int, int] | None = None) -> np.ndarray:
+    """Every frame a sequential decode shows, turned for display, at ``size`` (None: the first
+    frame's size as shown); ``[n, h, w, 3]``."""
+    out = []
+    with av.open(path) as c:
+        for f in c.decode(video=0):
+            turns = int(round(f.rotation / 90)) % 4
+            if size is None:
+                size = (f.width, f.height) if turns % 2 else (f.height, f.width)
+            h, w = size
+            sh, sw = (w, h) if turns % 2 else (h, w)
+            img = f.reformat(width=sw, height=sh, format="rgb24", interpolation="BICUBIC").to_ndarray()
+            out.append(np.rot90(img, turns))
+    return np.stack(out)
+
+
+def codes(video: np.ndarray, rotation: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, frame numbers) of frames shown turned by ``rotation`` degrees."""
+    video = np.asarray(video)
+    if rotation:
+        video = np.rot90(video, -(rotation // 90), axes=(-3, -2))
+    return read_codes(video)

@@ -1,0 +1,162 @@
+"""Files the tests did not design for the loader: edit-list cuts, MPEG-TS, a size change inside
+the stream, a rotation tag, a timestamp gap, damaged bytes. Every frame the loader delivers,
+with either decoder and every way of sizing, is the frame a sequential libavformat decode
+shows at the index the loader reports (by frame code), and close to it in pixels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import shmloader
+from shmloader._decoders import Decoding
+from shmloader._probe import probe
+
+from ._variants import codes, damage, reference, write_variants
+
+pytestmark = pytest.mark.timeout(120)
+
+VARIANTS = ["plain", "edit_list", "mpegts", "rotation", "timestamp_gap", "size_change"]
+# Sizings: native, stretched, and short side scaled then cropped (aspect kept: portrait stays portrait).
+MODES = {"native": dict(size=None), "size": dict(size=(64, 80)), "scale_crop": dict(scale=72, crop=(64, 56))}
+CLIPS = 5  # uniform clips per video: the first starts at frame 0, the last ends on the last frame
+CLIP_LEN = 8
+
+
+@pytest.fixture(scope="session")
+def variants(tmp_path_factory):
+    return write_variants(tmp_path_factory.mktemp("variants"))
+
+
+def samples(clips, **kw):
+    with shmloader.Loader(clips, batch_size=2, workers=2, timeout=60, **kw) as loader:
+        out = [{k: np.array(v[i]) for k, v in b.items()} for b in loader for i in range(len(b["index"]))]
+        return out, loader.stats()
+
+
+def expected(path, mode, rotation):
+    """The reference frames of ``path`` as the loader should deliver them in ``mode``."""
+    kw = MODES[mode]
+    if "scale" in kw:
+        ref = reference(path)  # shown size of the first frame
+        h, w = ref.shape[1:3]
+        s = kw["scale"]
+        scaled = (s, round(w * s / h)) if h <= w else (round(h * s / w), s)
+        ref = reference(path, scaled)
+        ch, cw = kw["crop"]
+        y, x = (scaled[0] - ch) // 2, (scaled[1] - cw) // 2
+        return ref[:, y : y + ch, x : x + cw]
+    return reference(path, kw["size"])
+
+
+@pytest.mark.parametrize("decoder", ["auto", "pyav"])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_frame_is_the_one_libavformat_shows(variants, name, decoder):
+    path, vid = variants[name]
+    shown = reference(path)
+    n = len(shown)
+    info = probe(path)
+    assert info.frames == n and (info.height, info.width) == shown.shape[1:3]
+    _, numbers = codes(shown, info.rotation)
+    for mode, kw in MODES.items():
+        clips = shmloader.VideoClips([path], clip_len=CLIP_LEN, clips_per_video=CLIPS, sampling="uniform",
+                                     decoder=decoder, **kw)
+        got, _ = samples(clips)
+        assert len(got) == CLIPS
+        ref = expected(path, mode, info.rotation)
+        h, w = ref.shape[1:3]
+        if mode == "scale_crop" and name == "rotation":
+            assert info.height > info.width  # shown portrait: scaled by its width, cropped from the middle
+        starts = sorted(int(s["start"]) for s in got)
+        assert starts[0] == 0 and starts[-1] == n - CLIP_LEN  # the frame count is the one players show
+        for s in got:
+            frames = s["frames"]
+            assert s["video"].shape == (CLIP_LEN, h, w, 3), (mode, s["video"].shape)
+            assert list(frames) == list(range(int(s["start"]), int(s["start"]) + CLIP_LEN))
+            # A crop cuts off code cells: there the pixels below say which frame it is.
+            if mode != "scale_crop":
+                ids, got_numbers = codes(s["video"], info.rotation)
+                assert (ids == vid).all(), (mode, ids)
+                np.testing.assert_array_equal(got_numbers, numbers[frames], err_msg=f"{name} {mode} {decoder}")
+            diff = np.abs(s["video"].astype(np.int16) - ref[frames].astype(np.int16))
+            assert diff.mean() < 1.0 and np.percentile(diff, 99) <= 4, (mode, diff.mean(), diff.max())
+
+
+@pytest.mark.parametrize("name", ["timestamp_gap", "edit_list", "mpegts"])
+def test_fps_sampling_follows_the_stored_timestamps(variants, name):
+    """Clips in seconds: each delivered frame is the one on screen at its instant."""
+    path, vid = variants[name]
+    info = probe(path)
+    times = info.times()
+    _, numbers = codes(reference(path), info.rotation)
+    clips = shmloader.VideoClips([path], clip_len=6, fps=5, clips_per_video=4, sampling="uniform", size=(48, 64))
+    got, _ = samples(clips)
+    for s in got:
+        frames = s["frames"]
+        instants = times[frames[0], 0] + np.arange(6) / 5 + 1e-6
+        on_screen = np.searchsorted(times[:, 0], instants, side="right") - 1
+        np.testing.assert_array_equal(frames, on_screen)
+        _, got_numbers = codes(s["video"])
+        np.testing.assert_array_equal(got_numbers, numbers[frames])
+
+
+def test_probe_names_the_decoder_and_the_problem(variants):
+    want = {"plain": ("decord", ""), "edit_list": ("pyav", "edit list drops"), "mpegts": ("pyav", ""),
+            "rotation": ("pyav", ""), "timestamp_gap": ("decord", "timestamp gap at frame 30"),
+            "size_change": ("pyav", "size change at frame 30 (96x128 to 72x160)")}
+    for name, (decoder, problem) in want.items():
+        info = probe(variants[name][0])
+        assert info.decoder == decoder, name
+        assert problem in info.problem and bool(problem) == bool(info.problem), (name, info.problem)
+    assert probe(variants["rotation"][0]).rotation == 90
+    assert probe(variants["mpegts"][0]).container == "mpegts"
+
+
+@pytest.mark.parametrize("at", [0.3, 0.6])
+@pytest.mark.parametrize("decoder", ["auto", "pyav"])
+def test_damaged_bytes_never_give_a_wrong_frame(variants, tmp_path, at, decoder):
+    """Clips over the damage fail with a SampleError naming the file, or are skipped and
+    counted; every clip delivered holds the frames it says."""
+    bad = damage(variants["plain"][0], str(tmp_path / "damaged.mp4"), at=at)
+    clips = shmloader.VideoClips([bad], clip_len=CLIP_LEN, clips_per_video=7, sampling="uniform", decoder=decoder)
+    got, stats = samples(clips, on_error="skip")
+    assert stats["skipped"] >= 1 and stats["skipped"] + len(got) == 7
+    for s in got:
+        ids, numbers = codes(s["video"])
+        assert (ids == 1).all()
+        np.testing.assert_array_equal(numbers, s["frames"])
+    with shmloader.Loader(clips, batch_size=7, workers=1, timeout=60) as loader:
+        with pytest.raises(shmloader.SampleError) as info:
+            list(loader)
+    assert bad in str(info.value)
+
+
+def test_decord_limit_is_found_at_run_time_and_read_by_pyav(variants):
+    """A size decord cannot copy out (here: a rotated file at its own size; on some CPUs also
+    widths such as 32 or 96) is found by decord's own error, once, and PyAV decodes it."""
+    path, vid = variants["rotation"]
+    info = probe(path).with_decoder("decord")  # as if the probe had chosen decord
+    dec = Decoding(1)
+    frames = np.arange(3, 11)
+    for _ in range(2):
+        out = dec.decode(info, None, frames)
+        assert out.shape == (8, 128, 96, 3)
+        ids, numbers = codes(out, 90)
+        assert (ids == vid).all() and list(numbers) == list(frames)
+    assert dec.unsupported == {96} and dec.fallbacks == 1  # found once, then PyAV straight away
+
+
+def test_pyav_equals_decord_where_decord_decodes(variants):
+    """Both decoders scale with the same filter: where decord is right, their pixels are equal."""
+    path, _ = variants["plain"]
+    info = probe(path)
+    frames = np.array([0, 5, 13, 30, 31, 59])
+    for size in (None, (64, 80), (50, 70)):
+        d = Decoding(1, "decord").decode(info, size, frames).copy()
+        p = Decoding(1, "pyav").decode(info, size, frames)
+        np.testing.assert_array_equal(p, d)
+
+
+def test_decoder_argument_checked(variants):
+    with pytest.raises(ValueError, match="decoder"):
+        shmloader.VideoClips([variants["plain"][0]], decoder="ffmpeg")
