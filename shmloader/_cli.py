@@ -1,4 +1,4 @@
-"""Command line: ``shmloader demo`` and ``shmloader make-videos DIR``."""
+"""Command line: ``shmloader demo``, ``shmloader scan PATH...`` and ``shmloader make-videos DIR``."""
 
 from __future__ import annotations
 
@@ -128,6 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--codec", default="libx264", choices=["libx264", "mpeg4"])
     m.add_argument("--classes", type=int, default=2)
     m.set_defaults(fn=make_videos_cmd)
+    s = sub.add_parser("scan", help="probe videos into a manifest: frames, size, decoder, problems")
+    s.add_argument("paths", nargs="+", help="folders (class sub-folders give labels), manifests (.csv/.json), "
+                                          "lists (.txt, one path per line) or video files")
+    s.add_argument("--out", default="manifest.csv", help="the CSV manifest to write (default manifest.csv); "
+                                                        "an existing one of the same inputs is resumed")
+    s.add_argument("--workers", type=int, help="probing processes (default: one per CPU)")
+    s.add_argument("--check", default="keyframes", choices=["headers", "keyframes", "frames"],
+                   help="headers: packets only; keyframes (default): decode every keyframe; frames: every frame")
+    s.add_argument("--timeout", type=float, default=120.0, help="seconds one file may take")
+    s.add_argument("--overwrite", action="store_true", help="start again instead of resuming --out")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(fn=lambda a: __import__("shmloader._scan", fromlist=["main"]).main(a))
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -113,7 +113,9 @@ def probe(path: str, *, check: str = "headers") -> VideoInfo:
     if r.container in _PYAV_FORMATS:
         pyav.append(_PYAV_FORMATS[r.container])
     if r.dropped and r.container not in _PYAV_FORMATS:
-        problems.append(f"edit list drops {r.dropped} frames")
+        # The demuxer leaves out the stored frames not needed to decode the shown ones, and
+        # flags the rest: the container's own count tells how many the cut dropped.
+        problems.append(f"edit list drops {max(r.dropped, r.declared - kept)} frames")
         pyav.append("edit list")
     if len(r.sizes) > 1:
         i, h, w = r.sizes[1]

@@ -1,0 +1,149 @@
+"""`shmloader scan`: one manifest row per file with the right numbers and problem, read back by
+VideoClips.from_csv without probing again, resumed where a stopped scan left off."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import shmloader
+from shmloader._scan import COLUMNS
+
+from ._variants import codes, damage, reference
+
+pytestmark = pytest.mark.timeout(180)
+
+# name: (decoder, start of the problem column) for the variants of tests/_variants.py
+WANT = {"plain.mp4": ("decord", ""), "edit_list.mp4": ("pyav", "edit list drops 13 frames"),
+        "stream.ts": ("pyav", ""), "rotated.mp4": ("pyav", ""),
+        "gap.mkv": ("decord", "timestamp gap at frame 30"),
+        "two_sizes.mkv": ("pyav", "size change at frame 30 (96x128 to 72x160)"),
+        "damaged.mp4": ("pyav", "damaged at frame")}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """The variants in two class folders, a damaged copy and a file that is no video."""
+    from ._variants import write_variants
+
+    root = tmp_path_factory.mktemp("dataset")
+    variants = write_variants(root / "_src")
+    for i, (name, (path, _)) in enumerate(sorted(variants.items())):
+        folder = root / ("a_class" if i % 2 else "b_class")
+        folder.mkdir(exist_ok=True)
+        shutil.copy(path, folder / os.path.basename(path))
+    damage(variants["plain"][0], str(root / "b_class" / "damaged.mp4"), at=0.6)
+    (root / "a_class" / "notes.mp4").write_text("not a video\n")
+    shutil.rmtree(root / "_src")
+    return root
+
+
+def scan(inputs, out, workers=2, expect_ok=True):
+    """The command line, in its own process (its probing pool and multiprocessing's helpers go with it)."""
+    r = subprocess.run([sys.executable, "-m", "shmloader", "scan", *map(str, inputs), "--out", str(out),
+                        "--workers", str(workers), "--quiet"], capture_output=True, text=True, timeout=150)
+    assert (r.returncode == 0) == expect_ok, r.stderr
+    return r
+
+
+def rows_of(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_scan_lists_every_file_with_its_numbers_and_problem(dataset, tmp_path):
+    out = tmp_path / "manifest.csv"
+    r = scan([dataset], out)
+    rows = {os.path.basename(row["path"]): row for row in rows_of(out)}
+    assert set(rows) == set(WANT) | {"notes.mp4"}
+    assert list(rows_of(out)[0]) == list(COLUMNS)
+    for name, (decoder, problem) in WANT.items():
+        row = rows[name]
+        shape = (60, 96, 128) if name == "damaged.mp4" else reference(row["path"]).shape[:3]
+        assert int(row["frames"]) == shape[0], name
+        assert (int(row["height"]), int(row["width"])) == shape[1:], name  # as shown
+        assert row["decoder"] == decoder, (name, row["decoder"])
+        assert row["problem"].startswith(problem) and bool(problem) == bool(row["problem"]), (name, row["problem"])
+        assert float(row["fps"]) == 25 and row["codec"] == "h264" and row["pix_fmt"] == "yuv420p"
+        assert int(row["bytes"]) == os.path.getsize(row["path"])
+        assert int(row["label"]) == (0 if os.path.basename(os.path.dirname(row["path"])) == "a_class" else 1)
+    assert rows["rotated.mp4"]["rotation"] == "90" and rows["plain.mp4"]["rotation"] == "0"
+    assert float(rows["gap.mkv"]["duration"]) == pytest.approx(2.8, abs=0.05)  # 60 frames + a 10-frame gap
+    assert rows["notes.mp4"]["problem"].startswith("unreadable: ") and rows["notes.mp4"]["frames"] == ""
+    assert "8 files in" in r.stderr and "decoder pyav: 5" in r.stderr and "unreadable: 1" in r.stderr
+
+
+def test_from_csv_loads_the_manifest(dataset, tmp_path):
+    out = str(tmp_path / "manifest.csv")
+    scan([dataset], out)
+    good = [r for r in rows_of(out) if not r["problem"].startswith(("unreadable", "damaged"))]
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        w.writerows(good)
+    clips = shmloader.VideoClips.from_csv(out, clip_len=6, clips_per_video=3, sampling="uniform", size=(48, 64))
+    with shmloader.Loader(clips, batch_size=3, workers=2, timeout=60) as loader:
+        got = [{k: np.array(v[i]) for k, v in b.items()} for b in loader for i in range(len(b["index"]))]
+    assert len(got) == 3 * len(good)
+    for s in got:
+        row = good[int(s["index"])]
+        shown = reference(row["path"], (48, 64))
+        assert int(s["label"]) == int(row["label"])
+        assert int(s["frames"][-1]) <= int(row["frames"]) - 1
+        _, numbers = codes(shown, int(row["rotation"]))
+        _, got_numbers = codes(s["video"], int(row["rotation"]))
+        np.testing.assert_array_equal(got_numbers, numbers[s["frames"]])
+
+
+def test_from_csv_trusts_a_row_until_its_file_changes(dataset, tmp_path):
+    """The workers take frame counts from the manifest instead of probing: a row that says 20
+    frames bounds the clips to them; once the file's mtime moves, it is probed again (60)."""
+    src = dataset / ("b_class" if (dataset / "b_class" / "plain.mp4").exists() else "a_class") / "plain.mp4"
+    path = tmp_path / "plain.mp4"
+    shutil.copy(src, path)
+    out = str(tmp_path / "m.csv")
+    scan([path], out, workers=1)
+    (row,) = rows_of(out)
+    assert row["frames"] == "60"
+    row["frames"] = "20"
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        w.writerow(row)
+
+    def last_starts():
+        clips = shmloader.VideoClips.from_csv(out, label_column=None, clip_len=4, clips_per_video=2,
+                                              sampling="uniform", size=(48, 64))
+        with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
+            return max(int(s) for b in loader for s in b["start"])
+
+    assert last_starts() == 20 - 4
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert last_starts() == 60 - 4
+
+
+def test_scan_resumes_where_it_stopped(dataset, tmp_path):
+    full = str(tmp_path / "full.csv")
+    scan([dataset], full)
+    part = str(tmp_path / "part.csv")
+    with open(full) as f:
+        lines = f.readlines()
+    with open(part, "w") as f:
+        f.writelines(lines[:4])  # header and three rows, as a scan stopped there leaves it
+    before = os.path.getmtime(part)
+    time.sleep(0.01)
+    r = scan([dataset], part)
+    assert f"{len(lines) - 1} files in" in r.stderr and "(3 from an earlier run)" in r.stderr
+    assert open(part).read() == open(full).read()
+    assert os.path.getmtime(part) > before
+    # A manifest of other inputs is not silently extended.
+    r = scan([dataset / "a_class"], part, workers=1, expect_ok=False)
+    assert "not a scan of these inputs" in r.stderr and open(part).read() == open(full).read()
