@@ -108,6 +108,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cache", default=os.path.join(ROOT, ".cache", "bench-recipes"),
                    help="where the videos are written (reused when present)")
     p.add_argument("--no-peers", action="store_true", help="leave out tf-map and torch")
+    p.add_argument("--decoders", type=_names(("decord", "pyav")), default=["decord", "pyav"],
+                   help="decoders of the loader rows: pyav adds the separate and grouped rows with decoder='pyav'")
     p.add_argument("--rows", type=lambda t: [x for x in t.split(",") if x], default=None,
                    help="run only these rows (keys as in the json: separate-4,sample-4,group-4,...)")
     p.add_argument("--max-other-load", type=float, default=50.0,
@@ -494,6 +496,14 @@ def plan(args, have_torch: bool) -> list[Row]:
         rows.append(Row(f"group-{cpv}", f"group_clips=True, clips_per_video={cpv}: 1 clip/sample, "
                         "a video's clips in one pass", "loader",
                         (("clips_per_video", cpv), ("group_clips", True)), cpv, 1, "group_clips"))
+    if "pyav" in args.decoders:  # the same rows with PyAV, the loader's second decoder, on every file
+        for cpv in sorted({4} | set(args.group)):
+            rows.append(Row(f"separate-{cpv}-pyav", f"separate, decoder='pyav': 1 clip/sample, clips_per_video={cpv}",
+                            "loader", (("clips_per_video", cpv), ("decoder", "pyav")), cpv, 1, "PyAV"))
+        for cpv in args.group:
+            rows.append(Row(f"group-{cpv}-pyav", f"group_clips=True, decoder='pyav', clips_per_video={cpv}",
+                            "loader", (("clips_per_video", cpv), ("group_clips", True), ("decoder", "pyav")),
+                            cpv, 1, "PyAV"))
     rows.append(Row("decord-alone", "decord alone: each random clip its own reader, W processes, "
                     "no loader", "alone", (), 4, 1, "reference"))
     if not args.no_peers:
@@ -620,6 +630,12 @@ def targets(runs: list[dict], contents: list[str], args) -> list[dict]:
         for cpv in args.group:
             checks.append((f"CPU per clip, group_clips=True / False, clips_per_video={cpv}",
                            f"group-{cpv}", f"separate-{cpv}", "cpu_ms_per_clip", False, None, "<="))
+        for cpv in sorted({4} | set(args.group)):
+            for kind in ("separate", "group"):
+                checks.append((f"clips/s, decoder='pyav' / decord, {kind} clips_per_video={cpv}, W={args.workers}",
+                               f"{kind}-{cpv}-pyav", f"{kind}-{cpv}", "clips_per_s", False, None, ">="))
+                checks.append((f"CPU per clip, decoder='pyav' / decord, {kind} clips_per_video={cpv}",
+                               f"{kind}-{cpv}-pyav", f"{kind}-{cpv}", "cpu_ms_per_clip", False, None, "<="))
         for what, a, b, metric, invert, goal, sense in checks:
             r = _paired(runs, content, a, b, metric, invert)
             if r is None:
@@ -771,6 +787,7 @@ def retry_notes(runs: list[dict], args) -> list[str]:
 
 # ---------------------------------------------------------------------------- plots
 _COLORS = {"separate": "tab:gray", "one sample of K clips": "tab:blue", "group_clips": "tab:green",
+           "PyAV": "tab:orange",
            "reference": "black", "evaluation": "tab:purple"}
 
 
