@@ -27,7 +27,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ._native_log import damage_seen
-from ._probe import VideoInfo, probe
+from ._probe import VideoInfo, index_of, probe
 
 __all__ = ["Decord", "PyAV", "Decoding", "DecoderLimit"]
 
@@ -154,7 +154,7 @@ class PyAV:
             s.codec_context.flush_buffers()
             missed, first = False, True
             for frame in c.decode(s):
-                i = _index(pts, frame.pts)
+                i = index_of(pts, frame.pts)
                 if i is None:
                     continue  # not a shown frame
                 if (first and i > target) or i > frames[j]:
@@ -206,13 +206,6 @@ class _Scaler:
         frame.pts = None
         self._graph.push(frame)
         return self._graph.pull().to_ndarray()
-
-
-def _index(pts: np.ndarray, t) -> int | None:
-    if t is None:
-        return None
-    i = int(np.searchsorted(pts, t))
-    return i if i < len(pts) and pts[i] == t else None
 
 
 class Decoding:

@@ -30,7 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["VideoInfo", "probe", "DECODERS", "CHECKS"]
+__all__ = ["VideoInfo", "probe", "index_of", "DECODERS", "CHECKS"]
 
 DECODERS = ("decord", "pyav")
 CHECKS = ("headers", "keyframes", "frames")
@@ -223,7 +223,7 @@ def _read(path: str, decode: str) -> _Pass:
         if decode != "first":
             r.decoded = n if decode == "frames" else None
             for i, t, h, w in frame_stamps:
-                j = i if decode == "frames" else _index(r.pts, t)
+                j = i if decode == "frames" else index_of(r.pts, t)
                 if not r.sizes or r.sizes[-1][1:] != (h, w):
                     r.sizes.append((-1 if j is None else j, h, w))
     return r
@@ -261,7 +261,8 @@ def _rate_problems(pts: np.ndarray, tb: Fraction, step: float) -> list[str]:
     return []
 
 
-def _index(pts: np.ndarray | None, t) -> int | None:
+def index_of(pts: np.ndarray | None, t) -> int | None:
+    """The frame index of timestamp ``t`` in the sorted timeline ``pts``; None if it is not there."""
     if pts is None or t is None:
         return None
     i = int(np.searchsorted(pts, t))
