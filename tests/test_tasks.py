@@ -38,21 +38,37 @@ def test_a_batch_is_a_few_tasks_and_delivers_the_same_as_one_worker():
         # a whole batch per task with up to 8 workers, not one task per sample
         assert stats["tasks"] == 16 and stats["decoded"] == 128
     for workers in (2, 3):
+        assert len(runs[workers]) == len(runs[1]) == 16
         for a, b in zip(runs[1], runs[workers]):
             np.testing.assert_array_equal(a["i"], b["i"])
             np.testing.assert_array_equal(a["row"], b["row"])  # the same generator per sample
 
 
+class SaysHowItWasRead(shmloader.ArraySource):
+    """An ArraySource whose column ``call`` says, for every row, how many rows the ``read_many``
+    call that read it had: positive when the worker gave it the run as one block, negative when
+    it had to write row by row."""
+
+    def read_many(self, indices, rngs, outs, epoch_key=None):
+        super().read_many(indices, rngs, outs, epoch_key)
+        if outs.block is not None:
+            outs.block["call"][...] = len(indices)
+        else:
+            for i in range(len(indices)):
+                outs[i]["call"][...] = -len(indices)
+
+
 def test_rows_of_an_array_source_come_in_one_gather_per_run():
     rows = np.arange(1000 * 256, dtype=np.uint8).reshape(1000, 256)
-    src = shmloader.ArraySource({"x": rows, "y": np.arange(1000)})
+    src = SaysHowItWasRead({"x": rows, "y": np.arange(1000), "call": np.zeros(1000, np.int64)})
     with shmloader.Loader(src, batch_size=100, workers=2, shuffle=True, seed=0) as loader:
-        got = [(np.array(b["x"]), np.array(b["y"])) for b in loader]
+        got = [(np.array(b["x"]), np.array(b["y"]), np.array(b["call"])) for b in loader]
         assert loader.stats()["tasks"] == 10
-    order = np.concatenate([y for _, y in got])
+    order = np.concatenate([y for _, y, _ in got])
     assert sorted(order) == list(range(1000))
-    for x, y in got:
+    for x, y, call in got:
         np.testing.assert_array_equal(x, rows[y])
+        assert (call == 100).all()  # the whole batch in one call, given as one block
 
 
 def fails_on_5(i, rng):
@@ -69,12 +85,13 @@ def test_failure_in_the_middle_of_a_task_raises_naming_the_sample():
 
 
 def test_failure_in_the_middle_of_a_task_skips_only_that_sample():
-    src = shmloader.FunctionSource(fails_on_5, SPEC, 16, check=False)
-    with shmloader.Loader(src, batch_size=8, workers=2, on_error="skip") as loader:
-        got = delivered(loader)
+    # Three slots: batches 0-2 go out first, and sample 5's place in batch 0 is refilled with the
+    # next sample of the epoch that no batch holds yet (24), which batch 3 then goes without.
+    src = shmloader.FunctionSource(fails_on_5, SPEC, 32, check=False)
+    with shmloader.Loader(src, batch_size=8, workers=2, slots=3, on_error="skip") as loader:
+        got = [[int(i) for i in b["i"]] for b in loader]
         assert loader.stats()["skipped"] == 1
-    assert sorted(got) == [i for i in range(16) if i != 5]
-    assert got[:8] == [0, 1, 2, 3, 4, 6, 7, 8]  # the hole refilled by the next sample of the epoch
+    assert got == [[0, 1, 2, 3, 4, 24, 6, 7], list(range(8, 16)), list(range(16, 24)), list(range(25, 32))]
 
 
 def killed_on_5(marks):
@@ -136,7 +153,19 @@ def naps(i, rng):
     return {"i": np.int64(i), "row": np.zeros(16, np.float32)}
 
 
-def test_64_workers_start_run_and_close_leaving_nothing(caplog):
+def more_than_cpus_said(caplog):
+    return [r.getMessage() for r in caplog.records if "is more than" in r.getMessage()]
+
+
+@pytest.fixture
+def two_cpus(monkeypatch):
+    """The loader sees 2 usable CPUs on any machine, and has said nothing yet in this process
+    ("more workers than CPUs" is said once per process: an earlier test may have said it)."""
+    monkeypatch.setattr(shmloader._loader, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(shmloader._loader, "_logged", set())
+
+
+def test_64_workers_start_run_and_close_leaving_nothing(caplog, two_cpus):
     src = shmloader.FunctionSource(naps, SPEC, 256, check=False)
     with caplog.at_level(logging.INFO, logger="shmloader"):
         with shmloader.Loader(src, batch_size=32, workers=64) as loader:
@@ -145,9 +174,16 @@ def test_64_workers_start_run_and_close_leaving_nothing(caplog):
             assert sorted(delivered(loader)) == list(range(256))
             assert loader.stats()["tasks"] == 8 * 4  # 64 workers: each batch in 4 runs of 8
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
-    cpus = len(os.sched_getaffinity(0))
-    if cpus < 64:
-        assert sum("workers=64 is more than" in r.getMessage() for r in caplog.records) <= 1
+    assert more_than_cpus_said(caplog) == ["workers=64 is more than the 2 CPUs this process may use: they will share them"]
+
+
+def test_more_workers_than_cpus_is_said_once_per_process(caplog, two_cpus):
+    src = shmloader.FunctionSource(plain, SPEC, 8, check=False)
+    with caplog.at_level(logging.INFO, logger="shmloader"):
+        for _ in range(2):
+            with shmloader.Loader(src, batch_size=4, workers=3) as loader:
+                assert sorted(delivered(loader)) == list(range(8))
+    assert more_than_cpus_said(caplog) == ["workers=3 is more than the 2 CPUs this process may use: they will share them"]
 
 
 def uss_of_worker(paths, video):
