@@ -81,10 +81,15 @@ class Layout:
         }
 
 
+def _available_memory() -> int:
+    """The memory available now: the one figure both checks below read (a test pins it)."""
+    return psutil.virtual_memory().available
+
+
 def memory_for_ring(shm_dir: str | None) -> int:
     """Bytes a new ring could take: the available memory, and at most the free space of
     ``shm_dir`` when the ring goes there (a ``memfd`` is not limited by any mount's size)."""
-    available = psutil.virtual_memory().available
+    available = _available_memory()
     if shm_dir is not None and os.path.isdir(shm_dir):
         st = os.statvfs(shm_dir)
         available = min(available, st.f_bavail * st.f_frsize)
@@ -92,7 +97,7 @@ def memory_for_ring(shm_dir: str | None) -> int:
 
 
 def _create_segment(nbytes: int, shm_dir: str | None) -> int:
-    available = psutil.virtual_memory().available
+    available = _available_memory()
     if nbytes > available:
         raise LoaderError(f"the ring needs {nbytes / 2**30:.2f} GiB but only {available / 2**30:.2f} GiB "
                           "of memory is available: use fewer slots or a smaller batch or clip")
