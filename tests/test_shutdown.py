@@ -26,18 +26,23 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     import shmloader
 
-    def fn(i, rng):
-        if os.environ.get("MARK_DIR"):  # say "this worker is inside a sample now"
-            open(os.path.join(os.environ["MARK_DIR"], str(os.getpid())), "w").close()
-        time.sleep(float(os.environ.get("SAMPLE_S", "0.02")))
-        return {"x": np.full((1000,), i, np.int64)}
+    LEN = int(os.environ.get("SAMPLE_LEN", "1000"))
 
-    loader = shmloader.Loader(shmloader.FunctionSource(fn, {"x": ((1000,), np.int64)}, 1000, check=False),
+    def fn(i, rng):
+        marks = os.environ.get("MARK_DIR")
+        if marks:  # "this worker is inside sample i now", and later "it has finished sample i"
+            open(os.path.join(marks, f"{os.getpid()}.{i}.start"), "w").close()
+        time.sleep(float(os.environ.get("SAMPLE_S", "0.02")))
+        if marks:
+            open(os.path.join(marks, f"{os.getpid()}.{i}.end"), "w").close()
+        return {"x": np.full((LEN,), i, np.int64)}
+
+    loader = shmloader.Loader(shmloader.FunctionSource(fn, {"x": ((LEN,), np.int64)}, 1000, check=False),
                               batch_size=4, workers=2, epochs=None, shm_dir=os.environ.get("SHM_DIR") or None)
     print(" ".join(map(str, loader.worker_pids())), flush=True)
     it = iter(loader)
     next(it)
-    print("first batch", flush=True)
+    print("first batch; slots", loader.stats()["slots"], flush=True)
     if os.environ.get("MODE") == "iterate":
         for b in it:
             pass
@@ -47,15 +52,19 @@ SCRIPT = textwrap.dedent("""
 
 
 def start(tmp_path, first_batch=True, **env):
+    """The training script in its own process group: (process, worker pids, ring slots or None)."""
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True, env={**os.environ, **env})
     pids = [int(p) for p in proc.stdout.readline().split()]
     assert len(pids) == 2, proc.stderr.read()
+    slots = None
     if first_batch:
-        assert proc.stdout.readline().strip() == "first batch"
-    return proc, pids
+        said, slots = proc.stdout.readline().rsplit(maxsplit=1)
+        assert said == "first batch; slots"
+        slots = int(slots)
+    return proc, pids, slots
 
 
 def wait_gone(pids, seconds=5.0) -> float:
@@ -99,7 +108,7 @@ def test_hundred_early_breaks_leak_nothing():
 
 
 def test_ctrl_c_only_main_process_reports(tmp_path):
-    proc, pids = start(tmp_path, MODE="iterate")
+    proc, pids, _ = start(tmp_path, MODE="iterate")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     out, err = proc.communicate(timeout=30)
     assert proc.returncode != 0
@@ -115,28 +124,69 @@ def wait_for(condition, seconds=60.0, what="condition"):
         time.sleep(0.05)
 
 
+def marked(marks, end):
+    """{(worker pid, sample)} of the samples the workers began (or, with ``end``, finished)."""
+    kind = "end" if end else "start"
+    return {(int(pid), int(i)) for pid, i, k in (p.name.split(".") for p in marks.iterdir()) if k == kind}
+
+
 @pytest.mark.parametrize("sample_s", ["0.02", "30"])  # workers idle / busy in a sample
 def test_parent_killed_workers_exit(tmp_path, sample_s):
     marks = tmp_path / "marks"
     marks.mkdir()
-    proc, pids = start(tmp_path, first_batch=sample_s != "30", SAMPLE_S=sample_s, MARK_DIR=str(marks))
-    # Busy case: both workers are inside a 30 s sample. Idle case: they have filled the ring
-    # (several samples each) and wait for a slot.
-    wait_for(lambda: {int(p.name) for p in marks.iterdir()} == set(pids), what="sample started by both workers")
+    busy = sample_s == "30"
+    proc, pids, slots = start(tmp_path, first_batch=not busy, SAMPLE_S=sample_s, MARK_DIR=str(marks))
+    if busy:  # both workers are inside a 30 s sample
+        wait_for(lambda: {pid for pid, _ in marked(marks, end=False)} == set(pids), what="sample started by both workers")
+    else:
+        # Idle: the first next() gave every slot of the ring a batch; the workers have finished
+        # all of those samples and wait for a task that the sleeping consumer never sends.
+        wait_for(lambda: {i for _, i in marked(marks, end=True)} == set(range(4 * slots)), what="ring filled")
+        wait_for(lambda: all(psutil.Process(p).status() == psutil.STATUS_SLEEPING for p in pids),
+                 what="workers waiting for a task")
+        assert {pid for pid, _ in marked(marks, end=True)} == set(pids)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert wait_gone(pids, 5) < 5
 
 
+def shmem() -> int:
+    """Bytes of shared memory in use on this machine (tmpfs files, memfds, shared anonymous)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Shmem:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no Shmem line in /proc/meminfo")
+
+
 @pytest.mark.parametrize("shm_dir", ["", "/dev/shm"])
 def test_process_group_killed_leaves_nothing(tmp_path, shm_dir):
-    before = shm_entries()
-    proc, pids = start(tmp_path, SHM_DIR=shm_dir, MODE="iterate")
-    time.sleep(0.3)
+    """The ring has no name: killing the training process and its workers at once frees it. A
+    ring of hundreds of MiB makes that visible in the machine's shared memory, whatever else
+    runs beside."""
+    before = shmem()
+    # 16 MiB samples, 4 to a batch: the default 12 slots take 768 MiB
+    proc, pids, slots = start(tmp_path, SHM_DIR=shm_dir, MODE="iterate", SAMPLE_LEN=str(2 << 20))
+    ring = slots * 4 * (16 << 20)
+    assert ring >= 512 << 20
+    wait_for(lambda: shmem() - before > ring * 3 // 4, what="ring counted in Shmem")  # reserved up front
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     wait_gone(pids, 5)
-    assert shm_entries() == before
+    wait_for(lambda: shmem() - before < ring // 4, seconds=10, what="ring freed")
+
+
+def open_in(folder: str) -> list[str]:
+    """What this process's descriptors point to inside ``folder`` (an O_TMPFILE shows as "#inode (deleted)")."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(folder + "/"):
+            out.append(target)
+    return out
 
 
 def test_too_little_shared_memory_clear_error(tmp_path):
@@ -149,7 +199,8 @@ def test_too_little_shared_memory_clear_error(tmp_path):
                                        {"x": ((1 << 20,), np.uint8)}, 8)
         with pytest.raises(shmloader.LoaderError, match=r"needs 8\.0 MiB.*--shm-size"):
             shmloader.Loader(src, batch_size=2, workers=1, slots=4, shm_dir=str(mnt))
-        assert os.listdir(mnt) == []
+        # Nothing named there, and no descriptor of the unnamed (O_TMPFILE) segment left open.
+        assert os.listdir(mnt) == [] and open_in(str(mnt)) == []
         with shmloader.Loader(src, batch_size=2, workers=1, slots=1 + 1, shm_dir=str(mnt)) as loader:
             assert sum(len(b["x"]) for b in loader) == 8  # what fits works
     finally:
@@ -172,6 +223,10 @@ SMALL_LIMIT = textwrap.dedent("""
         print("no error")
     except shmloader.LoaderError as e:
         print("error:", e)
+    # The segment that could not be reserved has no name: only a descriptor could keep it.
+    targets = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+               if os.path.exists(f"/proc/self/fd/{fd}")]
+    print("left open:", [t for t in targets if t.startswith("/memfd:shmloader") or (shm_dir and t.startswith(shm_dir + "/"))])
     with shmloader.Loader(src, batch_size=2, workers=1, slots=2, shm_dir=shm_dir) as loader:
         print("delivered:", sum(len(b["x"]) for b in loader))
 """)
@@ -190,17 +245,23 @@ def test_ring_that_cannot_be_reserved_clear_error(tmp_path, where, request):
     assert "needs 8.0 MiB" in lines[0] and "ulimit -f: 4.0 MiB" in lines[0] and "--shm-size" in lines[0]
     if shm_dir:
         assert f"space in {shm_dir}" in lines[0]
+    assert lines[1] == "left open: []"  # no descriptor of the segment after the failure
     if where == "fixture":
-        assert os.listdir(shm_dir) == []  # nothing with a name, even after the failure
-    assert lines[1] == "delivered: 8"  # what fits works
+        assert os.listdir(shm_dir) == []  # nor anything with a name
+    assert lines[2] == "delivered: 8"  # what fits works
 
 
-@pytest.mark.parametrize("slots", [4, None])
-def test_ring_larger_than_memory_fails_before_allocating(slots):
-    spec = {"x": ((1 << 30,), np.uint8)}
+@pytest.mark.parametrize("slots, needs", [(4, "1.00"), (None, "0.50")])
+def test_ring_larger_than_memory_fails_before_allocating(monkeypatch, slots, needs):
+    """The memory figure the loader reads is pinned at 400 MiB, so batches of 256 MiB cannot fit
+    on any machine: 4 slots, or the 2 that slots=None falls back to, are refused up front."""
+    monkeypatch.setattr(shmloader._ring, "_available_memory", lambda: 400 << 20)
+    spec = {"x": ((64 << 20,), np.uint8)}
     src = shmloader.FunctionSource(lambda i, rng: None, spec, 4, check=False)
-    with pytest.raises(shmloader.LoaderError, match="GiB of memory is available"):
-        shmloader.Loader(src, batch_size=64, workers=1, slots=slots)
+    with pytest.raises(shmloader.LoaderError) as info:
+        shmloader.Loader(src, batch_size=4, workers=1, slots=slots)
+    assert str(info.value) == (f"the ring needs {needs} GiB but only 0.39 GiB of memory is available: "
+                               "use fewer slots or a smaller batch or clip")
 
 
 @pytest.mark.parametrize("memory_mib, slots", [(1024, 12), (16, 4), (1, 2)])
