@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench bench-peers peers bench-scale bench-recipes notebooks clean
+.PHONY: demo test test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ demo: $(STAMP)
 # make test PYTEST_ARGS="--random-order"   runs the tests in a random order (pytest-random-order)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# the CPU-dependent width tests on an emulated AVX2-only CPU, where decord copies out widths
+# that AVX-512 CPUs refuse (needs qemu-user); see tests/other_cpu.py
+test-other-cpu: $(STAMP)
+	$(PY) tests/other_cpu.py
 
 bench: $(STAMP)
 	$(PY) bench/cpu_vs_workers.py
