@@ -267,6 +267,7 @@ class Decoding:
             info = hit[1]  # decord refused this file earlier: PyAV reads it
             name = info.decoder
         width = info.width if size is None else size[1]
+        refused = None
         if name == "decord" and (self._choice == "decord" or width not in self.unsupported):
             seen = damage_seen()
             try:
@@ -284,14 +285,20 @@ class Decoding:
             except self.decoder("decord").Error as e:
                 if self._choice == "decord":
                     raise
-                # decord refuses a file libavformat opened: PyAV reads it from now on; if PyAV
-                # fails as well, its error says why, with decord's as context.
+                # decord refuses a file libavformat opened: PyAV reads it from now on.
+                refused = e
                 info = info.with_decoder("pyav", f"decord refuses it: {_first_line(e)}")
                 self._remember(info)
                 self.fallbacks += 1
         if info.pts is None:  # a manifest row: PyAV seeks by the timestamps a probe reads
             info = self.info(info.path)
-        return self.decoder("pyav").decode(info, size, frames, out)
+        try:
+            return self.decoder("pyav").decode(info, size, frames, out)
+        except Exception as e:
+            if refused is None:
+                raise
+            # Neither reads it: say both reasons (the worker adds the file's name).
+            raise ValueError(f"{_first_line(e)}; decord: {_first_line(refused)}") from e
 
 
 def _first_line(e: BaseException) -> str:
