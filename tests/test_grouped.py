@@ -14,6 +14,8 @@ import pytest
 import shmloader
 from shmloader._samples import read_codes
 
+from ._variants import reference as libav_reference
+
 K = 4  # clips per video
 
 
@@ -97,7 +99,8 @@ def test_resume_mid_epoch_gives_the_same_batches(videos):
         for _ in range(5):
             next(it)
         state = loader.state()
-    assert state["group"] == K and state["group_window"] >= 1
+    # The default window: 4 batches' worth of clips, 4 x 4 = 16 clips = 4 videos of K clips.
+    assert state["group"] == K and state["group_window"] == 4
     with shmloader.Loader(grouped(paths), state=state, **kw) as loader:
         rest = batches_of(loader)
     assert len(rest) == len(full) - 5
@@ -109,14 +112,22 @@ def test_resume_mid_epoch_gives_the_same_batches(videos):
 
 
 def test_ring_smaller_than_a_window_still_delivers_everything(videos):
-    """Two slots cannot hold a window of 8 videos: groups go out split rather than stall."""
+    """Two slots cannot hold a window of 8 videos: groups go out split rather than stall, and
+    every clip is still the one its sample draws (the clips an ungrouped epoch holds)."""
     paths = videos[0][:8]
     with shmloader.Loader(grouped(paths), batch_size=4, workers=2, shuffle=True, seed=5, slots=2,
                           group_window=8) as loader:
         kept = batches_of(loader)  # the consumer keeps every batch: copies once the ring is held
         stats = loader.stats()
-    assert Counter(v for v, _ in clips_of(kept)) == {v: K for v in range(8)}
     assert stats["tasks"] > 8  # some groups had to be split
+    with shmloader.Loader(grouped(paths).with_options(group_clips=False), batch_size=4, workers=2,
+                          shuffle=True, seed=5) as loader:
+        separate = clips_of(batches_of(loader))
+    assert Counter(clips_of(kept)) == Counter(separate) and len(separate) == 8 * K
+    for b in kept:
+        for i, v in enumerate(b["index"]):
+            ids, numbers = read_codes(b["video"][i])
+            assert (ids == v).all() and (numbers == b["frames"][i]).all()
 
 
 def test_a_bad_video_in_a_window_is_skipped_clip_by_clip(videos, tmp_path):
@@ -196,16 +207,13 @@ def test_failed_item_raises_naming_it(tmp_path):
 
 
 def decode(path, frames, h, w):
-    """decord's frames at h x w; widths decord cannot produce are decoded at a multiple and
-    averaged down, rounding as shmloader does."""
-    for k in range(1, 8):
-        try:
-            full = decord.VideoReader(path, height=h, width=w * k).get_batch(list(frames)).asnumpy()
-        except decord.DECORDError:
-            continue
-        summed = full.reshape(len(frames), h, w, k, 3).sum(axis=3, dtype=np.uint16)
-        return ((summed + k // 2) // k).astype(np.uint8)
-    raise AssertionError(f"no width decord can produce near {w}")
+    """The frames at h x w as decord gives them, or, at a width decord cannot produce on this
+    CPU, as a sequential libavformat decode gives them (``tests/_variants.reference``). Returns
+    (frames, how many levels a pixel of the loader's may differ by)."""
+    try:
+        return decord.VideoReader(path, height=h, width=w).get_batch(list(frames)).asnumpy(), 0
+    except decord.DECORDError:
+        return libav_reference(path, (h, w))[list(frames)], 4
 
 
 def center(full):
@@ -213,19 +221,25 @@ def center(full):
     return full[:, y : y + 48, x : x + 48]
 
 
-def scale_of(path, frames, clip, native=(96, 128)):
-    """The short side at which ``clip`` is the center 48x48 window of decord's decode, or None."""
-    for side in range(48, 97):
-        if np.array_equal(center(decode(path, frames, side, round(native[1] * side / native[0]))), clip):
-            return side
-    return None
+def matches(path, frames, clip, side, native=(96, 128)) -> bool:
+    """Is ``clip`` the center 48x48 window of the frames scaled to short side ``side``?"""
+    full, tolerance = decode(path, frames, side, round(native[1] * side / native[0]))
+    return np.abs(center(full).astype(np.int16) - clip).max() <= tolerance
+
+
+def scale_of(path, frames, clip):
+    """The one short side at which ``clip`` is the center 48x48 window, or None."""
+    sides = [side for side in range(48, 97) if matches(path, frames, clip, side)]
+    return sides[0] if len(sides) == 1 else None
 
 
 def test_scale_range_is_shared_by_the_clips_of_a_video_in_an_epoch(videos):
     paths = videos[0][:2]
     clips = shmloader.VideoClips(paths, clip_len=2, frame_step=5, clips_per_video=K, scale=(48, 96),
                                  crop=(48, 48), group_clips=True)
-    with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, seed=9, epochs=2) as loader:
+    # Seed 74 draws the short side 72 (width 96) for one video: on a CPU where decord cannot
+    # produce that width, its clips are checked against libavformat's frames.
+    with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, seed=74, epochs=2) as loader:
         batches = batches_of(loader)
     per_epoch = len(batches) // 2
     scales = {}
@@ -236,7 +250,5 @@ def test_scale_range_is_shared_by_the_clips_of_a_video_in_an_epoch(videos):
                 scales[key] = scale_of(paths[v], b["frames"][i], b["video"][i])
                 assert scales[key] is not None
             else:  # the same scale for every clip of the video in this epoch
-                side = scales[key]
-                ref = center(decode(paths[v], b["frames"][i], side, round(128 * side / 96)))
-                np.testing.assert_array_equal(b["video"][i], ref)
+                assert matches(paths[v], b["frames"][i], b["video"][i], scales[key])
     assert len(scales) == 4 and len(set(scales.values())) > 1  # drawn anew per video and epoch
