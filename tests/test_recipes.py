@@ -233,6 +233,71 @@ def test_scale_range_and_random_crop_are_seeded_and_worker_independent(shapes, v
     assert found
 
 
+@pytest.fixture(scope="module")
+def textured(tmp_path_factory):
+    """12 frames of random texture, 96x128: every crop window differs from every other."""
+    import av
+
+    path = str(tmp_path_factory.mktemp("textured") / "texture.mp4")
+    rng = np.random.default_rng(0)
+    with av.open(path, "w") as c:
+        stream = c.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 128, 96, "yuv420p"
+        stream.options = {"crf": "18", "preset": "veryfast"}
+        for _ in range(12):
+            img = rng.integers(0, 256, (96, 128, 3), dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(packet)
+        for packet in stream.encode(None):
+            c.mux(packet)
+    return path
+
+
+def windows_of(clip, full):
+    """Top-left corners (y, x) of every window of ``full`` [T, H, W, 3] equal to ``clip`` [T, h, w, 3]."""
+    h, w = clip.shape[1:3]
+    views = np.lib.stride_tricks.sliding_window_view(full, (h, w), axis=(1, 2))  # [T, y, x, 3, h, w]
+    equal = (views == clip.transpose(0, 3, 1, 2)[:, None, None]).all(axis=(0, 3, 4, 5))
+    return [(int(y), int(x)) for y, x in np.argwhere(equal)]
+
+
+def crop_windows_seen(path, seed, workers, **kw):
+    """{(epoch, sample, clip): (y, x)} of a loader's random crops, each found as the one 48x40
+    window of decord's decode at 64x85 that the clip equals."""
+    clips = shmloader.VideoClips([path], clip_len=2, frame_step=3, clips_per_video=2, clips_per_sample=3,
+                                 sampling="uniform", scale=64, crop=(48, 40), **kw)
+    samples = samples_of(clips, workers=workers, batch_size=1, seed=seed, epochs=2)
+    assert len(samples) == 4
+    seen = {}
+    for n, s in enumerate(samples):
+        for k in range(3):
+            (corner,) = windows_of(s["video"][k], decord_frames(path, s["frames"][k], (64, 85)))
+            seen[n // 2, n % 2, k] = corner
+    return seen
+
+
+def test_random_crops_are_one_seeded_window_per_clip(textured):
+    one = crop_windows_seen(textured, 5, 1, crop_at="random")
+    # Each clip of a sample has its own window, drawn anew every epoch...
+    for epoch in range(2):
+        for sample in range(2):
+            assert len({one[epoch, sample, k] for k in range(3)}) > 1
+    assert [one[0, s, k] for s in range(2) for k in range(3)] != [one[1, s, k] for s in range(2) for k in range(3)]
+    # ...from the seed: the same windows whatever the workers, other windows with another seed.
+    assert crop_windows_seen(textured, 5, 2, crop_at="random") == one
+    other = crop_windows_seen(textured, 6, 2, crop_at="random")
+    assert sum(other[key] != one[key] for key in one) > len(one) // 2
+    # And the evaluation version takes the center window: ((64 - 48) / 2, (85 - 40) / 2).
+    clips = shmloader.VideoClips([textured], clip_len=2, frame_step=3, clips_per_sample=3, scale=(64, 80),
+                                 crop=(48, 40), crop_at="random")
+    assert clips.for_eval().crop_at == "center"
+    with shmloader.eval_loader(clips, batch_size=1) as loader:
+        (batch,) = list(loader)
+    for k in range(3):
+        full = decord_frames(textured, batch["frames"][0, k], (64, 85))
+        assert windows_of(batch["video"][0, k], full) == [(8, 22)]
+
+
 def test_three_crops_are_the_three_windows_along_the_long_side(shapes):
     clips = shmloader.VideoClips(shapes, clip_len=2, frame_step=5, scale=64, crop=(64, 64), crop_at="three")
     for s in samples_of(clips):
