@@ -4,6 +4,9 @@ own decode of the frames the sample says it holds, and against the frame codes."
 
 from __future__ import annotations
 
+import os
+import sys
+
 import decord
 import numpy as np
 import pytest
@@ -353,6 +356,70 @@ def test_native_width_96(tmp_path, decoder):
             assert np.abs(got["video"].astype(np.int16) - ref[:, window]).max() <= 4
         else:
             np.testing.assert_array_equal(got["video"], ref[:, window])
+
+
+def threads_while_reading(clips):
+    """(most threads this process had while ``clips`` read sample 0, the sample): read here as a
+    worker reads, ``worker_init()`` then ``read()``; the threads are counted on every Python call
+    made meanwhile (the decoders' own included), while their FFmpeg decoder is open."""
+    clips.worker_init()
+    out = {k: np.zeros(shape, dtype) for k, (shape, dtype) in clips.spec().items()}
+    peak = 0
+
+    def count(frame, event, arg):
+        nonlocal peak
+        peak = max(peak, len(os.listdir("/proc/self/task")))
+
+    sys.setprofile(count)
+    try:
+        clips.read(0, np.random.default_rng(0), out)
+    finally:
+        sys.setprofile(None)
+    return peak, out
+
+
+@pytest.mark.parametrize("decoder", ["decord", "pyav"])
+def test_decode_threads_decode_with_more_threads_and_the_same_frames(videos, decoder):
+    kw = dict(clip_len=8, frame_step=2, size=(64, 64), decoder=decoder)
+    one, a = threads_while_reading(shmloader.VideoClips(videos[0][:1], **kw))
+    four, b = threads_while_reading(shmloader.VideoClips(videos[0][:1], decode_threads=4, **kw))
+    assert four >= one + 2, (one, four)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert (read_codes(b["video"])[1] == b["frames"]).all()
+
+
+def test_a_worker_probes_a_video_once_while_the_file_is_unchanged(tmp_path):
+    """Read here as a worker reads: the native size (here for ``scale=``) and the rest of the
+    probe are read at the first sample of a video and kept; a file that changed is probed again."""
+    from shmloader import _probe
+
+    path = write_video(tmp_path / "v.mp4", 3, frames=20)
+    clips = shmloader.VideoClips([path], clip_len=4, clips_per_video=3, scale=64, crop=(48, 48))
+    clips.worker_init()
+    probes = 0
+
+    def count(frame, event, arg):
+        nonlocal probes
+        probes += event == "call" and frame.f_code is _probe.probe.__code__
+
+    def read(sample):
+        out = {k: np.zeros(shape, dtype) for k, (shape, dtype) in clips.spec().items()}
+        sys.setprofile(count)
+        try:
+            clips.read(sample, np.random.default_rng(sample), out)
+        finally:
+            sys.setprofile(None)
+        np.testing.assert_array_equal(out["video"], decord_frames(path, out["frames"], (64, 85))[:, 8:56, 18:66])
+
+    for sample in (0, 1, 2, 0):
+        read(sample)
+    assert probes == 1
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    read(1)
+    read(2)
+    assert probes == 2
 
 
 @pytest.mark.parametrize("kw, name", [
