@@ -65,6 +65,8 @@ def test_finished_pass_keeps_workers_for_the_next_until_close():
     pids = loader.worker_pids()
     assert sum(len(b["x"]) for b in loader) == 40
     assert loader.worker_pids() == pids  # idle, ready for another pass
+    assert sorted(int(x[0]) for b in loader for x in b["x"]) == list(range(40))  # the next pass...
+    assert loader.worker_pids() == pids and loader.stats()["worker_restarts"] == 0  # ...by the same workers
     loader.close()
     assert gone(pids)
 
