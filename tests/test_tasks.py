@@ -186,6 +186,20 @@ def test_more_workers_than_cpus_is_said_once_per_process(caplog, two_cpus):
     assert more_than_cpus_said(caplog) == ["workers=3 is more than the 2 CPUs this process may use: they will share them"]
 
 
+def test_workers_none_is_one_per_cpu_this_process_may_use():
+    """workers=None follows the CPUs this process may run on (taskset, cpusets), not the machine's."""
+    allowed = os.sched_getaffinity(0)
+    src = shmloader.FunctionSource(plain, SPEC, 8, check=False)
+    try:
+        for cpus in ({min(allowed)}, allowed):
+            os.sched_setaffinity(0, cpus)  # this thread, and the workers it starts
+            with shmloader.Loader(src, batch_size=4) as loader:
+                assert len(loader.worker_pids()) == len(cpus)
+                assert sorted(delivered(loader)) == list(range(8))
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
 def uss_of_worker(paths, video):
     clips = shmloader.VideoClips(paths, np.arange(len(paths)) % 7, clip_len=2, size=(32, 32))
     with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
