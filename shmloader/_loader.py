@@ -1,36 +1,26 @@
-"""The Loader: plans batches, feeds the workers, hands filled slots to the consumer.
-
-Everything here runs in the consumer's thread, inside ``next()``: there is no background
-thread in the main process. Workers report through pipes; the loader waits on those pipes,
-on a wake-up pipe poked by lease finalizers, and on a deadline, never on anything else.
+"""The Loader: the public face of a pipeline that decodes a source in worker processes into a
+ring of shared-memory batches. Arguments, iteration, statistics, resumable state, shards and
+the framework adapters live here; the event loop that owns the ring, the workers and the
+scheduler is ``_engine.Engine`` (see NOTE [ The engine loop ] there).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import pickle
-import selectors
 import sys
-import threading
 import time
-import warnings
-import weakref
-from collections import deque
 from typing import Any, Callable, Iterator
 
 import cloudpickle
 import numpy as np
 
-from ._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
-from ._plan import EpochPlan
-from ._pool import Worker, start_worker, stop_workers
-from ._protocol import ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
-from ._ring import Layout, Ring, memory_for_ring
-from ._schedule import Batch, Scheduler, Task, holding
-from ._source import Source, check_int
+from ._engine import Engine, Exhausted
+from ._errors import LoaderError
+from ._plan import EpochPlan, check_state, plan_state
+from ._ring import Layout, memory_for_ring
+from ._source import Source, check_int, probe_transform
 
 __all__ = ["Loader", "eval_loader"]
 
@@ -43,15 +33,6 @@ _DEPTH = 2
 # Batches the consumer typically holds at once: the one in hand plus tf.data's prefetch buffer,
 # which AUTOTUNE grows to a handful (5 were seen held in Keras fit).
 _CONSUMER_HELD = 6
-# A fresh interpreter importing numpy and decord takes ~0.3 s; a loaded machine may need more.
-_START_TIMEOUT_S = 60.0
-# How often a waiting loader checks worker liveness even when no pipe speaks (a dying worker
-# closes its pipe, which wakes us at once; each idle wake-up costs ~0.2 ms of CPU on a VM).
-_POLL_S = 1.0
-# Skipped samples remembered with their reason (a long run over a damaged dataset must not grow).
-_SKIPS_KEPT = 10_000
-# One read takes every reply a worker has queued (a reply is 32 bytes plus rare error text).
-_READ_BYTES = 1 << 16
 # Share of the memory (or of shm_dir's free space) a default ring may take: the rest is for the
 # training process, TensorFlow's buffers and the batches a consumer copies or keeps.
 _RING_MEMORY_SHARE = 0.5
@@ -64,10 +45,6 @@ _GROUP_WINDOW_BATCHES = 4
 # batch keeps the ring needed to keep them all busy (and its memory) 4x smaller.
 _WORKERS_PER_RUN = 8
 _TASKS_PER_BATCH = 4
-
-
-class _Exhausted(Exception):
-    """The plan is done (or the loader was closed): iteration ends."""
 
 
 class Loader:
@@ -100,13 +77,9 @@ class Loader:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
-        self._source = source
-        self._cpus = sorted(os.sched_getaffinity(0)) if pin_workers else None
         self._batch_size = batch_size
         self._drop_remainder = drop_remainder
         self._ordered = ordered
-        self._on_error = on_error
-        self._timeout = float(timeout)
         group = int(getattr(source, "group_size", 1))
         if group_window is not None:
             check_int("group_window", group_window, 1)
@@ -118,62 +91,37 @@ class Loader:
         _check_has_batches(self._plan)
         self._start = (0, 0)  # (epoch, batch) where this loader's stream begins
         if state is not None:
-            self._start = self._check_state(state)
-        out_spec, scratch = _probe_transform(source, transform, seed)
+            if not ordered:
+                raise ValueError("resuming needs ordered=True")
+            self._start = check_state(self._plan, state)
+        out_spec, scratch = probe_transform(source, transform, seed)
         self._layout = Layout.build(out_spec, batch_size)
         nworkers = workers or _usable_cpus()
         if nworkers > _usable_cpus():
             _log_once(f"workers={nworkers} is more than the {_usable_cpus()} CPUs this process may use: "
-                      "they will share them")
+                     "they will share them")
         runs = min(batch_size, _TASKS_PER_BATCH, -(-nworkers // _WORKERS_PER_RUN))
-        self._run = -(-batch_size // runs)
+        run = -(-batch_size // runs)
         if slots is None:
             # A grouped source's shuffle window must fit in the ring besides the usual slots.
             window = -(-self._plan.window * group // batch_size) + 1 if group > 1 else 0
             slots = _default_slots(nworkers, batch_size, self._layout.slot_bytes, shm_dir, extra=window,
-                                   run=self._run if group == 1 else 1)
+                                  run=run if group == 1 else 1)
         self._nslots = slots
-
-        self._lock = threading.RLock()
-        self._closed = False
-        self._error: BaseException | None = None
-        self._workers: list[Worker] = []
-        self._ring = Ring(self._layout, slots, shm_dir)
-        self._selector = selectors.DefaultSelector()
-        acquire = getattr(source, "acquire", None)
-        if acquire is not None:
-            acquire()  # the source's shared tables stay until the shutdown below releases them
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._ring, self._selector,
-                                           getattr(source, "release", None))
-        self._config = pickle.dumps((list(sys.path), cloudpickle.dumps({
+        self._log_every = log_every
+        self._last_log = time.monotonic()
+        config = pickle.dumps((list(sys.path), cloudpickle.dumps({
             "layout": self._layout, "slots": slots, "source": source, "transform": transform,
             "seed": seed, "scratch": scratch,
         })))
-        self._selector.register(self._ring.wake_fd, selectors.EVENT_READ, None)
-        try:
-            for wid in range(nworkers):
-                self._spawn(wid)
-        except BaseException:
-            self.close()
-            raise
-
-        self._leased = 0
-        self._warned_copy = False
-        self._t0 = time.monotonic()
-        self._stats = dict(batches=0, samples=0, skipped=0, dropped=0, copied=0,
-                           consumer_wait_s=0.0, worker_busy_s=0.0, worker_restarts=0, epoch=0,
-                           decoded=0, tasks=0)
-        self._log_every = log_every
-        self._last_liveness = time.monotonic()
-        self._t_first: float | None = None  # when the first batch was handed out
-        self._first_batch_s: float | None = None
-        self._first_wait_s: float | None = None
-        self._last_log = time.monotonic()
+        self._engine = Engine(source, self._plan, self._layout, slots=slots, workers=nworkers, run=run,
+                              start=self._start, epochs=epochs, ordered=ordered,
+                              drop_remainder=drop_remainder, on_error=on_error, timeout=float(timeout),
+                              shm_dir=shm_dir, cpus=sorted(os.sched_getaffinity(0)) if pin_workers else None,
+                              config=config)
         # (epoch, sample, reason) of the most recent skips; the count of all is in stats().
-        self.skipped: deque[tuple[int, int, str]] = deque(maxlen=_SKIPS_KEPT)
-        self._sched = Scheduler(self._plan, slots, start=self._start, epochs=epochs, ordered=ordered,
-                                drop_remainder=drop_remainder, describe=source.describe,
-                                stats=self._stats, skipped=self.skipped, run=self._run)
+        self.skipped = self._engine.skipped
+        self._ring = self._engine.ring
 
     # ----------------------------------------------------------------- public
     def __len__(self) -> int:
@@ -183,13 +131,17 @@ class Loader:
         """Yield batches. Iterating again after a finished pass starts the next pass of
         ``epochs`` epochs (epoch numbers, and so shuffles and clip starts, go on), which is what
         Keras does with a validation set each epoch; an unfinished stream is continued."""
-        self._begin_pass()
+        engine = self._engine
+        engine.begin_pass()
         try:
             while True:
+                if self._log_every is not None and time.monotonic() - self._last_log >= self._log_every:
+                    self._last_log = time.monotonic()
+                    log.info("%s", self.stats_line())
                 # No local holds the batch while the generator is suspended: its slot can come
                 # back as soon as the consumer drops it.
-                yield self._next()
-        except _Exhausted:
+                yield engine.next()
+        except Exhausted:
             return
 
     def __enter__(self) -> "Loader":
@@ -200,12 +152,11 @@ class Loader:
 
     def close(self) -> None:
         """Stop the workers and free the ring (see NOTE [ Shutdown ] in ``_pool``). Idempotent."""
-        self._closed = True
-        self._finalizer()
+        self._engine.close()
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._engine.closed
 
     @property
     def element_spec(self) -> dict[str, tuple[tuple[int | None, ...], np.dtype]]:
@@ -218,7 +169,7 @@ class Loader:
         return self._batch_size
 
     def worker_pids(self) -> list[int]:
-        return [w.pid for w in self._workers if w.alive()]
+        return self._engine.worker_pids()
 
     def stats(self) -> dict[str, Any]:
         """Counters since the loader started, and whether training is input-bound.
@@ -229,28 +180,7 @@ class Loader:
         one busy worker. ``recommended_workers``: workers needed to meet the consumer's demand
         (what it consumed while not waiting) at that rate, at most one per CPU.
         """
-        now = time.monotonic()
-        s = dict(self._stats)
-        s["elapsed_s"] = elapsed = now - self._t0
-        s["workers"] = len(self._workers)
-        s["slots"] = self._nslots
-        s["leased"] = self._leased - self._ring.released.qsize()  # releases not yet collected
-        s["samples_per_s"] = s["samples"] / elapsed if elapsed > 0 else 0.0
-        # Steady state only: the wait for the workers to start and fill the first batch is
-        # reported as first_batch_s, not counted against the pipeline.
-        s["first_batch_s"] = self._first_batch_s
-        window = now - self._t_first if self._t_first is not None else 0.0
-        steady_wait = s["consumer_wait_s"] - (self._first_wait_s or 0.0)
-        s["consumer_wait_fraction"] = min(1.0, max(0.0, steady_wait / window)) if window > 0 else 0.0
-        s["worker_busy_fraction"] = [min(1.0, w.busy_s / max(now - w.started, 1e-9)) for w in self._workers]
-        done = s["decoded"]
-        rate = done / s["worker_busy_s"] if s["worker_busy_s"] > 0 else 0.0
-        s["samples_per_worker_s"] = rate
-        demand = s["samples"] / max(window - steady_wait, 1e-9)
-        cpus = _usable_cpus()
-        s["recommended_workers"] = max(1, min(cpus, math.ceil(demand / rate))) if rate and s["samples"] else None
-        s["input_bound"] = s["consumer_wait_fraction"] > 0.1
-        return s
+        return self._engine.stats(_usable_cpus())
 
     def stats_line(self) -> str:
         """One line for a log or a progress bar: is training input-bound, and what to do about it."""
@@ -275,16 +205,30 @@ class Loader:
             self.set_shard(input_context.input_pipeline_id, input_context.num_input_pipelines)
         return as_dataset(self, prefetch)
 
+    def as_torch(self, pin_memory: bool = False, device=None, shard: tuple[int, int] | None = None):
+        """Batches as dicts of ``torch.Tensor``, zero-copy (``shmloader.torch.TorchLoader``)."""
+        from .torch import as_torch
+
+        return as_torch(self, pin_memory=pin_memory, device=device, shard=shard)
+
+    def as_keras(self, x="video", y="label"):
+        """A ``keras.utils.PyDataset`` of ``(batch[x], batch[y])`` for ``model.fit`` on any
+        Keras 3 backend (``shmloader._keras.KerasDataset``)."""
+        from ._keras import as_keras
+
+        return as_keras(self, x=x, y=y)
+
     def set_shard(self, index: int, count: int) -> None:
         """Serve only shard ``index`` of ``count`` of every epoch (one per host); before iterating."""
-        if self._sched.seq:
+        if self._engine.started:
             raise LoaderError("set_shard() must come before the first batch")
         p = self._plan
         plan = EpochPlan(p.num_samples, p.batch_size, shuffle=p.shuffle, seed=p.seed,
                          drop_remainder=p.drop_remainder, shard=(index, count), group=p.group,
                          window=p.window)
         _check_has_batches(plan)
-        self._plan = self._sched.plan = plan
+        self._plan = plan
+        self._engine.set_plan(plan)
 
     def state(self, consumed: int | None = None) -> dict[str, Any]:
         """Where the stream stands, as a small JSON-serialisable dict for ``Loader(..., state=)``.
@@ -296,285 +240,11 @@ class Loader:
         """
         if not self._ordered:
             raise LoaderError("state() needs ordered=True: unordered delivery has no resumable position")
-        done = self._stats["batches"] if consumed is None else int(consumed)
-        if not 0 <= done <= self._stats["batches"]:
-            raise ValueError(f"consumed={consumed} but only {self._stats['batches']} batches were delivered")
-        per_epoch = len(self)
-        position = self._start[1] + done
-        p = self._plan
-        return {"version": 1, "epoch": self._start[0] + (position // per_epoch if per_epoch else 0),
-                "batch": position % per_epoch if per_epoch else 0, "seed": p.seed,
-                "num_samples": p.num_samples, "batch_size": p.batch_size, "shuffle": p.shuffle,
-                "drop_remainder": p.drop_remainder, "shard": list(p.shard),
-                **({"group": p.group, "group_window": p.window} if p.group > 1 else {}),
-                "exact": self._stats["skipped"] == 0}
-
-    def _check_state(self, state: dict) -> tuple[int, int]:
-        p = self._plan
-        mine = {"num_samples": p.num_samples, "batch_size": p.batch_size, "shuffle": p.shuffle,
-                "seed": p.seed, "drop_remainder": p.drop_remainder, "shard": list(p.shard)}
-        if p.group > 1:
-            mine.update(group=p.group, group_window=p.window)
-        if not isinstance(state, dict) or state.get("version") != 1:
-            raise ValueError("state must be a dict returned by Loader.state()")
-        wrong = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
-        if wrong:
-            raise ValueError("state was saved by a loader with other settings: " +
-                             ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in wrong.items()))
-        if not self._ordered:
-            raise ValueError("resuming needs ordered=True")
-        epoch, batch = int(state["epoch"]), int(state["batch"])
-        if epoch < 0 or not 0 <= batch < max(1, self._plan.batches_per_epoch()):
-            raise ValueError(f"state position epoch={epoch}, batch={batch} is out of range")
-        return epoch, batch
-
-    # -------------------------------------------------------------- iteration
-    def _begin_pass(self) -> None:
-        with self._lock:
-            self._sched.begin_pass()
-
-    def _next(self) -> dict[str, np.ndarray]:
-        with self._lock:
-            if self._error is not None:
-                raise LoaderError("the loader stopped after an earlier error") from self._error
-            t0 = time.perf_counter()
-            sched = self._sched
-            try:
-                while True:
-                    if self._closed:
-                        raise _Exhausted
-                    self._collect_releases()
-                    sched.dispatch(idle=not any(w.outstanding for w in self._workers))
-                    self._feed()
-                    batch, n = sched.take_ready(self._compact)
-                    if batch is not None:
-                        return self._hand_out(batch, n)
-                    if sched.exhausted:
-                        raise _Exhausted  # workers stay, idle, for another pass; close() ends them
-                    self._wait()
-            except (LoaderError, OSError, ValueError) as e:
-                if self._closed:  # closed from another thread while we waited: just the end
-                    raise _Exhausted from None
-                if not isinstance(e, LoaderError):
-                    raise
-                self._error = e
-                self._stop_workers()
-                raise
-            finally:
-                self._stats["consumer_wait_s"] += time.perf_counter() - t0
-                if self._first_wait_s is None and self._t_first is not None:
-                    self._first_wait_s = self._stats["consumer_wait_s"]
-
-    def _collect_releases(self) -> None:
-        released = self._ring.released
-        if released.empty():
-            return
-        # The finalizers that queued these also poked the wake-up pipe: empty it first (a release
-        # after this pokes it again), so the next wait does not return at once for nothing.
-        self._ring.drain_wake()
-        while not released.empty():
-            self._sched.free.append(released.get())
-            self._leased -= 1
-
-    def _feed(self) -> None:
-        """Send queued tasks, each to the worker with the fewest items outstanding."""
-        queue = self._sched.queue
-        while queue:
-            candidates = [w for w in self._workers if w.task_w >= 0]
-            if not candidates:
-                return
-            w = min(candidates, key=lambda w: w.load)
-            task = queue.popleft()
-            try:
-                write_all(w.task_w, pack_task(task.epoch, [(b.slot, pos, s) for b, pos, s in task.items]))
-            except OSError:
-                queue.appendleft(task)
-                self._read_worker(w)  # it died: its pipe tells how
-                if w in self._workers:
-                    self._worker_lost(w, f"{w.how_it_ended()}")
-                continue
-            if not w.outstanding:
-                w.head_since = time.monotonic()
-            w.outstanding.append(task)
-            w.load += len(task)
-
-    def _compact(self, b: Batch, valid: list[int]) -> None:
-        """Close the holes skipped samples left: kept positions move to the front."""
-        views = self._ring.slot_views[b.slot]
-        for dst, src in enumerate(valid):
-            if dst != src:
-                for arr in views.values():
-                    arr[dst] = arr[src]
-
-    def _hand_out(self, b: Batch, n: int) -> dict[str, np.ndarray]:
-        if self._log_every is not None and time.monotonic() - self._last_log >= self._log_every:
-            self._last_log = time.monotonic()
-            log.info("%s", self.stats_line())
-        if self._t_first is None:
-            self._t_first = time.monotonic()
-            self._first_batch_s = self._t_first - self._t0
-        self._stats["batches"] += 1
-        self._stats["samples"] += n
-        self._stats["epoch"] = b.epoch
-        if self._leased + 1 >= self._nslots:
-            # NOTE [ Slot lease ]: never lease the last slot, or a hoarding consumer deadlocks us.
-            out = {k: v[:n].copy() for k, v in self._ring.slot_views[b.slot].items()}
-            self._sched.free.append(b.slot)
-            self._stats["copied"] += 1
-            if not self._warned_copy:
-                self._warned_copy = True
-                warnings.warn(f"the consumer holds {self._leased} of {self._nslots} ring slots; "
-                              "further batches are copied until it releases some. Pass a larger "
-                              "`slots=` to keep delivery zero-copy.", RuntimeWarning, stacklevel=4)
-            return out
-        self._leased += 1
-        return self._ring.lease(b.slot, n)
-
-    # ---------------------------------------------------------------- waiting
-    def _wait(self) -> None:
-        now = time.monotonic()
-        timeout = _POLL_S
-        for w in list(self._workers):
-            if not w.ready:
-                deadline = w.started + max(self._timeout, _START_TIMEOUT_S)
-            elif w.outstanding:
-                deadline = w.head_since + self._timeout * len(w.outstanding[0])
-            else:
-                continue
-            if now >= deadline:
-                self._timed_out(w)
-                return
-            timeout = min(timeout, deadline - now)
-        events = self._selector.select(max(timeout, 0.0))
-        for key, _ in events:
-            if key.data is None:
-                self._ring.drain_wake()
-            elif key.data in self._workers:
-                self._read_worker(key.data)
-        # A dying worker closes its result pipe, which wakes us with EOF; polling the processes
-        # too catches one whose pipe a grandchild still holds open. Cheap, but not per message.
-        now = time.monotonic()
-        if events and now - self._last_liveness < _POLL_S:
-            return
-        self._last_liveness = now
-        for w in list(self._workers):
-            if w.proc.poll() is not None:
-                self._read_worker(w)
-                if w in self._workers:
-                    self._worker_lost(w, w.how_it_ended())
-
-    def _read_worker(self, w: Worker) -> None:
-        eof = False
-        while w.done_r >= 0:
-            try:
-                chunk = os.read(w.done_r, _READ_BYTES)
-            except BlockingIOError:
-                break
-            if not chunk:
-                eof = True
-                break
-            w.buf += chunk
-            if len(chunk) < _READ_BYTES:
-                break  # drained for now; epoll is level-triggered and wakes us for more
-        while True:
-            try:
-                reply = take_reply(w.buf)
-            except ProtocolError as e:
-                self._protocol_error(w, str(e))
-            if reply is None:
-                break
-            self._on_message(w, *reply)
-        if eof and w in self._workers:
-            w.proc.wait()
-            self._worker_lost(w, w.how_it_ended())
-
-    def _on_message(self, w: Worker, status: int, count: int, failures: dict[int, bytes],
-                    busy: float) -> None:
-        if status == ST_READY and not w.ready and not count:
-            w.ready = True
-            w.head_since = time.monotonic()
-            return
-        task = w.outstanding[0] if w.outstanding else None
-        if status != ST_DONE or task is None or count != len(task):
-            self._protocol_error(w, f"an unexpected message (status {status}, {count} items)")
-        w.outstanding.popleft()
-        w.load -= count
-        w.head_since = time.monotonic()
-        w.busy_s += busy
-        self._stats["worker_busy_s"] += busy
-        self._stats["decoded"] += count
-        self._stats["tasks"] += 1
-        for task, i in self._sched.task_done(task, failures):
-            self._sample_failed(task, i, failures[i])
-        self._feed()
-
-    def _sample_failed(self, task: Task, i: int, payload: bytes) -> None:
-        try:
-            info = json.loads(payload.decode("utf-8", "replace"))
-            exc_type, message, tb = str(info["type"]), str(info["message"]), str(info["traceback"])
-        except (ValueError, KeyError, TypeError):
-            exc_type, message, tb = "Exception", "(unreadable error report)", ""
-        sample = task.items[i][2]
-        err = SampleError(sample, self._source.describe(sample), exc_type, message)
-        err.__cause__ = RemoteTraceback(tb)
-        if self._on_error == "raise":
-            raise err
-        self._sched.skip(task, i, f"{exc_type}: {message}")
-
-    def _timed_out(self, w: Worker) -> None:
-        w.proc.kill()  # it may be spinning in native code with the GIL held: nothing softer works
-        if not w.ready:
-            self._worker_lost(w, f"did not start within {max(self._timeout, _START_TIMEOUT_S):.0f} s and was killed")
-            return
-        n = len(w.outstanding[0])
-        per = "on one sample" if n == 1 else f"per sample on a task of {n} samples"
-        self._worker_lost(w, f"spent more than timeout={self._timeout:g} s {per} and was killed", timed_out=True)
-
-    def _worker_lost(self, w: Worker, how: str, timed_out: bool = False) -> None:
-        """A worker is gone: raise, or (``on_error="skip"``) retry or skip its task and start another."""
-        if self._closed:
-            raise _Exhausted  # close() from another thread ended it: no failure to report
-        self._remove(w)
-        head = w.outstanding[0] if w.outstanding else None
-        held = holding(head, self._source.describe) if head is not None else "no sample"
-        if self._on_error == "raise" or head is None or not w.ready:
-            raise WorkerDiedError(w.pid, how, held)
-        # Its other tasks never started: they go again first, in the same order.
-        self._sched.resend(list(w.outstanding)[1:])
-        if len(head) == 1 and (timed_out or head.retried):
-            self._sched.skip(head, 0, f"worker pid {w.pid} {how}")
-        else:
-            # A worker can die of something else (the OOM killer, a stray signal): try the
-            # samples once more, one by one, before calling one of them bad.
-            self._sched.retry(head)
-        self._stats["worker_restarts"] += 1
-        self._spawn(w.wid)
-
-    def _protocol_error(self, w: Worker, what: str) -> None:
-        w.proc.kill()
-        self._remove(w)
-        raise LoaderError(f"worker pid {w.pid} sent {what}; it was stopped")
-
-    # ---------------------------------------------------------------- workers
-    def _spawn(self, wid: int) -> None:
-        cpu = self._cpus[wid % len(self._cpus)] if self._cpus else None
-        w = start_worker(wid, self._ring.fd, self._config, tuple(getattr(self._source, "fds", ())), cpu)
-        self._workers.append(w)
-        self._selector.register(w.done_r, selectors.EVENT_READ, w)
-
-    def _remove(self, w: Worker) -> None:
-        if w in self._workers:
-            self._workers.remove(w)
-        if w.done_r >= 0:
-            self._selector.unregister(w.done_r)
-        stop_workers([w], grace=0.0)
-
-    def _stop_workers(self) -> None:
-        workers = list(self._workers)
-        for w in workers:
-            if w.done_r >= 0:
-                self._selector.unregister(w.done_r)
-        stop_workers(workers)
+        delivered = self._engine.counters["batches"]
+        done = delivered if consumed is None else int(consumed)
+        if not 0 <= done <= delivered:
+            raise ValueError(f"consumed={consumed} but only {delivered} batches were delivered")
+        return plan_state(self._plan, self._start, done, exact=self._engine.counters["skipped"] == 0)
 
 
 def eval_loader(source: Source, *, batch_size: int, workers: int | None = 1, **kwargs) -> Loader:
@@ -632,42 +302,3 @@ def _default_slots(workers: int, batch_size: int, slot_bytes: int, shm_dir: str 
              "memory available%s; pass slots= to choose", slot_bytes / 2**20, slots, usual,
              100 * _RING_MEMORY_SHARE, f" in {shm_dir}" if shm_dir else "")
     return slots
-
-
-def _shutdown(workers: list[Worker], ring: Ring, selector: selectors.BaseSelector,
-              release: Callable[[], None] | None) -> None:
-    """Steps 1-5 of NOTE [ Shutdown ] in ``_pool``; runs on close(), GC or interpreter exit."""
-    stop_workers(list(workers))
-    workers.clear()
-    selector.close()
-    ring.close()
-    if release is not None:
-        release()  # the source's shared tables (the workers that mapped them are gone)
-
-
-def _probe_transform(source: Source, transform, seed: int):
-    """Run ``transform`` once on a zero sample to learn what it produces.
-
-    Returns (output spec, decode spec or None). The decode spec is set when the transform
-    changes a shape or dtype: workers then decode into a private buffer and copy the result.
-    """
-    spec = source.spec()
-    if transform is None:
-        return spec, None
-    sample = {k: np.zeros(shape, dtype) for k, (shape, dtype) in spec.items()}
-    try:
-        result = transform(dict(sample), np.random.default_rng((seed, 0, 0)))
-    except Exception as e:
-        raise ValueError(f"transform failed on a zero-filled sample: {type(e).__name__}: {e}") from e
-    if result is None:
-        return spec, None
-    if not isinstance(result, dict):
-        raise TypeError(f"transform must modify the sample in place and return None, or return a "
-                        f"dict of arrays; it returned {type(result).__name__}")
-    out = {}
-    for k, v in result.items():
-        a = np.asarray(v)
-        if a.dtype.hasobject:
-            raise TypeError(f"transform output {k!r} has dtype object")
-        out[k] = (a.shape, a.dtype)
-    return out, (None if out == spec else spec)

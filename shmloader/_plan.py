@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EpochPlan", "EpochCursor"]
+__all__ = ["EpochPlan", "EpochCursor", "plan_state", "check_state"]
 
 
 class EpochPlan:
@@ -106,3 +106,35 @@ class EpochCursor:
             self.tail += 1
             return int(self.order[self.tail - 1])
         return None
+
+
+def _settings(plan: EpochPlan) -> dict:
+    mine = {"num_samples": plan.num_samples, "batch_size": plan.batch_size, "shuffle": plan.shuffle,
+            "seed": plan.seed, "drop_remainder": plan.drop_remainder, "shard": list(plan.shard)}
+    if plan.group > 1:
+        mine.update(group=plan.group, group_window=plan.window)
+    return mine
+
+
+def plan_state(plan: EpochPlan, start: tuple[int, int], done: int, exact: bool) -> dict:
+    """``Loader.state()``: the position ``done`` batches after ``start`` (epoch, batch), with the
+    settings a resumed loader must share, as a small JSON-serialisable dict."""
+    per_epoch = plan.batches_per_epoch()
+    position = start[1] + done
+    return {"version": 1, "epoch": start[0] + (position // per_epoch if per_epoch else 0),
+            "batch": position % per_epoch if per_epoch else 0, **_settings(plan), "exact": exact}
+
+
+def check_state(plan: EpochPlan, state: dict) -> tuple[int, int]:
+    """(epoch, batch) where a loader resumed from ``state`` begins; ValueError if the state was
+    saved with other settings or is not a state at all."""
+    if not isinstance(state, dict) or state.get("version") != 1:
+        raise ValueError("state must be a dict returned by Loader.state()")
+    wrong = {k: (state.get(k), v) for k, v in _settings(plan).items() if state.get(k) != v}
+    if wrong:
+        raise ValueError("state was saved by a loader with other settings: " +
+                         ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in wrong.items()))
+    epoch, batch = int(state["epoch"]), int(state["batch"])
+    if epoch < 0 or not 0 <= batch < max(1, plan.batches_per_epoch()):
+        raise ValueError(f"state position epoch={epoch}, batch={batch} is out of range")
+    return epoch, batch

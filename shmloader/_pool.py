@@ -21,6 +21,7 @@ A whole process group killed at once leaves nothing behind: the ring has no name
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -129,3 +130,59 @@ def stop_workers(workers: list[Worker], grace: float = _GRACE_S) -> None:
         if w.done_r >= 0:
             os.close(w.done_r)
             w.done_r = -1
+
+
+# One read takes every reply a worker has queued (a reply is 32 bytes plus rare error text).
+_READ_BYTES = 1 << 16
+
+
+class Pool:
+    """One loader's live workers, their reply pipes registered in ``selector`` (with the worker
+    as the key's data), and how to start, read and remove them."""
+
+    def __init__(self, selector: selectors.BaseSelector, ring_fd: int, config: bytes,
+                 extra_fds: tuple[int, ...], cpus: list[int] | None) -> None:
+        self.selector = selector
+        self.workers: list[Worker] = []
+        self._start = (ring_fd, config, extra_fds)
+        self._cpus = cpus
+
+    def __contains__(self, w: Worker) -> bool:
+        return w in self.workers
+
+    def spawn(self, wid: int) -> Worker:
+        cpu = self._cpus[wid % len(self._cpus)] if self._cpus else None
+        ring_fd, config, extra_fds = self._start
+        w = start_worker(wid, ring_fd, config, extra_fds, cpu)
+        self.workers.append(w)
+        self.selector.register(w.done_r, selectors.EVENT_READ, w)
+        return w
+
+    def read(self, w: Worker) -> bool:
+        """Move what ``w`` has written into ``w.buf``; True at end of file (it is gone)."""
+        while w.done_r >= 0:
+            try:
+                chunk = os.read(w.done_r, _READ_BYTES)
+            except BlockingIOError:
+                return False
+            if not chunk:
+                return True
+            w.buf += chunk
+            if len(chunk) < _READ_BYTES:
+                return False  # drained for now; epoll is level-triggered and wakes us for more
+        return False
+
+    def remove(self, w: Worker) -> None:
+        """Take ``w`` out now (killed if still running): no grace, its tasks are someone else's."""
+        if w in self.workers:
+            self.workers.remove(w)
+        if w.done_r >= 0:
+            self.selector.unregister(w.done_r)
+        stop_workers([w], grace=0.0)
+
+    def stop(self) -> None:
+        """Stop every worker (NOTE [ Shutdown ], steps 2-4), leaving them listed."""
+        for w in self.workers:
+            if w.done_r >= 0:
+                self.selector.unregister(w.done_r)
+        stop_workers(list(self.workers))

@@ -71,3 +71,31 @@ def check_int(name: str, value, minimum: int) -> None:
     """Raise a ValueError naming ``name`` unless ``value`` is an integer (not a bool) >= ``minimum``."""
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def probe_transform(source: Source, transform, seed: int):
+    """Run ``transform`` once on a zero sample to learn what it produces.
+
+    Returns (output spec, decode spec or None). The decode spec is set when the transform
+    changes a shape or dtype: workers then decode into a private buffer and copy the result.
+    """
+    spec = source.spec()
+    if transform is None:
+        return spec, None
+    sample = {k: np.zeros(shape, dtype) for k, (shape, dtype) in spec.items()}
+    try:
+        result = transform(dict(sample), np.random.default_rng((seed, 0, 0)))
+    except Exception as e:
+        raise ValueError(f"transform failed on a zero-filled sample: {type(e).__name__}: {e}") from e
+    if result is None:
+        return spec, None
+    if not isinstance(result, dict):
+        raise TypeError(f"transform must modify the sample in place and return None, or return a "
+                        f"dict of arrays; it returned {type(result).__name__}")
+    out = {}
+    for k, v in result.items():
+        a = np.asarray(v)
+        if a.dtype.hasobject:
+            raise TypeError(f"transform output {k!r} has dtype object")
+        out[k] = (a.shape, a.dtype)
+    return out, (None if out == spec else spec)
