@@ -1,0 +1,148 @@
+"""JAX: batches as jax.Arrays (zero-copy on the CPU backend), sharding over devices and processes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import shmloader
+import shmloader.jax
+from shmloader._samples import read_codes
+
+from ._examples import readme_example, run_child
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def check(batch):
+    ids, frames = read_codes(np.asarray(batch["video"]))
+    assert (ids == np.asarray(batch["index"])[:, None]).all()
+    assert (frames == np.asarray(batch["start"])[:, None] + np.arange(frames.shape[1])).all()
+
+
+def test_batches_are_jax_arrays_over_the_ring(videos):
+    paths, labels = videos
+    clips = shmloader.VideoClips(paths, labels, clip_len=4, size=(48, 64))
+    assert jax.default_backend() == "cpu"
+    with shmloader.Loader(clips, batch_size=3, workers=2, shuffle=True, epochs=2) as loader:
+        n = 0
+        for batch in shmloader.jax.batches(loader, prefetch=2):  # what an accelerator gets
+            assert all(isinstance(a, jax.Array) for a in batch.values())
+            assert batch["video"].dtype == jnp.uint8 and batch["video"].shape[1:] == (4, 48, 64, 3)
+            # On the CPU backend device_put wraps the slot's memory: no copy.
+            assert loader._ring.contains(batch["video"].unsafe_buffer_pointer())
+            check(batch)
+            n += 1
+        assert n == 2 * len(loader) and loader.stats()["copied"] == 0
+
+
+def test_array_held_across_many_batches_never_changes(videos):
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(48, 64))
+    # held, the batch in hand, the one JAX lets go of a step late, and the next: 5 slots leave one free.
+    with shmloader.Loader(clips, batch_size=2, workers=2, slots=5, shuffle=True, epochs=5) as loader:
+        batches = shmloader.jax.batches(loader)  # on the CPU backend: nothing put ahead
+        held = next(batches)
+        snapshot = {k: np.array(v) for k, v in held.items()}
+        rest = sum(1 for b in batches if check(b) is None)
+        assert rest == 5 * len(loader) - 1
+        for k in held:
+            assert (np.asarray(held[k]) == snapshot[k]).all()
+        check(held)
+        assert loader.stats()["copied"] == 0
+
+
+def test_jax_grad_training_step(videos):
+    paths, labels = videos
+    namespace = {"paths": paths, "labels": labels,
+                 "clips": shmloader.VideoClips(paths, labels, clip_len=8, frame_step=2, size=(64, 64))}
+    exec(readme_example("jax-train"), namespace)
+    w, loss, loss_fn, step = namespace["w"], namespace["loss"], namespace["loss_fn"], namespace["step"]
+    assert np.isfinite(float(loss)) and float(jnp.abs(w).sum()) > 0  # it trained
+    with shmloader.Loader(namespace["clips"], batch_size=4, seed=1) as loader:
+        batch = next(shmloader.jax.batches(loader))
+    before = float(loss_fn(w, batch["video"], batch["label"]))
+    w2, _ = step(w, batch["video"], batch["label"])
+    assert float(loss_fn(w2, batch["video"], batch["label"])) < before
+
+
+TWO_DEVICES = textwrap.dedent("""
+    import json, sys
+    import numpy as np, jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import shmloader, shmloader.jax
+
+    paths = json.loads(sys.argv[1])
+    devices = jax.local_devices()
+    sharding = NamedSharding(Mesh(np.array(devices), ("data",)), P("data"))
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(32, 40))
+    out = []
+    with shmloader.Loader(clips, batch_size=4, workers=1, drop_remainder=True) as loader:
+        for batch in shmloader.jax.batches(loader, sharding):
+            video = batch["video"]
+            out.append({"devices": sorted(str(s.device) for s in video.addressable_shards),
+                        "rows": [s.data.shape[0] for s in video.addressable_shards],
+                        "index": np.asarray(batch["index"]).tolist(),
+                        "index_shards": [np.asarray(s.data).tolist() for s in batch["index"].addressable_shards]})
+    print(json.dumps({"n_devices": len(devices), "batches": out}))
+""")
+
+
+def test_sharding_splits_the_batch_over_local_devices(videos):
+    paths, _ = videos
+    result = run_child(TWO_DEVICES, json.dumps(paths), env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    assert result["n_devices"] == 2 and len(result["batches"]) == 2
+    for b in result["batches"]:
+        assert len(set(b["devices"])) == 2 and b["rows"] == [2, 2]  # half the batch on each device
+        assert b["index_shards"][0] + b["index_shards"][1] == b["index"]
+    assert sorted(i for b in result["batches"] for i in b["index"]) == list(range(8))
+
+
+PROCESS = textwrap.dedent("""
+    import json, sys
+    import jax
+    port, pid, paths = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid)
+    import shmloader, shmloader.jax
+
+    clips = shmloader.VideoClips(paths, clip_len=4, clips_per_video=2, sampling="uniform", size=(32, 40))
+    seen = []
+    with shmloader.Loader(clips, batch_size=2, workers=1, shuffle=True, seed=5, drop_remainder=True) as loader:
+        for batch in shmloader.jax.batches(loader):  # the shard comes from jax.process_index()
+            seen += [[int(i), int(s)] for i, s in zip(batch["index"], batch["start"])]
+    print(json.dumps({"seen": seen, "index": jax.process_index(), "count": jax.process_count()}))
+    jax.distributed.shutdown()
+""")
+
+
+def test_two_processes_get_disjoint_complete_shards(videos):
+    paths, _ = videos
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(lambda pid: run_child(PROCESS, str(port), str(pid), json.dumps(paths)), range(2))
+    assert (a["index"], a["count"], b["index"], b["count"]) == (0, 2, 1, 2)
+    mine = [{tuple(x) for x in r["seen"]} for r in (a, b)]
+    every_clip = {(v, c * (40 - 4)) for v in range(len(paths)) for c in range(2)}
+    assert len(a["seen"]) == len(b["seen"]) == 8
+    assert mine[0].isdisjoint(mine[1]) and mine[0] | mine[1] == every_clip
+
+
+def test_import_error_names_the_extra():
+    script = textwrap.dedent("""
+        import json, sys
+        sys.modules["jax"] = None  # as if JAX were not installed
+        try:
+            import shmloader.jax
+        except ImportError as e:
+            print(json.dumps(str(e)))
+    """)
+    assert "pip install 'shmloader[jax]'" in run_child(script)
