@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SAMPLINGS", "SHORT_POLICIES", "CROP_AT", "clip_frames", "scaled_size", "crop_windows"]
+from ._source import check_int
+
+__all__ = ["SAMPLINGS", "SHORT_POLICIES", "CROP_AT", "check_clip_options", "clip_frames", "scaled_size",
+           "crop_windows"]
 
 SAMPLINGS = ("random", "uniform", "center")
 SHORT_POLICIES = ("error", "repeat_last", "wrap")
@@ -19,6 +22,76 @@ CROP_AT = ("center", "random", "three")
 # them: an instant that lands on a frame's start time (the usual case when the video's frame
 # rate is a multiple of `fps`) must not fall into the previous frame by a rounding error.
 _EPS_S = 1e-6
+
+
+def check_clip_options(*, clip_len, frame_step, clips_per_video, clips_per_sample, sampling, fps,
+                       short_video, size, scale, crop, crop_at):
+    """``VideoClips``' clip arguments checked together: (fps, size, scale, crop) normalised, or a
+    ValueError naming the argument."""
+    for name, v in (("clip_len", clip_len), ("frame_step", frame_step),
+                    ("clips_per_video", clips_per_video), ("clips_per_sample", clips_per_sample)):
+        check_int(name, v, 1)
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
+    if short_video not in SHORT_POLICIES:
+        raise ValueError(f"short_video must be one of {SHORT_POLICIES}, got {short_video!r}")
+    if crop_at not in CROP_AT:
+        raise ValueError(f"crop_at must be one of {CROP_AT}, got {crop_at!r}")
+    if fps is not None:
+        if not isinstance(fps, (int, float, np.integer, np.floating)) or isinstance(fps, bool) \
+                or not np.isfinite(fps) or fps <= 0:
+            raise ValueError(f"fps must be a positive number of frames per second, got {fps!r}")
+        if frame_step != 1:
+            raise ValueError("fps and frame_step exclude each other: with fps= frames are picked by time")
+        fps = float(fps)
+    if size is not None:
+        size = _pair("size", size)
+    if crop is not None:
+        crop = _pair("crop", crop)
+    elif crop_at != "center":
+        raise ValueError(f"crop_at={crop_at!r} needs crop=(height, width)")
+    if scale is not None:
+        scale = _scale_range(scale)
+        if crop is None:
+            raise ValueError("scale needs crop=(height, width): scaled videos of different aspect "
+                             "ratios only share a shape once cropped")
+        if size is not None:
+            raise ValueError("scale and size exclude each other: size stretches, scale keeps the aspect ratio")
+        if crop[0] > scale[0] or crop[1] > scale[0]:
+            raise ValueError(f"crop={crop} does not fit in an S_min x S_min = {scale[0]}x{scale[0]} "
+                             "square: it must fit a scaled video of any aspect ratio")
+    if crop is not None and size is not None and (crop[0] > size[0] or crop[1] > size[1]):
+        raise ValueError(f"crop={crop} does not fit in size={size}")
+    return fps, size, scale, crop
+
+
+def _pair(name: str, value) -> tuple[int, int]:
+    try:
+        a, b = value
+        ok = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in (a, b))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be (height, width) with positive integers, got {value!r}")
+    return int(a), int(b)
+
+
+def _scale_range(scale) -> tuple[int, int]:
+    if isinstance(scale, (int, np.integer)) and not isinstance(scale, bool):
+        lo = hi = int(scale)
+    else:
+        try:
+            lo, hi = scale
+            if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (lo, hi)):
+                raise TypeError
+        except (TypeError, ValueError):
+            raise ValueError(f"scale must be a short-side length or (S_min, S_max), got {scale!r}") from None
+        lo, hi = int(lo), int(hi)
+    if lo < 1:
+        raise ValueError(f"scale must be positive, got {scale!r}")
+    if lo > hi:
+        raise ValueError(f"scale=(S_min, S_max) needs S_min <= S_max, got {scale!r}")
+    return lo, hi
 
 
 def clip_frames(num_frames: int, pts: np.ndarray | None, *, clip_len: int, frame_step: int,

@@ -24,12 +24,12 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import csv
-import json
 import multiprocessing
 import os
 import sys
 from typing import Iterable, Iterator
 
+from ._manifest import VIDEO_EXTENSIONS, iter_manifest, walk_folder
 from ._probe import CHECKS, probe
 
 __all__ = ["scan", "COLUMNS"]
@@ -37,31 +37,21 @@ __all__ = ["scan", "COLUMNS"]
 COLUMNS = ("path", "label", "frames", "width", "height", "fps", "duration", "codec", "pix_fmt", "rotation",
            "decoder", "problem", "bytes", "mtime_ns")
 
-_VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".m2ts", ".mts")
-
 # Probes in flight per worker: enough to keep every worker busy, few enough that memory and
 # the work lost to a stuck probe stay small.
 _IN_FLIGHT = 4
 
 
-def iter_inputs(inputs: Iterable[str], extensions=_VIDEO_EXTENSIONS) -> Iterator[tuple[str, int]]:
+def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS) -> Iterator[tuple[str, int]]:
     """(absolute path, label or -1) of every video the inputs name, in a fixed order."""
-    exts = tuple(e.lower() for e in extensions)
     for item in inputs:
         item = os.path.abspath(os.fspath(item))
         if os.path.isdir(item):
-            classes = sorted(d.name for d in os.scandir(item) if d.is_dir() and not d.name.startswith("."))
-            top = sorted(f.name for f in os.scandir(item) if f.is_file() and f.name.lower().endswith(exts))
-            for f in top:
-                yield os.path.join(item, f), -1
-            for label, name in enumerate(classes):
-                for dirpath, dirnames, files in os.walk(os.path.join(item, name)):
-                    dirnames.sort()
-                    for f in sorted(files):
-                        if f.lower().endswith(exts):
-                            yield os.path.join(dirpath, f), label
+            yield from walk_folder(item, extensions, loose=True)
         elif item.lower().endswith((".csv", ".json")):
-            yield from _manifest(item)
+            for path, _, row in iter_manifest(item, label_column=None):
+                label = row.get("label")
+                yield path, int(label) if label not in (None, "") else -1
         elif item.lower().endswith(".txt"):
             base = os.path.dirname(item)
             with open(item) as f:
@@ -71,16 +61,6 @@ def iter_inputs(inputs: Iterable[str], extensions=_VIDEO_EXTENSIONS) -> Iterator
                         yield os.path.join(base, line), -1
         else:
             yield item, -1
-
-
-def _manifest(path: str) -> Iterator[tuple[str, int]]:
-    base = os.path.dirname(path)
-    with open(path, newline="") as f:
-        rows = json.load(f) if path.lower().endswith(".json") else csv.DictReader(f)
-        for row in rows:
-            p = str(row["path"])
-            label = row.get("label")
-            yield os.path.join(base, p), int(label) if label not in (None, "") else -1
 
 
 def _row(path: str, label: int, check: str) -> dict:

@@ -17,58 +17,19 @@ videos). The same holds across samples: a worker handed several samples of one v
 from __future__ import annotations
 
 import os
-import re
 from typing import Sequence
 
 import numpy as np
 
+from ._manifest import URL, VIDEO_EXTENSIONS, class_folders, iter_manifest, known_columns, row_info, walk_folder
 from ._probe import DECODERS, VideoInfo
-from ._sampling import CROP_AT, SAMPLINGS, SHORT_POLICIES, clip_frames, crop_windows, scaled_size
+from ._sampling import check_clip_options, clip_frames, crop_windows, scaled_size
 from ._shared import SharedStrings
 from ._source import Spec, check_int
 
 __all__ = ["VideoClips"]
 
-# Native frame sizes remembered per worker for `scale=` are the probes `_decoders.Decoding` keeps.
-
-_VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".m2ts", ".mts")
-
 _DECODER_CHOICES = ("auto", *DECODERS)
-
-# Manifest columns (written by `shmloader scan`) that spare the workers a probe; with `bytes`
-# and `mtime_ns` a row is trusted only while its file is unchanged.
-_MANIFEST_INTS = ("frames", "height", "width", "rotation", "bytes", "mtime_ns")
-
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
-
-
-def _pair(name: str, value) -> tuple[int, int]:
-    try:
-        a, b = value
-        ok = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in (a, b))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} must be (height, width) with positive integers, got {value!r}")
-    return int(a), int(b)
-
-
-def _scale_range(scale) -> tuple[int, int]:
-    if isinstance(scale, (int, np.integer)) and not isinstance(scale, bool):
-        lo = hi = int(scale)
-    else:
-        try:
-            lo, hi = scale
-            if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (lo, hi)):
-                raise TypeError
-        except (TypeError, ValueError):
-            raise ValueError(f"scale must be a short-side length or (S_min, S_max), got {scale!r}") from None
-        lo, hi = int(lo), int(hi)
-    if lo < 1:
-        raise ValueError(f"scale must be positive, got {scale!r}")
-    if lo > hi:
-        raise ValueError(f"scale=(S_min, S_max) needs S_min <= S_max, got {scale!r}")
-    return lo, hi
 
 
 class VideoClips:
@@ -116,22 +77,10 @@ class VideoClips:
         paths = [os.fspath(p) for p in paths]
         if not paths:
             raise ValueError("paths is empty")
-        for name, v in (("clip_len", clip_len), ("frame_step", frame_step),
-                        ("clips_per_video", clips_per_video), ("clips_per_sample", clips_per_sample)):
-            check_int(name, v, 1)
-        if sampling not in SAMPLINGS:
-            raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
-        if short_video not in SHORT_POLICIES:
-            raise ValueError(f"short_video must be one of {SHORT_POLICIES}, got {short_video!r}")
-        if crop_at not in CROP_AT:
-            raise ValueError(f"crop_at must be one of {CROP_AT}, got {crop_at!r}")
-        if fps is not None:
-            if not isinstance(fps, (int, float, np.integer, np.floating)) or isinstance(fps, bool) \
-                    or not np.isfinite(fps) or fps <= 0:
-                raise ValueError(f"fps must be a positive number of frames per second, got {fps!r}")
-            if frame_step != 1:
-                raise ValueError("fps and frame_step exclude each other: with fps= frames are picked by time")
-            fps = float(fps)
+        fps, size, scale, crop = check_clip_options(
+            clip_len=clip_len, frame_step=frame_step, clips_per_video=clips_per_video,
+            clips_per_sample=clips_per_sample, sampling=sampling, fps=fps, short_video=short_video,
+            size=size, scale=scale, crop=crop, crop_at=crop_at)
         if labels is not None:
             labels = np.asarray(labels)
             if labels.shape != (len(paths),):
@@ -139,24 +88,6 @@ class VideoClips:
             if labels.dtype.kind not in "iub":
                 raise ValueError(f"labels must be integers, got dtype {labels.dtype}")
             labels = labels.astype(np.int64)
-        if size is not None:
-            size = _pair("size", size)
-        if crop is not None:
-            crop = _pair("crop", crop)
-        elif crop_at != "center":
-            raise ValueError(f"crop_at={crop_at!r} needs crop=(height, width)")
-        if scale is not None:
-            scale = _scale_range(scale)
-            if crop is None:
-                raise ValueError("scale needs crop=(height, width): scaled videos of different aspect "
-                                 "ratios only share a shape once cropped")
-            if size is not None:
-                raise ValueError("scale and size exclude each other: size stretches, scale keeps the aspect ratio")
-            if crop[0] > scale[0] or crop[1] > scale[0]:
-                raise ValueError(f"crop={crop} does not fit in an S_min x S_min = {scale[0]}x{scale[0]} "
-                                 "square: it must fit a scaled video of any aspect ratio")
-        if crop is not None and size is not None and (crop[0] > size[0] or crop[1] > size[1]):
-            raise ValueError(f"crop={crop} does not fit in size={size}")
         if decoder not in _DECODER_CHOICES:
             raise ValueError(f"decoder must be one of {_DECODER_CHOICES}, got {decoder!r}")
         check_int("decode_threads", decode_threads, 1)
@@ -164,10 +95,10 @@ class VideoClips:
             raise ValueError(f"group_clips must be True or False, got {group_clips!r}")
         resolved = []
         for p in paths:
-            if _URL.match(p) and not allow_urls:
+            if URL.match(p) and not allow_urls:
                 raise ValueError(f"{p!r} looks like a URL or an FFmpeg protocol; pass allow_urls=True to read it")
             # An absolute path starts with '/', which FFmpeg never reads as a protocol prefix.
-            resolved.append(p if _URL.match(p) else os.path.abspath(p))
+            resolved.append(p if URL.match(p) else os.path.abspath(p))
         self.paths = resolved
         self.labels = labels
         self.clip_len = int(clip_len)
@@ -197,27 +128,18 @@ class VideoClips:
         self._users = 0  # loaders holding the table (acquire/release)
 
     @classmethod
-    def from_folder(cls, root: str | os.PathLike, *, extensions: Sequence[str] = _VIDEO_EXTENSIONS,
+    def from_folder(cls, root: str | os.PathLike, *, extensions: Sequence[str] = VIDEO_EXTENSIONS,
                     **kwargs) -> "VideoClips":
         """Videos in class sub-folders: ``root/<class>/*.mp4``; labels follow the sorted class names.
 
         The class names are kept in ``clips.classes`` (label ``i`` is ``classes[i]``).
         """
         root = os.path.abspath(os.fspath(root))
-        classes = sorted(d.name for d in os.scandir(root) if d.is_dir() and not d.name.startswith("."))
-        paths, labels = [], []
-        exts = tuple(e.lower() for e in extensions)
-        for label, name in enumerate(classes):
-            for dirpath, dirnames, files in os.walk(os.path.join(root, name)):
-                dirnames.sort()
-                for f in sorted(files):
-                    if f.lower().endswith(exts):
-                        paths.append(os.path.join(dirpath, f))
-                        labels.append(label)
-        if not paths:
-            raise ValueError(f"no videos ({', '.join(exts)}) in class folders under {root!r}")
-        clips = cls(paths, labels, **kwargs)
-        clips.classes = classes
+        found = list(walk_folder(root, extensions))
+        if not found:
+            raise ValueError(f"no videos ({', '.join(extensions)}) in class folders under {root!r}")
+        clips = cls([p for p, _ in found], [label for _, label in found], **kwargs)
+        clips.classes = class_folders(root)
         return clips
 
     @classmethod
@@ -229,34 +151,13 @@ class VideoClips:
         A manifest written by ``shmloader scan`` also gives every video's frame count, size,
         rotation and decoder: workers use them instead of probing the file again, as long as
         its size and modification time are those the row was made from (else it is probed)."""
-        import csv
-        import json
-
         manifest = os.path.abspath(os.fspath(manifest))
-        base = os.path.dirname(manifest)
-        with open(manifest, newline="") as f:
-            if manifest.lower().endswith(".json"):
-                rows = json.load(f)
-                if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-                    raise ValueError(f"{manifest!r}: expected a JSON list of objects")
-            else:
-                rows = list(csv.DictReader(f))
-        if not rows:
+        listed = list(iter_manifest(manifest, path_column, label_column))
+        if not listed:
             raise ValueError(f"{manifest!r} lists no videos")
-        paths, labels = [], []
-        for n, row in enumerate(rows, start=2):
-            if path_column not in row or not row[path_column]:
-                raise ValueError(f"{manifest!r} row {n}: no {path_column!r}")
-            p = str(row[path_column])
-            paths.append(p if _URL.match(p) or os.path.isabs(p) else os.path.join(base, p))
-            if label_column is not None:
-                try:
-                    labels.append(int(row[label_column]))
-                except (KeyError, TypeError, ValueError):
-                    raise ValueError(f"{manifest!r} row {n}: {label_column!r} must be an integer, "
-                                     f"got {row.get(label_column)!r}") from None
-        clips = cls(paths, labels if label_column is not None else None, **kwargs)
-        clips._known = _known_columns(rows)
+        labels = None if label_column is None else [label for _, label, _ in listed]
+        clips = cls([p for p, _, _ in listed], labels, **kwargs)
+        clips._known = known_columns([row for _, _, row in listed])
         return clips
 
     def options(self) -> dict:
@@ -364,14 +265,8 @@ class VideoClips:
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""
-        known = self._known
-        if known is None or known["frames"][v] < 1:
-            return self._decoding.info(path)
-        row = VideoInfo(path=path, frames=int(known["frames"][v]), height=int(known["height"][v]),
-                        width=int(known["width"][v]), fps=float(known["fps"][v]), duration=0.0, codec="",
-                        pix_fmt="", rotation=int(known["rotation"][v]), container="",
-                        decoder=DECODERS[int(known["decoder"][v])], problem="" if known["cfr"][v] else "vfr")
-        return self._decoding.info(path, row, (int(known["bytes"][v]), int(known["mtime_ns"][v])))
+        row = None if self._known is None else row_info(self._known, v, path)
+        return self._decoding.info(path) if row is None else self._decoding.info(path, *row)
 
     def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
         self.read_many([index], [rng], [out])
@@ -425,48 +320,29 @@ class VideoClips:
                 direct = group[0][0]["video"]  # the clip is the union: decode straight into the slot
             decoded = self._decoding.decode(info, size, union, direct)
             for out, frames, _, rng in group:
-                self._fill(out, v, frames, union, decoded, rng, done=decoded is direct)
-
-    def _fill(self, out, v, frames, union, decoded, rng, done: bool) -> None:
-        k, t = frames.shape
-        if not done:
-            where = np.searchsorted(union, frames)  # [K, T] rows of `decoded`
-            video = _view(out["video"], (k, self.views // k, t, *out["video"].shape[-3:]))
-            if self.crop is None:
-                for j in range(k):
-                    np.copyto(video[j, 0], decoded[where[j]])
-            else:
-                ch, cw = self.crop
-                corners = crop_windows(decoded.shape[1], decoded.shape[2], self.crop, self.crop_at, k, rng)
-                for j in range(k):
-                    for c, (y, x) in enumerate(corners[j]):
-                        np.copyto(video[j, c], decoded[where[j], y : y + ch, x : x + cw])
-        out["label"][...] = -1 if self.labels is None else self.labels[v]
-        out["index"][...] = v
-        out["start"][...] = frames[:, 0].reshape(out["start"].shape)
-        out["frames"][...] = frames.reshape(out["frames"].shape)
+                _fill(self, out, v, frames, union, decoded, rng, done=decoded is direct)
 
 
-def _known_columns(rows: list[dict]) -> dict[str, np.ndarray] | None:
-    """The probe columns of a ``shmloader scan`` manifest, as arrays (frames 0: not known)."""
-    need = (*_MANIFEST_INTS, "fps", "decoder", "problem")
-    if not rows or not all(c in rows[0] for c in need):
-        return None
-    n = len(rows)
-    known = {c: np.zeros(n, np.int64) for c in _MANIFEST_INTS}
-    known.update(fps=np.zeros(n, np.float64), decoder=np.zeros(n, np.int8), cfr=np.zeros(n, np.bool_))
-    for i, row in enumerate(rows):
-        try:
-            values = {c: int(row[c]) for c in _MANIFEST_INTS}
-            fps, decoder = float(row["fps"]), DECODERS.index(row["decoder"])
-        except (TypeError, ValueError):
-            continue  # a file the scan could not read: probed (and reported) when it is loaded
-        for c, x in values.items():
-            known[c][i] = x
-        known["fps"][i], known["decoder"][i] = fps, decoder
-        problem = str(row["problem"] or "")
-        known["cfr"][i] = not any(w in problem for w in ("frame rate", "gap", "timestamps"))
-    return known
+def _fill(clips: VideoClips, out, v, frames, union, decoded, rng, done: bool) -> None:
+    """Sample ``out`` of video ``v``: its clips (and crop windows) copied out of ``decoded``
+    (the frames ``union``), unless ``done`` (decoded straight into the slot), and its fields."""
+    k, t = frames.shape
+    if not done:
+        where = np.searchsorted(union, frames)  # [K, T] rows of `decoded`
+        video = _view(out["video"], (k, clips.views // k, t, *out["video"].shape[-3:]))
+        if clips.crop is None:
+            for j in range(k):
+                np.copyto(video[j, 0], decoded[where[j]])
+        else:
+            ch, cw = clips.crop
+            corners = crop_windows(decoded.shape[1], decoded.shape[2], clips.crop, clips.crop_at, k, rng)
+            for j in range(k):
+                for c, (y, x) in enumerate(corners[j]):
+                    np.copyto(video[j, c], decoded[where[j], y : y + ch, x : x + cw])
+    out["label"][...] = -1 if clips.labels is None else clips.labels[v]
+    out["index"][...] = v
+    out["start"][...] = frames[:, 0].reshape(out["start"].shape)
+    out["frames"][...] = frames.reshape(out["frames"].shape)
 
 
 def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
