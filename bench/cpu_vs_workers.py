@@ -31,7 +31,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # Optional (issue #12): each skipped with its reason when it cannot run.
 PEERS = ("tfrecord-jpeg", "tfrecord-raw", "grain", "grain-default", "spdl", "torchcodec")
-ALL_LOADERS = ("naive", "tf-map", "threads", "torch", "videoloader", "shmloader", "limit", *PEERS)
+# Into PyTorch and JAX instead of tf.data (issue 18): shmloader's adapters against what a
+# PyTorch or JAX user runs today; each skipped with its reason when its framework is missing.
+FRAMEWORKS = ("shm-torch", "shm-torch-grouped", "torch-dl", "torchcodec-dl", "shm-jax", "shm-jax-grouped",
+              "grain-jax")
+ALL_LOADERS = ("naive", "tf-map", "threads", "torch", "videoloader", "shmloader", "limit", *PEERS, *FRAMEWORKS)
 ALL_WORKLOADS = ("short", "large", "python")
 ALL_EXPERIMENTS = ("producers", "titer")
 
@@ -157,8 +161,14 @@ def plan(args) -> list[list[Task]]:
 
 
 def skip_unavailable(args, notes: list[str]) -> None:
-    from loaders import torch_missing
+    from loaders import framework_missing, torch_missing
     from peers import missing
+
+    for name in [n for n in args.loaders if n in FRAMEWORKS]:
+        if why := framework_missing(name):
+            print(f"note: skipping {name}: {why}", file=sys.stderr)
+            notes.append(f"{name} skipped: {why}")
+            args.loaders.remove(name)
 
     for name in [n for n in args.loaders if n in PEERS]:
         if why := missing(name):
@@ -363,7 +373,8 @@ def standing_notes(args) -> list[str]:
     notes = [
         "Every loader decodes with decord.VideoReader(num_threads=1) and the same clip starts "
         "(shmloader's rule: seeded by (seed, epoch, sample)); every pipeline ends in "
-        "tf.data prefetch(AUTOTUNE); the consumer reads one byte per clip of each batch.",
+        "tf.data prefetch(AUTOTUNE) (the framework rows excepted, below); the consumer reads one byte per "
+        "clip of each batch.",
         "naive is serial whatever W; tf-map's parallelism is tf.data AUTOTUNE (W = auto).",
         "torch: DataLoader(num_workers=W, prefetch_factor=2) with forkserver workers (fork is unsafe "
         "once TensorFlow runs; the forkserver preloads torch and decord, as fork would have).",
@@ -396,6 +407,16 @@ def standing_notes(args) -> list[str]:
     for name, note in peer_notes.items():
         if name in args.loaders or (name == "tfrecord-jpeg" and "tfrecord-raw" in args.loaders):
             notes.append(note)
+    if any(n in args.loaders for n in FRAMEWORKS):
+        notes.append("Framework rows (issue 18) feed a PyTorch or JAX loop, no tf.data: the consumer reads one "
+                     "byte per clip of each batch (np.asarray of a jax.Array waits for it). shm-torch: "
+                     "loader.as_torch() (torch.from_numpy over the ring's slots; pin_memory off, no CUDA); "
+                     "shm-jax: shmloader.jax.batches(loader) (jax.device_put, which wraps the slots on the CPU "
+                     "backend); -grouped: the same with VideoClips(group_clips=True), the clips_per_video clips "
+                     "of a video decoded in one pass and spread over the coming batches. torch-dl / "
+                     "torchcodec-dl: the torch and torchcodec DataLoaders above, their collated tensors handed "
+                     "to the loop as they come. grain-jax: the grain row (one read thread per worker), each "
+                     "batch through jax.device_put.")
     if args.pin:
         notes.append("--pin: worker process i of shmloader (Loader(pin_workers=True) where the installed "
                      "shmloader has it), torch and the physical limit runs on core i, with all its "

@@ -1,8 +1,10 @@
-"""The loaders compared, one function each, all feeding the same tf.data consumer.
+"""The loaders compared, one function each, all feeding the same tf.data consumer, and the rows
+that feed PyTorch or JAX instead (section 7, issue 18).
 
 Each function builds a pipeline for (clips, workload, workers, batch size) and returns a
 ``Pipeline``: ``next(pipe)`` gives a batch ``{"video": [B, T, H, W, 3] uint8, "label": [B]
-int64}`` as tf.data delivers it; ``pids()`` are the processes whose CPU counts as "workers".
+int64}`` as tf.data delivers it (as torch tensors or jax.Arrays for the framework rows);
+``pids()`` are the processes whose CPU counts as "workers".
 ``pin=True`` (the ``--pin`` diagnostic) puts worker process i on core i; loaders without worker
 processes ignore it.
 
@@ -216,6 +218,25 @@ def torch_missing() -> str | None:
     return None
 
 
+def _torch_workers(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool, dataset):
+    """A started ``DataLoader`` iterator (forkserver workers) and its worker pids."""
+    import multiprocessing as mp
+
+    from torch.utils.data import DataLoader
+
+    dl = DataLoader(dataset or TorchClips(clips, wl), batch_size=batch_size, sampler=_EndlessKeys(len(clips)),
+                    num_workers=workers, multiprocessing_context=mp.get_context("forkserver"),
+                    drop_last=True, prefetch_factor=2)
+    dl_iter = iter(dl)  # starts the workers
+    if pin:
+        pin_processes([w.pid for w in dl_iter._workers])
+
+    def pids() -> list[int]:
+        return [w.pid for w in getattr(dl_iter, "_workers", []) if w.is_alive()]
+
+    return dl_iter, pids
+
+
 def torch_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
                  pin: bool = False, dataset=None) -> Pipeline:
     """``torch.utils.data.DataLoader(num_workers=workers)`` with forkserver workers.
@@ -225,17 +246,8 @@ def torch_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
     about as fast as forked ones; spawn would import torch afresh in each. ``dataset`` replaces
     the decord dataset (``peers.torchcodec_loader``).
     """
-    import multiprocessing as mp
-
-    from torch.utils.data import DataLoader
-
+    dl_iter, pids = _torch_workers(clips, wl, workers, batch_size, pin, dataset)
     stop = threading.Event()
-    dl = DataLoader(dataset or TorchClips(clips, wl), batch_size=batch_size, sampler=_EndlessKeys(len(clips)),
-                    num_workers=workers, multiprocessing_context=mp.get_context("forkserver"),
-                    drop_last=True, prefetch_factor=2)
-    dl_iter = iter(dl)  # starts the workers
-    if pin:
-        pin_processes([w.pid for w in dl_iter._workers])
 
     def batches_gen():
         for video, label in dl_iter:
@@ -243,13 +255,18 @@ def torch_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
                 return
             yield {"video": video.numpy(), "label": label.numpy().astype(np.int64)}
 
-    def pids() -> list[int]:
-        return [w.pid for w in getattr(dl_iter, "_workers", []) if w.is_alive()]
-
     pipe = _batched_dataset(batches_gen, wl, batch_size, stop)
     pipe.pids = pids
     pipe.teardown.append(dl_iter._shutdown_workers)
     return pipe
+
+
+def torch_tensors(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
+                  pin: bool = False, dataset=None) -> Pipeline:
+    """The same ``DataLoader`` feeding a PyTorch loop: its batches as torch tensors, no tf.data."""
+    dl_iter, pids = _torch_workers(clips, wl, workers, batch_size, pin, dataset)
+    batches = ({"video": video, "label": label} for video, label in dl_iter)
+    return Pipeline(batches, threading.Event(), pids=pids, teardown=[dl_iter._shutdown_workers])
 
 
 # ------------------------------------------------------------- 5. decord VideoLoader
@@ -288,17 +305,15 @@ def video_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
 
 
 # --------------------------------------------------------------------- 6. shmloader
-def shm(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False) -> Pipeline:
-    """``shmloader.Loader(VideoClips(...), workers=workers).as_dataset()``.
-
-    Its generator never blocks without a deadline, so dropping the iterator first is safe
-    (NOTE [ Closing a from_generator pipeline ]); the loader is closed after.
-    """
+def _shm_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool,
+                grouped: bool = False):
+    """``shmloader.Loader(VideoClips(...))`` over the clip set; ``grouped``: the clips of a video
+    decoded in one pass (``group_clips=True``), still one clip per sample."""
     import shmloader
 
     source = shmloader.VideoClips(list(clips.paths), list(clips.labels), clip_len=wl.clip_len,
                                   clips_per_video=len(clips) // len(clips.paths),
-                                  sampling="random", size=wl.size)
+                                  sampling="random", size=wl.size, **({"group_clips": True} if grouped else {}))
     transform = shm_transform(wl.py_iters) if wl.py_iters else None
     options = {}
     if pin and "pin_workers" in inspect.signature(shmloader.Loader).parameters:
@@ -308,9 +323,71 @@ def shm(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool =
                               **options)
     if pin and not options:
         pin_processes(loader.worker_pids())
-    pipe = Pipeline(iter(loader.as_dataset()), threading.Event(), pids=loader.worker_pids,
+    return loader
+
+
+def shm(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False) -> Pipeline:
+    """``shmloader.Loader(VideoClips(...), workers=workers).as_dataset()``.
+
+    Its generator never blocks without a deadline, so dropping the iterator first is safe
+    (NOTE [ Closing a from_generator pipeline ]); the loader is closed after.
+    """
+    loader = _shm_loader(clips, wl, workers, batch_size, pin)
+    return Pipeline(iter(loader.as_dataset()), threading.Event(), pids=loader.worker_pids,
                     teardown=[loader.close], stats=loader.stats)
-    return pipe
+
+
+# ------------------------------------------- 7. into PyTorch and JAX, no tf.data (issue 18)
+def shm_torch(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False,
+              grouped: bool = False) -> Pipeline:
+    """``loader.as_torch()``: torch tensors over the ring's slots (no pin_memory: no CUDA here)."""
+    loader = _shm_loader(clips, wl, workers, batch_size, pin, grouped)
+    return Pipeline(iter(loader.as_torch()), threading.Event(), pids=loader.worker_pids,
+                    teardown=[loader.close], stats=loader.stats)
+
+
+def shm_torch_grouped(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
+                      pin: bool = False) -> Pipeline:
+    return shm_torch(clips, wl, workers, batch_size, pin, grouped=True)
+
+
+def shm_jax(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False,
+            grouped: bool = False) -> Pipeline:
+    """``shmloader.jax.batches(loader)``: jax.Arrays (on the CPU backend, over the slots)."""
+    import shmloader.jax
+
+    loader = _shm_loader(clips, wl, workers, batch_size, pin, grouped)
+    return Pipeline(shmloader.jax.batches(loader), threading.Event(), pids=loader.worker_pids,
+                    teardown=[loader.close], stats=loader.stats)
+
+
+def shm_jax_grouped(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
+                    pin: bool = False) -> Pipeline:
+    return shm_jax(clips, wl, workers, batch_size, pin, grouped=True)
+
+
+def framework_missing(name: str) -> str | None:
+    """None when the framework row ``name`` can run here, else why not."""
+    import importlib
+
+    for module, extra in FRAMEWORK_NEEDS[name]:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # ImportError, or a library that fails to load
+            first = str(e).splitlines()[0] if str(e) else ""
+            return f"{module} does not import ({type(e).__name__}: {first[:160]}); {extra}"
+    return None
+
+
+# What each framework row needs importable, and how to get it.
+_TORCH = ("torch", "pip install 'shmloader[torch]' (torch==2.13.0, CPU)")
+_JAX = ("jax", "pip install 'shmloader[jax]'")
+FRAMEWORK_NEEDS = {
+    "shm-torch": (_TORCH,), "shm-torch-grouped": (_TORCH,), "torch-dl": (_TORCH,),
+    "torchcodec-dl": (_TORCH, ("torchcodec.decoders", "make peers (torchcodec 0.13, CPU)")),
+    "shm-jax": (_JAX,), "shm-jax-grouped": (_JAX,),
+    "grain-jax": (_JAX, ("grain", "make peers (grain)")),
+}
 
 
 LOADERS: dict[str, Callable[..., Pipeline]] = {
@@ -320,6 +397,11 @@ LOADERS: dict[str, Callable[..., Pipeline]] = {
     "torch": torch_loader,
     "videoloader": video_loader,
     "shmloader": shm,
+    "shm-torch": shm_torch,
+    "shm-torch-grouped": shm_torch_grouped,
+    "torch-dl": torch_tensors,
+    "shm-jax": shm_jax,
+    "shm-jax-grouped": shm_jax_grouped,
 }
 
 # Loaders whose parallelism does not follow ``workers``: measured once per workload.

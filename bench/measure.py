@@ -222,7 +222,7 @@ def touch(batch) -> int:
     """
     video = batch["video"]
     firsts = video[:, 0, 0, 0, 0]
-    _ = (firsts.numpy() if hasattr(firsts, "numpy") else firsts).sum()
+    _ = (firsts.numpy() if hasattr(firsts, "numpy") else np.asarray(firsts)).sum()  # waits for a jax.Array
     _ = batch["label"][0]
     return int(video.shape[0])
 
@@ -304,6 +304,7 @@ def machine_info() -> dict:
         "decord": version("decord2") or version("decord"),
         "tensorflow": version("tensorflow-cpu") or version("tensorflow"),
         "torch": version("torch"),
+        "jax": version("jax"),
         "torchcodec": version("torchcodec"),
         "grain": version("grain"),
         "spdl": version("spdl_io") or version("spdl"),

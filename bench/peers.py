@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from loaders import Pipeline, TorchClips, _batched_dataset, _stack, torch_loader
+from loaders import Pipeline, TorchClips, _batched_dataset, _stack, torch_loader, torch_tensors
 from workloads import SEED, ClipSet, Workload, python_heavy, sample_keys
 
 # What each peer needs importable, and how to get it.
@@ -94,7 +94,14 @@ class GrainClips:
         self.__init__(state["clips"], state["wl"])
 
 
-def _grain(clips: ClipSet, wl: Workload, workers: int, batch_size: int, read_threads: int | None) -> Pipeline:
+def _grain_batches(clips: ClipSet, wl: Workload, workers: int, batch_size: int, read_threads: int | None):
+    """A started grain iterator over batches of numpy arrays, and how to close it."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        # grain 0.2.18's DataLoader reads its absl flags, which only absl.app.run parses: outside
+        # an absl app it raises UnparsedFlagAccessError before the first batch.
+        flags.FLAGS.mark_as_parsed()
     import grain
 
     source = GrainClips(clips, wl)
@@ -104,13 +111,6 @@ def _grain(clips: ClipSet, wl: Workload, workers: int, batch_size: int, read_thr
                           operations=[grain.transforms.Batch(batch_size, drop_remainder=True)],
                           worker_count=workers, read_options=read)
     it = iter(dl)
-    stop = threading.Event()
-
-    def batches_gen():
-        for batch in it:
-            if stop.is_set():
-                return
-            yield batch
 
     def close() -> None:
         inner = getattr(it, "_iterator", None)
@@ -118,6 +118,19 @@ def _grain(clips: ClipSet, wl: Workload, workers: int, batch_size: int, read_thr
             if hasattr(obj, "close"):
                 obj.close()
                 return
+
+    return it, close
+
+
+def _grain(clips: ClipSet, wl: Workload, workers: int, batch_size: int, read_threads: int | None) -> Pipeline:
+    it, close = _grain_batches(clips, wl, workers, batch_size, read_threads)
+    stop = threading.Event()
+
+    def batches_gen():
+        for batch in it:
+            if stop.is_set():
+                return
+            yield batch
 
     pipe = _batched_dataset(batches_gen, wl, batch_size, stop)
     pipe.teardown.append(close)
@@ -230,6 +243,23 @@ def torchcodec_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: in
                         dataset=TorchClips(clips, wl, torchcodec_decode_clip))
 
 
+# ------------------------------------------ into PyTorch and JAX, no tf.data (issue 18)
+def torchcodec_tensors(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
+                       pin: bool = False) -> Pipeline:
+    """The torchcodec DataLoader feeding a PyTorch loop: torch tensors, no tf.data."""
+    return torch_tensors(clips, wl, workers, batch_size, pin=pin,
+                         dataset=TorchClips(clips, wl, torchcodec_decode_clip))
+
+
+def grain_jax(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False) -> Pipeline:
+    """grain (one read thread per worker, as the ``grain`` row) feeding a JAX loop: each batch
+    through ``jax.device_put``, as a JAX training loop over grain does."""
+    import jax
+
+    it, close = _grain_batches(clips, wl, workers, batch_size, read_threads=1)
+    return Pipeline((jax.device_put(batch) for batch in it), threading.Event(), teardown=[close])
+
+
 # ------------------------------------------------------------------------ TFRecord
 def _tfrecord(clips: ClipSet, wl: Workload, batch_size: int, fmt: str) -> Pipeline:
     import tensorflow as tf
@@ -284,6 +314,8 @@ PEERS: dict[str, Callable[..., Pipeline]] = {
     "grain-default": grain_default,
     "spdl": spdl_loader,
     "torchcodec": torchcodec_loader,
+    "torchcodec-dl": torchcodec_tensors,
+    "grain-jax": grain_jax,
 }
 # tf.data picks the TFRecord route's parallelism (W = auto): measured once per workload.
 PEER_FIXED = {"tfrecord-jpeg": "auto", "tfrecord-raw": "auto"}

@@ -17,7 +17,14 @@ T_ITER_TOLERANCE = 0.05  # |measured T_iter / formula - 1|
 # Loaders whose decoding or transform runs in threads of the main process.
 THREAD_BASED = ("naive", "tf-map", "threads", "videoloader", "spdl", "tfrecord-jpeg", "tfrecord-raw")
 ORDER = ("naive", "tf-map", "threads", "videoloader", "torch", "tfrecord-jpeg", "tfrecord-raw", "grain",
-         "grain-default", "spdl", "torchcodec", "shmloader", "limit")
+         "grain-default", "spdl", "torchcodec", "shmloader", "limit", "torch-dl", "torchcodec-dl", "shm-torch",
+         "shm-torch-grouped", "grain-jax", "shm-jax", "shm-jax-grouped")
+# Rows that feed PyTorch or JAX instead of tf.data (issue 18), compared pairwise: shmloader's
+# adapter (and its grouped decode) against what a user of that framework runs today.
+FRAMEWORK_PAIRS = (("shm-torch", "torch-dl"), ("shm-torch", "torchcodec-dl"), ("shm-torch-grouped", "torch-dl"),
+                   ("shm-torch-grouped", "torchcodec-dl"), ("shm-jax", "grain-jax"),
+                   ("shm-jax-grouped", "grain-jax"))
+FRAMEWORK_ROWS = tuple(sorted({n for pair in FRAMEWORK_PAIRS for n in pair}))
 # Read fixed clips cut at conversion time, not a new random start every epoch.
 FIXED_CLIPS = ("tfrecord-jpeg", "tfrecord-raw")
 METRICS = ("clips_per_s", "frames_per_s", "main_cpu_pct", "workers_cpu_pct", "main_cpu_s_per_gb",
@@ -89,6 +96,11 @@ def check_targets(runs: list[dict], sims: list[dict], summary: dict) -> list[dic
         out.append({"target": target, "goal": goal, "how": how, **r, "met": r["ratio"] >= goal})
 
     for wl in summary:
+        for a, b in FRAMEWORK_PAIRS:
+            ba, bb = _best(summary, wl, a), _best(summary, wl, b)
+            if ba is not None and bb is not None:
+                add(f"{a} >= {b}, {wl}", _ratio(runs, (wl, a, ba[0]), (wl, b, bb[0])), 1.0,
+                    f"clips/s into the same framework, best W of each: {a} W={ba[0]}, {b} W={bb[0]}")
         if wl == "short":
             add("shmloader 2 workers / 1 worker, decode-bound",
                 _ratio(runs, (wl, "shmloader", "2"), (wl, "shmloader", "1")), SCALING_TARGET,
@@ -101,7 +113,7 @@ def check_targets(runs: list[dict], sims: list[dict], summary: dict) -> list[dic
         if best is None:
             continue
         for other in summary[wl]:
-            if other in ("shmloader", "limit"):
+            if other in ("shmloader", "limit", *FRAMEWORK_ROWS):
                 continue
             ob = _best(summary, wl, other)
             add(f"shmloader >= {other}, {wl}",
@@ -118,7 +130,7 @@ def check_targets(runs: list[dict], sims: list[dict], summary: dict) -> list[dic
         # Main-process CPU per GB: shmloader's highest (any W) against each other loader's lowest.
         shm_high = max(v["main_cpu_s_per_gb"]["median"] for v in summary[wl]["shmloader"].values())
         others = [(min(v["main_cpu_s_per_gb"]["median"] for v in summary[wl][o].values()), o)
-                  for o in summary[wl] if o not in ("shmloader", "limit")]
+                  for o in summary[wl] if o not in ("shmloader", "limit", *FRAMEWORK_ROWS)]
         if others:
             low, low_name = min(others)
             out.append({"target": f"lowest main-process CPU per GB, {wl}", "goal": 1.0,
@@ -179,7 +191,7 @@ def markdown(doc: dict) -> str:
              f"Machine: {m['cpu_model']}, {m['usable_cores']} usable cores, {m['memory_gib']} GiB; "
              f"Python {m['python']}, numpy {m['numpy']}, decord {m['decord']}, "
              f"tensorflow {m['tensorflow']}, torch {m['torch'] or 'not installed'}"
-             + "".join(f", {k} {m[k]}" for k in ("torchcodec", "grain", "spdl") if m.get(k)) + ".", "",
+             + "".join(f", {k} {m[k]}" for k in ("jax", "torchcodec", "grain", "spdl") if m.get(k)) + ".", "",
              f"Command: `{doc['command']}`  ", f"Wall time: {doc['wall_s']:.0f} s.", "",
              f"Videos: {doc['videos']['count']} × {doc['videos']['about']}. Batch size "
              f"{cfg['batch_size']}, {cfg['reps']} interleaved repetitions of {cfg['duration']} s "
@@ -292,7 +304,10 @@ _STYLE = {"naive": ("tab:gray", "o"), "tf-map": ("tab:orange", "s"), "threads": 
           "torch": ("tab:red", "D"), "videoloader": ("tab:purple", "v"),
           "shmloader": ("tab:blue", "o"), "limit": ("black", "x"), "tfrecord-jpeg": ("tab:olive", "P"),
           "tfrecord-raw": ("tab:brown", "X"), "grain": ("tab:pink", "<"), "grain-default": ("goldenrod", ">"),
-          "spdl": ("tab:cyan", "h"), "torchcodec": ("darkred", "d")}
+          "spdl": ("tab:cyan", "h"), "torchcodec": ("darkred", "d"),
+          "shm-torch": ("navy", "o"), "shm-torch-grouped": ("navy", "*"), "torch-dl": ("salmon", "D"),
+          "torchcodec-dl": ("maroon", "d"), "shm-jax": ("teal", "o"), "shm-jax-grouped": ("teal", "*"),
+          "grain-jax": ("hotpink", "<")}
 
 
 def _series(by_w: dict, metric: str):
