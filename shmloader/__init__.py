@@ -1,4 +1,6 @@
-"""shmloader: decode video clips in a process pool into a shared-memory ring, zero-copy into tf.data."""
+"""shmloader: decode video clips in a process pool into a shared-memory ring, zero-copy into tf.data,
+PyTorch (``loader.as_torch()``, ``shmloader.torch``), JAX (``shmloader.jax``) or Keras 3
+(``loader.as_keras()``). Each framework is imported by its adapter alone, on first use."""
 
 from ._arrays import ArraySource, HDF5Source
 from ._errors import LoaderError, SampleError, WorkerDiedError

@@ -327,3 +327,12 @@ def test_import_error_names_the_extra():
     """)
     errors = run_child(script)
     assert len(errors) == 2 and all("pip install 'shmloader[torch]'" in e for e in errors)
+
+
+def test_shmloader_alone_imports_no_framework():
+    script = textwrap.dedent("""
+        import json, sys
+        import shmloader
+        print(json.dumps(sorted(m for m in ("torch", "jax", "keras", "tensorflow") if m in sys.modules)))
+    """)
+    assert run_child(script) == []
