@@ -39,6 +39,9 @@ _PROBED_FRAMES = 2_000_000
 # MPEG-TS can), seek again this many keyframes further back before decoding from the start.
 _SEEK_RETRIES = 3
 
+# H.264 and HEVC hold back at most 16 frames for reordering.
+_REORDER_MAX = 16
+
 
 class DecoderLimit(Exception):
     """A decoder cannot produce this output here (not a fault of the file)."""
@@ -106,33 +109,45 @@ class PyAV:
         dest = out if out is not None and out.shape == shape else _scratch(self, shape)
         # Scaled before turning: a 90-degree turn swaps the sides the scaler must produce.
         sh, sw = (w, h) if turns % 2 else (h, w)
+        got, damaged = np.zeros(len(frames), bool), []
         with self._av.open(info.path, metadata_errors="ignore") as c:
             s = c.streams.video[0]
             s.codec_context.thread_count = self._threads
-            found = 0
             try:
-                for j, frame in self._frames(c, s, info, frames):
+                for j, i, frame in self._frames(c, s, info, frames):
                     if frame.is_corrupt:
-                        raise ValueError(f"frame {int(frames[j])} is damaged")
-                    img = self._scale(frame, sw, sh)
-                    dest[j] = np.rot90(img, turns) if turns else img
-                    found += 1
+                        damaged.append(i)
+                    if j is not None:
+                        img = self._scale(frame, sw, sh)
+                        dest[j] = np.rot90(img, turns) if turns else img
+                        got[j] = True
             except self._av.error.FFmpegError as e:
-                raise ValueError(f"damaged data before frame {int(frames[found])}: {e}") from e
-        if found != len(frames):
-            raise ValueError(f"frames {frames[found:].tolist()[:4]} of {info.frames} cannot be decoded: "
+                raise ValueError(f"damaged data before frame {int(frames[~got][0])}: {e}") from e
+        if not got.all():
+            raise ValueError(f"frames {frames[~got].tolist()[:4]} of {info.frames} cannot be decoded: "
                              "the stream ends early (damaged or truncated)")
+        spoiled = _spoiled(info, frames, damaged)
+        if spoiled is not None:
+            raise ValueError(f"frame {spoiled} is damaged, or decoded from a damaged frame "
+                             f"(the decoder marked frame {min(damaged)} damaged)")
         return dest
 
     def _frames(self, c, s, info: VideoInfo, frames: np.ndarray):
-        """``(j, frame)`` for every wanted index ``frames[j]``, in order."""
+        """``(j, i, frame)`` for every shown frame decoded on the way to ``frames``: ``i`` its
+        index in the video, ``j`` its place in ``frames`` or None for a frame passed on the way.
+        After each stretch of wanted frames a few more come out (``_drain``), so that every frame
+        decoded before a wanted one has shown whether it is damaged: a B-frame comes out before
+        the frame it was decoded after."""
         if info.pts is None:  # no timestamps to seek by: count frames from the start
-            it = iter(enumerate(c.decode(s)))
-            for j, f in enumerate(frames):
-                for i, frame in it:
-                    if i == f:
-                        yield j, frame
-                        break
+            j, left = 0, None
+            for i, frame in enumerate(c.decode(s)):
+                hit = j < len(frames) and i == frames[j]
+                yield (j if hit else None), i, frame
+                j += hit
+                if j == len(frames):
+                    left = _drain(s) if left is None else left - 1
+                    if left <= 0:
+                        return
             return
         pts = info.pts
         keys = info.keyframes if info.keyframes is not None and len(info.keyframes) else np.zeros(1, np.int64)
@@ -152,31 +167,60 @@ class PyAV:
             else:
                 c.seek(int(pts[keys[k]]), stream=s, backward=True)
             s.codec_context.flush_buffers()
-            missed, first = False, True
+            missed, first, left = False, True, None
             for frame in c.decode(s):
                 i = index_of(pts, frame.pts)
                 if i is None:
                     continue  # not a shown frame
+                if left is not None:  # draining after the stretch
+                    yield None, i, frame
+                    left -= 1
+                    if left <= 0:
+                        break
+                    continue
                 if (first and i > target) or i > frames[j]:
                     missed = True  # the seek landed past the frame, or the frame never came out
                     break
                 first = False
                 if i < frames[j]:
+                    yield None, i, frame
                     continue
-                yield j, frame
+                yield j, i, frame
                 j, back = j + 1, 0
-                if j == len(frames):
-                    return
-                if keyframe_before(int(frames[j])) > i + 1:
-                    break  # a keyframe lies between here and the next wanted frame: seek to it
+                if j == len(frames) or keyframe_before(int(frames[j])) > i + 1:
+                    left = _drain(s)  # then seek to the keyframe before the next wanted frame
             else:
-                if not first or from_start:
-                    return  # the stream ended: the caller reports what is missing
+                if left is not None or not first or from_start:
+                    if j == len(frames) or left is None:
+                        return  # the stream ended: the caller reports what is missing
+                    continue
                 missed = True  # a seek past the last keyframe found nothing
             if missed:
                 if from_start:
                     return
                 back += 1
+
+
+def _drain(stream) -> int:
+    """Frames to take after the last wanted one of a stretch: the decoder's reorder delay."""
+    return min(int(stream.codec_context.has_b_frames or 0) + 1, _REORDER_MAX)
+
+
+def _spoiled(info: VideoInfo, frames: np.ndarray, damaged: list[int]) -> int | None:
+    """The first of ``frames`` decoded after a damaged frame with no keyframe between them
+    (decode order), or None. Without decode positions, any damage spoils every frame."""
+    if not damaged:
+        return None
+    if info.decode_pos is None or info.keyframes is None:
+        return int(frames[0])
+    dpos = info.decode_pos
+    keys = np.sort(dpos[info.keyframes]) if len(info.keyframes) else np.zeros(0, np.int64)
+    for d_bad in sorted({int(dpos[i]) for i in damaged}):
+        nxt = keys[np.searchsorted(keys, d_bad, side="right")] if keys.size and keys[-1] > d_bad else np.inf
+        hit = frames[(dpos[frames] >= d_bad) & (dpos[frames] < nxt)]
+        if hit.size:
+            return int(hit[0])
+    return None
 
 
 class _Scaler:

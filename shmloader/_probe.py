@@ -65,6 +65,8 @@ class VideoInfo:
     pts: np.ndarray | None = field(default=None, repr=False, compare=False)
     keyframes: np.ndarray | None = field(default=None, repr=False, compare=False)
     durations: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # Position in decode order of every frame (presentation order): what a damaged frame can spoil.
+    decode_pos: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def times(self) -> np.ndarray | None:
         """``[frames, 2]`` (start, end) seconds of every frame, or None without timestamps.
@@ -138,7 +140,7 @@ def probe(path: str, *, check: str = "headers") -> VideoInfo:
     return VideoInfo(path=path, frames=kept, height=shown_h, width=shown_w, fps=r.fps, duration=duration,
                      codec=r.codec, pix_fmt=first.format.name, rotation=rotation, container=r.container,
                      decoder="pyav" if pyav else "decord", problem="; ".join(problems), time_base=tb,
-                     pts=pts, keyframes=r.keyframes, durations=r.durations)
+                     pts=pts, keyframes=r.keyframes, durations=r.durations, decode_pos=r.decode_pos)
 
 
 class _Pass:
@@ -217,6 +219,7 @@ def _read(path: str, decode: str) -> _Pass:
         r.kept = kept
         r.pts, order = _timeline(stamps)
         r.durations = None if order is None else np.asarray(durations, np.int64)[order]
+        r.decode_pos = order
         r.keyframes = None if r.pts is None else np.unique(np.searchsorted(r.pts, key_stamps))
         r.step = _median_step(r.pts, r.time_base, s)
         r.fps = float(s.average_rate) if s.average_rate else (1.0 / r.step if r.step > 0 else 0.0)

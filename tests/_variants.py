@@ -103,6 +103,27 @@ def write_variants(folder) -> dict[str, tuple[str, int]]:
     return variants
 
 
+def textured(path: str, video_id: int, frames: int = 60, size=(96, 128), gop: int = 30) -> str:
+    """A frame-code video over a panning noise texture: inter frames carry real residuals, so
+    damage in one frame spreads to the frames decoded from it, as in camera footage."""
+    h, w = size
+    rng = np.random.default_rng(video_id)
+    texture = np.kron(rng.integers(0, 256, ((h + frames) // 4 + 2, (w + frames) // 4 + 2, 3)),
+                      np.ones((4, 4, 1))).astype(np.float32)
+    with av.open(path, "w") as c:
+        s = c.add_stream("libx264", rate=FPS)
+        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+        s.options = {"crf": "18", "preset": "veryfast", "g": str(gop), "keyint_min": str(gop), "sc_threshold": "0"}
+        for i in range(frames):
+            image = frame_image(video_id, i, h, w) + 0.25 * (texture[i // 2 : i // 2 + h, i : i + w] - 128)
+            image += rng.normal(0.0, 3.0, image.shape)
+            for p in s.encode(av.VideoFrame.from_ndarray(image.clip(0, 255).astype(np.uint8), format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
 def damage(src: str, dst: str, at: float = 0.6, length: int = 600, seed: int = 1) -> str:
     """``src`` (an MP4) with ``length`` random bytes written over its frame data (the ``mdat``
     box) at ``at`` of the way through."""

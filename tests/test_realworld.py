@@ -5,6 +5,8 @@ shows at the index the loader reports (by frame code), and close to it in pixels
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ import shmloader
 from shmloader._decoders import Decoding
 from shmloader._probe import probe
 
-from ._variants import codes, damage, reference, write_variants
+from ._variants import codes, damage, reference, textured, write_variants
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -129,6 +131,24 @@ def test_damaged_bytes_never_give_a_wrong_frame(variants, tmp_path, at, decoder)
         with pytest.raises(shmloader.SampleError) as info:
             list(loader)
     assert bad in str(info.value)
+
+
+def test_frames_decoded_from_a_damaged_frame_are_not_delivered(tmp_path):
+    """Damage inside a GOP of a textured video: the frame the decoder marks damaged, and every
+    frame decoded from it (up to the next keyframe), fail; clips before it arrive intact."""
+    bad = damage(textured(str(tmp_path / "textured.mp4"), 7), str(tmp_path / "damaged.mp4"), at=0.85,
+                 length=600, seed=3)
+    found = probe(bad, check="frames")
+    first_bad = int(re.search(r"damaged at frame (\d+)", found.problem).group(1))
+    assert found.decoder == "pyav" and 30 < first_bad < 59  # inside the last GOP (keyframe 30)
+    clips = shmloader.VideoClips([bad], clip_len=6, clips_per_video=10, sampling="uniform", size=(48, 64),
+                                 decoder="pyav")
+    got, stats = samples(clips, on_error="skip")
+    assert stats["skipped"] >= 1 and stats["skipped"] + len(got) == 10
+    assert any(int(s["frames"][-1]) < first_bad for s in got)
+    for s in got:
+        assert int(s["frames"][-1]) < first_bad  # nothing decoded from the damaged frame
+        np.testing.assert_array_equal(codes(s["video"])[1], s["frames"])
 
 
 @pytest.mark.parametrize("width", [24, 96])
