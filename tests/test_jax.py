@@ -46,8 +46,9 @@ def test_batches_are_jax_arrays_over_the_ring(videos):
 def test_array_held_across_many_batches_never_changes(videos):
     paths, _ = videos
     clips = shmloader.VideoClips(paths, clip_len=4, size=(48, 64))
-    # held, the batch in hand, the one JAX lets go of a step late, and the next: 5 slots leave one free.
-    with shmloader.Loader(clips, batch_size=2, workers=2, slots=5, shuffle=True, epochs=5) as loader:
+    # held, the batch in hand, the one JAX lets go of a step late, and the next, with room to spare:
+    # 20 batches through 8 slots reuse every slot while `held` keeps its own.
+    with shmloader.Loader(clips, batch_size=2, workers=2, slots=8, shuffle=True, epochs=5) as loader:
         batches = shmloader.jax.batches(loader)  # on the CPU backend: nothing put ahead
         held = next(batches)
         snapshot = {k: np.array(v) for k, v in held.items()}
