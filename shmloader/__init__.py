@@ -2,6 +2,15 @@
 PyTorch (``loader.as_torch()``, ``shmloader.torch``), JAX (``shmloader.jax``) or Keras 3
 (``loader.as_keras()``). Each framework is imported by its adapter alone, on first use."""
 
+import os as _os
+
+if _os.environ.pop("SHMLOADER_WORKER_STARTING", None):  # _pool.WORKER_ENV: this is a worker starting
+    import signal as _signal
+
+    # Ctrl-C reaches the whole process group; only the training process reports it. Ignored
+    # here, before the imports below, not only once the worker's main() runs.
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+
 from ._arrays import ArraySource, HDF5Source
 from ._errors import LoaderError, SampleError, WorkerDiedError
 from ._function import FunctionSource

@@ -33,6 +33,8 @@ import shmloader
 
 from ._protocol import write_all
 
+WORKER_ENV = "SHMLOADER_WORKER_STARTING"
+
 # How long closing waits for workers to leave by themselves before killing them.
 _GRACE_S = 1.0
 
@@ -80,6 +82,9 @@ def _env() -> dict[str, str]:
     # Decoding threads are chosen per worker; BLAS/OpenMP pools inside workers would oversubscribe.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
+    # Read by shmloader/__init__ before its imports: a Ctrl-C while the worker still starts up
+    # must not print a KeyboardInterrupt from it (see _worker.main).
+    env[WORKER_ENV] = "1"
     return env
 
 
