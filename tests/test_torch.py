@@ -141,7 +141,9 @@ def test_pin_memory_raises_the_sample_error_with_its_cause():
         with pytest.raises(shmloader.SampleError, match="ValueError: row 5 is damaged") as info:
             for b in pinned_loader(loader):
                 seen += b["x"][:, 0].tolist()
-        assert seen == [0, 1, 2, 3]
+        # Batches ready before the failing one may or may not have been handed out first (the
+        # loader raises as soon as it reads the failure), but never out of order or wrong.
+        assert seen in ([], [0, 1], [0, 1, 2, 3])
         assert info.value.index == 5 and "row 5 is damaged" in info.value.__cause__.tb
 
 
