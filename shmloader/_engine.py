@@ -164,6 +164,10 @@ class Engine:
     def counters(self) -> dict[str, Any]:
         return self._stats
 
+    def start_at(self, start: tuple[int, int]) -> None:
+        """Begin the stream at (epoch, batch) instead; before the first batch."""
+        self._sched.start_at(start)
+
     def set_plan(self, plan: EpochPlan) -> None:
         self._plan = self._sched.plan = plan
 

@@ -230,6 +230,16 @@ class Loader:
         self._plan = plan
         self._engine.set_plan(plan)
 
+    def load_state(self, state: dict) -> None:
+        """Start from ``state`` (a ``state()`` dict), as ``Loader(..., state=)`` does; before the
+        first batch. ValueError when it was saved with other settings."""
+        if self._engine.started:
+            raise LoaderError("load_state() must come before the first batch")
+        if not self._ordered:
+            raise ValueError("resuming needs ordered=True")
+        self._start = check_state(self._plan, state)
+        self._engine.start_at(self._start)
+
     def state(self, consumed: int | None = None) -> dict[str, Any]:
         """Where the stream stands, as a small JSON-serialisable dict for ``Loader(..., state=)``.
 

@@ -135,6 +135,11 @@ class Scheduler:
     def epoch(self) -> int | None:
         return None if self._cursor is None else self._cursor.epoch
 
+    def start_at(self, start: tuple[int, int]) -> None:
+        """Where the stream begins (epoch, batch); only before the first batch is planned."""
+        assert not self.seq, "the plan has begun"
+        self._start = start
+
     def begin_pass(self) -> None:
         """After a finished pass, the next ``epochs`` epochs (iterating the loader again)."""
         if self.plan_done and not self.inflight and self._epochs is not None and self.seq:

@@ -116,7 +116,7 @@ class TorchLoader:
         uninterrupted run would have delivered. Only before the first batch."""
         if self._pin is not None or self._yielded or self._loader.stats()["batches"]:
             raise LoaderError("load_state_dict() must come before the first batch")
-        _resume_at(self._loader, state)
+        self._loader.load_state(state)
         self._base = 0
 
     def close(self) -> None:
@@ -200,27 +200,6 @@ def _distributed_shard() -> tuple[int, int] | None:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return dist.get_rank(), dist.get_world_size()
     return None
-
-
-def _resume_at(loader, state: dict[str, Any]) -> None:
-    """Move a loader that has delivered nothing yet to ``state``, as ``Loader(state=)`` does at
-    construction. The settings are checked against the loader's own ``state()``; setting the
-    position is the one place this adapter reaches into the loader, which has no public method
-    for it (the position lives in the loader and in its scheduler)."""
-    if not isinstance(state, dict) or state.get("version") != 1:
-        raise ValueError("state must be a dict returned by state_dict() or Loader.state()")
-    mine = loader.state(consumed=0)
-    wrong = {k: (state.get(k), v) for k, v in mine.items()
-             if k not in ("epoch", "batch", "exact") and state.get(k) != v}
-    if wrong:
-        raise ValueError("state was saved by a loader with other settings: " +
-                         ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in wrong.items()))
-    epoch, batch = int(state["epoch"]), int(state["batch"])
-    if epoch < 0 or not 0 <= batch < max(1, len(loader)):
-        raise ValueError(f"state position epoch={epoch}, batch={batch} is out of range")
-    loader._start = (epoch, batch)
-    engine = getattr(loader, "_engine", loader)  # the scheduler's owner (it moved out of Loader once)
-    engine._sched._start = (epoch, batch)
 
 
 class _Done(Exception):

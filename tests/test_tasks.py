@@ -148,6 +148,30 @@ def test_resume_with_per_batch_tasks_is_exact():
         np.testing.assert_array_equal(a, b)
 
 
+def test_load_state_resumes_like_the_constructor():
+    """Loader.load_state(state) before the first batch is Loader(..., state=); after it, refused."""
+    src = shmloader.FunctionSource(plain, SPEC, 40, check=False)
+    kw = dict(batch_size=8, workers=2, shuffle=True, seed=6, epochs=2)
+    with shmloader.Loader(src, **kw) as loader:
+        it = iter(loader)
+        for _ in range(3):
+            next(it)
+        state = loader.state()
+        with pytest.raises(shmloader.LoaderError, match="before the first batch"):
+            loader.load_state(state)
+    with shmloader.Loader(src, state=state, **kw) as loader:
+        expected = [np.array(b["row"]) for b in loader]
+    with shmloader.Loader(src, **kw) as loader:
+        with pytest.raises(ValueError, match="other settings"):
+            loader.load_state(dict(state, seed=7))
+        loader.load_state(state)
+        got = [np.array(b["row"]) for b in loader]
+        assert loader.state()["epoch"] == 2
+    assert len(got) == len(expected) == 10 - 3
+    for a, b in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def naps(i, rng):
     time.sleep(0.01)
     return {"i": np.int64(i), "row": np.zeros(16, np.float32)}
