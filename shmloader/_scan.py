@@ -63,10 +63,16 @@ def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS) -> Iterator[
             yield item, -1
 
 
+def _blank(path: str, label: int, problem: str = "") -> dict:
+    """A row with only its path, label and problem filled in."""
+    row = dict.fromkeys(COLUMNS, "")
+    row.update(path=path, label=label, problem=problem)
+    return row
+
+
 def _row(path: str, label: int, check: str) -> dict:
     """One manifest row (in a worker process)."""
-    row = dict.fromkeys(COLUMNS, "")
-    row.update(path=path, label=label)
+    row = _blank(path, label)
     try:
         st = os.stat(path)
         row.update(bytes=st.st_size, mtime_ns=st.st_mtime_ns)
@@ -138,8 +144,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                     row = fut.result(timeout=timeout)
                 except (cf.TimeoutError, cf.process.BrokenProcessPool) as e:
                     why = f"probe took over {timeout:g} s" if isinstance(e, cf.TimeoutError) else "probe crashed"
-                    row = dict.fromkeys(COLUMNS, "")
-                    row.update(path=path, label=label, problem=f"unreadable: {why}")
+                    row = _blank(path, label, f"unreadable: {why}")
                     # The pool cannot cancel one running probe: start a new pool, resubmit the rest.
                     _kill(pool)
                     pool = _pool(workers)
