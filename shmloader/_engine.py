@@ -7,13 +7,14 @@ call: there is no background thread in the main process.
 
 NOTE [ The engine loop ]
 ``Engine.next()`` repeats, under one lock, until a batch can be handed out:
-  1. collect slot releases (lease finalizers queue the slot and poke the wake-up pipe);
+  1. collect the slots whose leases died (NOTE [ Slot lease ] in ``_ring``);
   2. ``Scheduler.dispatch``: free slots go to the next batches of the plan, their positions
      become tasks (NOTE [ Tasks and replies ] in ``_schedule``);
   3. ``_feed``: queued tasks go to the least loaded live worker, as fixed-size messages;
   4. hand out the next ready batch (in plan order with ``ordered=True``), leased as views, or
      copied when the consumer holds every other slot (NOTE [ Slot lease ] in ``_ring``);
-  5. else wait on the workers' reply pipes, the wake-up pipe and the earliest deadline.
+  5. else wait on the workers' reply pipes and the earliest deadline; while a worker idles
+     for want of a slot and the consumer holds leases, at most ``_RELEASE_POLL_S``.
 Invariants it keeps:
   * It never blocks without a deadline: a start-up deadline for a fresh worker, ``timeout``
     per sample of a worker's oldest task, and a liveness poll every ``_POLL_S``.
@@ -42,6 +43,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
+from ._interrupts import Deferred
 from ._plan import EpochPlan
 from ._pool import Pool, Worker, stop_workers
 from ._protocol import ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
@@ -58,6 +60,10 @@ _START_TIMEOUT_S = 60.0
 # How often a waiting loader checks worker liveness even when no pipe speaks (a dying worker
 # closes its pipe, which wakes us at once; each idle wake-up costs ~0.2 ms of CPU on a VM).
 _POLL_S = 1.0
+# How often a waiting loader looks for returned slots when a worker idles for want of one. A
+# lease's death wakes nobody (NOTE [ Slot lease ]): the loop finds it the next time round, and
+# only a consumer holding nearly the whole ring makes it wait on one.
+_RELEASE_POLL_S = 0.005
 # Skipped samples remembered with their reason (a long run over a damaged dataset must not grow).
 _SKIPS_KEPT = 10_000
 
@@ -126,14 +132,12 @@ class Engine:
             acquire()  # the source's shared tables stay until the shutdown below releases them
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._ring, self._selector,
                                            getattr(source, "release", None))
-        self._selector.register(self._ring.wake_fd, selectors.EVENT_READ, None)
         try:
             for wid in range(workers):
                 self._pool.spawn(wid)
         except BaseException:
             self.close()
             raise
-        self._leased = 0
         self._warned_copy = False
         self._clock = _Clock()
         self._stats = dict(batches=0, samples=0, skipped=0, dropped=0, copied=0,
@@ -181,7 +185,7 @@ class Engine:
     def stats(self, cpus: int) -> dict[str, Any]:
         """``Loader.stats``; ``cpus``: the CPUs the recommendation may ask for."""
         return self._clock.report(self._stats, self._workers, cpus, slots=self._nslots,
-                                  leased=self._leased - self._ring.released.qsize())
+                                  leased=self._ring.leased)
 
     # -------------------------------------------------------------- iteration
     def begin_pass(self) -> None:
@@ -190,13 +194,14 @@ class Engine:
 
     def next(self) -> dict[str, np.ndarray]:
         """The next batch (see the NOTE); raises Exhausted at the end of a pass."""
-        with self._lock:
+        with self._lock, Deferred() as interrupts:  # NOTE [ Ctrl-C inside the engine ]
             if self._error is not None:
                 raise LoaderError("the loader stopped after an earlier error") from self._error
             t0 = time.perf_counter()
             sched = self._sched
             try:
                 while True:
+                    interrupts.check()
                     if self._closed:
                         raise Exhausted
                     self._collect_releases()
@@ -207,7 +212,7 @@ class Engine:
                         return self._hand_out(batch, n)
                     if sched.exhausted:
                         raise Exhausted  # workers stay, idle, for another pass; close() ends them
-                    self._wait()
+                    self._wait(interrupts)
             except (LoaderError, OSError, ValueError) as e:
                 if self._closed:  # closed from another thread while we waited: just the end
                     raise Exhausted from None
@@ -221,15 +226,7 @@ class Engine:
                 self._clock.waited(self._stats["consumer_wait_s"])
 
     def _collect_releases(self) -> None:
-        released = self._ring.released
-        if released.empty():
-            return
-        # The finalizers that queued these also poked the wake-up pipe: empty it first (a release
-        # after this pokes it again), so the next wait does not return at once for nothing.
-        self._ring.drain_wake()
-        while not released.empty():
-            self._sched.free.append(released.get())
-            self._leased -= 1
+        self._sched.free.extend(self._ring.returned())
 
     def _feed(self) -> None:
         """Send queued tasks, each to the worker with the fewest items outstanding."""
@@ -266,22 +263,22 @@ class Engine:
         self._stats["batches"] += 1
         self._stats["samples"] += n
         self._stats["epoch"] = b.epoch
-        if self._leased + 1 >= self._nslots:
+        leased = self._ring.leased
+        if leased + 1 >= self._nslots:
             # NOTE [ Slot lease ]: never lease the last slot, or a hoarding consumer deadlocks us.
             out = {k: v[:n].copy() for k, v in self._ring.slot_views[b.slot].items()}
             self._sched.free.append(b.slot)
             self._stats["copied"] += 1
             if not self._warned_copy:
                 self._warned_copy = True
-                warnings.warn(f"the consumer holds {self._leased} of {self._nslots} ring slots; "
+                warnings.warn(f"the consumer holds {leased} of {self._nslots} ring slots; "
                               "further batches are copied until it releases some. Pass a larger "
                               "`slots=` to keep delivery zero-copy.", RuntimeWarning, stacklevel=4)
             return out
-        self._leased += 1
         return self._ring.lease(b.slot, n)
 
     # ---------------------------------------------------------------- waiting
-    def _wait(self) -> None:
+    def _wait(self, interrupts: Deferred) -> None:
         now = time.monotonic()
         timeout = _POLL_S
         for w in list(self._workers):
@@ -295,16 +292,19 @@ class Engine:
                 self._timed_out(w)
                 return
             timeout = min(timeout, deadline - now)
-        events = self._selector.select(max(timeout, 0.0))
+        sched = self._sched
+        starved = bool(self._ring.leased and not sched.free and not sched.plan_done and
+                       any(w.ready and not w.outstanding for w in self._workers))
+        if starved:
+            timeout = min(timeout, _RELEASE_POLL_S)
+        events = interrupts.interruptible(self._selector.select, max(timeout, 0.0))
         for key, _ in events:
-            if key.data is None:
-                self._ring.drain_wake()
-            elif key.data in self._workers:
+            if key.data in self._workers:
                 self._read_worker(key.data)
         # A dying worker closes its result pipe, which wakes us with EOF; polling the processes
         # too catches one whose pipe a grandchild still holds open. Cheap, but not per message.
         now = time.monotonic()
-        if events and now - self._last_liveness < _POLL_S:
+        if (events or starved) and now - self._last_liveness < _POLL_S:
             return
         self._last_liveness = now
         for w in list(self._workers):

@@ -11,10 +11,15 @@ TensorFlow does not copy the arrays a ``from_generator`` generator yields: the t
 the slot and TF keeps a reference to the array while the tensor lives. So a slot is free
 again only when every array handed out for it has been released, never merely at the next
 ``yield``. Each hand-out builds a fresh ``uint8`` array over the slot (the *lease*); the field
-arrays are views whose ``base`` is that lease, and a ``weakref.finalize`` on it returns the
-slot to the free list. The finalizer may run on any thread (TF's, or the garbage collector's),
-so it only appends to a ``SimpleQueue`` (safe there) and pokes a wake-up pipe; the loader
-moves slots back to its free list on its own thread. The loader never hands out its last
+arrays are views whose ``base`` is that lease. A weak reference to the lease (``_Lease``)
+returns the slot when it dies: CPython calls ``SimpleQueue.put`` with the reference, on
+whatever thread dropped the last array (TF's, or the garbage collector's). That callback is C
+code only, and it must be: a signal handler runs between Python instructions, so a Ctrl-C
+landing inside a Python finalizer raises KeyboardInterrupt there, where CPython prints it as
+"Exception ignored" and drops it (and the slot with it) - the training script goes on. The
+engine moves returned slots back to its free list on its own thread, each time round its loop
+(NOTE [ The engine loop ] in ``_engine``); nothing wakes it, so when workers idle for want of a
+slot while the consumer holds leases it polls the queue. The loader never hands out its last
 unleased slot: when the consumer already holds all the others, that batch is copied instead,
 so a consumer that hoards batches can neither deadlock the pipeline nor see data overwritten.
 """
@@ -27,16 +32,16 @@ import mmap
 import os
 import queue
 import resource
-import threading
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import psutil
 
 from ._errors import LoaderError
 
-__all__ = ["Field", "Layout", "Ring", "attach_views", "memory_for_ring"]
+__all__ = ["Field", "Layout", "Returns", "Ring", "attach_views", "memory_for_ring"]
 
 # Every field starts on a 64-byte boundary (cache line, AVX-512 loads); slots start on a page.
 _ALIGN = 64
@@ -144,12 +149,7 @@ class Ring:
             layout.views(whole[s * layout.slot_bytes : (s + 1) * layout.slot_bytes]) for s in range(slots)
         ]
         del whole
-        self.released: queue.SimpleQueue[int] = queue.SimpleQueue()
-        self._waker = _Waker()
-
-    @property
-    def wake_fd(self) -> int:
-        return self._waker.read_fd
+        self._leases = Returns()
 
     def lease(self, slot: int, n: int) -> dict[str, np.ndarray]:
         """Arrays for the first ``n`` samples of ``slot``; the slot comes back when they die.
@@ -159,12 +159,18 @@ class Ring:
         size = self.layout.slot_bytes
         buf = np.frombuffer(self._mm, np.uint8, count=size, offset=slot * size)
         out = self.layout.views(buf, n)
-        weakref.finalize(buf, _release, self.released, self._waker, slot)
+        self._leases.watch(buf, slot)
         del buf
         return out
 
-    def drain_wake(self) -> None:
-        self._waker.drain()
+    def returned(self) -> list[int]:
+        """The slots whose leases died since the last call (see NOTE [ Slot lease ])."""
+        return self._leases.returned()
+
+    @property
+    def leased(self) -> int:
+        """Slots leased and not yet returned."""
+        return len(self._leases)
 
     def contains(self, address: int) -> bool:
         return self.address <= address < self.address + self.nbytes
@@ -174,7 +180,6 @@ class Ring:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        self._waker.close()
         self.slot_views = []
         if self._mm is not None:
             try:
@@ -184,40 +189,35 @@ class Ring:
             self._mm = None
 
 
-class _Waker:
-    """A self-pipe that lease finalizers poke; safe to poke after it was closed."""
+class Returns:
+    """Things lent out with an array, each given back when its array dies - by C code alone, on
+    whatever thread drops the array (NOTE [ Slot lease ]); collected by ``returned()``."""
 
     def __init__(self) -> None:
-        self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        # Reentrant: a finalizer may run from garbage collection inside wake() itself.
-        self._lock = threading.RLock()
+        self._queue: queue.SimpleQueue[_Ref] = queue.SimpleQueue()
+        self._out: dict[int, _Ref] = {}  # by id: the weak references must live to call back
 
-    def wake(self) -> None:
-        with self._lock:
-            if self._write_fd >= 0:
-                try:
-                    os.write(self._write_fd, b"\0")
-                except BlockingIOError:
-                    pass  # already full of wake-ups: the loader will drain it
+    def watch(self, array: np.ndarray, thing: Any) -> None:
+        ref = _Ref(array, self._queue.put)
+        ref.thing = thing
+        self._out[id(ref)] = ref
 
-    def drain(self) -> None:
-        try:
-            while os.read(self.read_fd, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
+    def returned(self) -> list:
+        """What came back since the last call."""
+        things = []
+        while not self._queue.empty():
+            ref = self._queue.get()
+            del self._out[id(ref)]
+            things.append(ref.thing)
+        return things
 
-    def close(self) -> None:
-        with self._lock:
-            for fd in (self.read_fd, self._write_fd):
-                if fd >= 0:
-                    os.close(fd)
-            self.read_fd = self._write_fd = -1
+    def __len__(self) -> int:
+        """Lent out and not yet back."""
+        return len(self._out) - self._queue.qsize()
 
 
-def _release(released: queue.SimpleQueue, waker: _Waker, slot: int) -> None:
-    released.put(slot)
-    waker.wake()
+class _Ref(weakref.ref):
+    __slots__ = ("thing",)
 
 
 def attach_views(fd: int, layout: Layout, slots: int) -> list[dict[str, np.ndarray]]:

@@ -6,7 +6,7 @@ storage lives, and every view of the tensor shares that storage. So a tensor mad
 view holds the slot's lease (NOTE [ Slot lease ] in ``_ring``) exactly as the numpy view does:
 the slot is written again only when every tensor of the batch, and every view of one, is gone.
 The pin-memory thread's host buffers follow the same rule: each hand-out is a fresh numpy array
-over a reused buffer, a ``weakref.finalize`` on it returns the buffer, and the tensors wrap views
+over a reused buffer, returned (``_ring.Returns``) when it dies, and the tensors wrap views
 of it. A non-blocking copy to CUDA reads its pinned source after ``to()`` returns, so the source
 batch is kept until an event recorded after the copy has completed.
 """
@@ -29,7 +29,7 @@ except ImportError as e:  # pragma: no cover - exercised in a child interpreter 
                       "(torch==2.13.0; on a machine without a GPU, its CPU build)") from e
 
 from ._errors import LoaderError
-from ._ring import Layout
+from ._ring import Layout, Returns
 
 __all__ = ["TorchLoader", "as_torch"]
 
@@ -229,22 +229,22 @@ class _HostBuffers:
         spec = {name: (shape[1:], dtype) for name, (shape, dtype) in loader.element_spec.items()}
         self._layout = Layout.build(spec, loader.batch_size)
         self._pinned = pinned
-        self._free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()  # finalizers run on any thread
+        self._lent = Returns()  # buffers come back from whatever thread drops their last tensor
+        self._free: list[memoryview] = []
         self.allocated = 0
 
     def fill(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        try:
-            mem = self._free.get_nowait()
-        except queue.Empty:
-            # None free: the consumer holds them all. A new buffer (not a wait) keeps a consumer
-            # that keeps batches from deadlocking; memory grows only by what it keeps.
-            mem = self._allocate()
+        self._free.extend(self._lent.returned())
+        del self._free[_PIN_DEPTH + _SPARE_BUFFERS :]  # what a consumer kept and let go is freed
+        # None free: the consumer holds them all. A new buffer (not a wait) keeps a consumer that
+        # keeps batches from deadlocking; memory grows only by what it keeps.
+        mem = self._free.pop() if self._free else self._allocate()
         base = np.frombuffer(mem, np.uint8)
         n = len(next(iter(batch.values())))
         views = self._layout.views(base, n)
         for name, view in views.items():
             np.copyto(view, batch[name])
-        weakref.finalize(base, self._give_back, mem)
+        self._lent.watch(base, mem)
         del base
         return {name: torch.from_numpy(view) for name, view in views.items()}
 
@@ -252,10 +252,6 @@ class _HostBuffers:
         buf = torch.empty(self._layout.slot_bytes, dtype=torch.uint8, pin_memory=self._pinned)
         self.allocated += 1
         return memoryview(buf.numpy())  # keeps buf (and its pinned block) alive
-
-    def _give_back(self, mem: memoryview) -> None:
-        if self._free.qsize() < _PIN_DEPTH + _SPARE_BUFFERS:
-            self._free.put(mem)
 
 
 class _PinThread:

@@ -1,0 +1,76 @@
+"""Ctrl-C while the engine keeps its books.
+
+NOTE [ Ctrl-C inside the engine ]
+A signal handler runs between any two Python instructions of the main thread. Ctrl-C in the
+middle of ``Engine.next()`` would raise KeyboardInterrupt between writing a task to a worker
+and noting it as outstanding, or between taking a reply off a pipe and acting on it: the next
+call would then match replies to the wrong tasks and could hand out a slot a worker is still
+writing. So while the engine runs on the main thread, ``Deferred`` stands in for the SIGINT
+handler: inside a wait (``interruptible()``) the original handler runs at once, as usual;
+anywhere else the signal is noted and the original handler runs at the next point where the
+books are whole (``check()``), or on the way out of ``next()``. Nothing is lost and nothing is
+raised twice; iterating again after the KeyboardInterrupt continues the stream (the batch
+being handed out at that instant, if any, is dropped with the interrupted call).
+
+Only a Python-callable handler is stood in for (``signal.default_int_handler``, or the user's
+own); ``SIG_IGN`` and ``SIG_DFL`` are left alone, and so is every thread but the main one,
+where Python never runs signal handlers.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+__all__ = ["Deferred"]
+
+
+class Deferred:
+    """``with Deferred() as d:``: SIGINT waits for ``d.check()`` or a ``d.interruptible()`` wait."""
+
+    __slots__ = ("_old", "_pending", "_safe")
+
+    def __init__(self) -> None:
+        self._old = None
+        self._pending: tuple[FrameType | None] | None = None  # (frame,) of a signal not yet acted on
+        self._safe = False
+
+    def __enter__(self) -> "Deferred":
+        if threading.current_thread() is threading.main_thread():
+            old = signal.getsignal(signal.SIGINT)
+            if callable(old):
+                self._old = old
+                signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        old, self._old = self._old, None
+        if old is None:
+            return
+        signal.signal(signal.SIGINT, old)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            old(signal.SIGINT, *pending)
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self._safe:
+            self._old(signum, frame)
+        elif self._pending is None:
+            self._pending = (frame,)
+
+    def check(self) -> None:
+        """A point where the books are whole: run the handler of a signal that came meanwhile."""
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            self._old(signal.SIGINT, *pending)
+
+    def interruptible(self, wait, *args):
+        """``wait(*args)``, during which the original handler runs as soon as a signal comes."""
+        self.check()
+        self._safe = True
+        try:
+            return wait(*args)
+        finally:
+            self._safe = False
