@@ -1,11 +1,12 @@
 """How many workers, and how much faster than what I have? (issue #4)
 
 Runs every loader in ``loaders`` and the physical limit (``limit``) for each workload and
-worker count, plus the two simulated-work experiments (``experiments``), interleaved: each
+worker count, plus the two simulated-work experiments (``experiments``), interleaved (``harness``): each
 repetition runs every configuration once, in a shuffled order, so slow spells of a shared
 machine spread over all loaders instead of hitting one, and the loaders compared at one
 (workload, W) run back to back. A run during which other programs used much CPU is repeated
-(``--max-other-load``). Writes ``<out>/<name>.json``, ``<out>/<name>.md`` and PNG plots.
+(``--max-other-load``). Writes ``<out>/<name>.json``, ``<out>/<name>.md`` and PNG plots;
+``python bench/report.py <out>/<name>.json`` writes the Markdown again from the json.
 
     python bench/cpu_vs_workers.py                       # the default set, a few minutes on 2 cores
     python bench/cpu_vs_workers.py --workers 1,2,4,8 --reps 5 --duration 5 --name cpu8
@@ -17,18 +18,17 @@ workers, the physical limit's processes) import it as their main module and must
 
 from __future__ import annotations
 
-import argparse
-import ctypes
 import dataclasses
-import gc
+import math
 import os
-import random
-import shlex
+import statistics
 import sys
-import time
+from collections import defaultdict
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+import harness
+import report
+from report import fmt, spread, table
+
 # Optional (issue #12): each skipped with its reason when it cannot run.
 PEERS = ("tfrecord-jpeg", "tfrecord-raw", "grain", "grain-default", "spdl", "torchcodec")
 # Into PyTorch and JAX instead of tf.data (issue 18): shmloader's adapters against what a
@@ -46,37 +46,38 @@ T_CPU_SLEEP_S = 2.0  # W = 1, 2, 4 are bound by T_cpu / W, W = 8 by T_gpu
 T_CPU_BUSY_S = 0.8  # busy work only up to the core count: W = 1, 2 stay bound by T_cpu / W
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
+# What the loader benchmark promises (issue #4); each check says how it is computed.
+SCALING_TARGET = 1.85  # shmloader(2 workers) / shmloader(1 worker), decode-bound clips
+LIMIT_TARGET = 0.95  # shmloader / physical limit at the same number of workers
+PYTHON_TARGET = 1.5  # shmloader / best thread-based loader, Python-heavy transform
+T_ITER_TOLERANCE = 0.05  # |measured T_iter / formula - 1|
+
+# Loaders whose decoding or transform runs in threads of the main process.
+THREAD_BASED = ("naive", "tf-map", "threads", "videoloader", "spdl", "tfrecord-jpeg", "tfrecord-raw")
+ORDER = ("naive", "tf-map", "threads", "videoloader", "torch", "tfrecord-jpeg", "tfrecord-raw", "grain",
+         "grain-default", "spdl", "torchcodec", "shmloader", "limit", "torch-dl", "torchcodec-dl", "shm-torch",
+         "shm-torch-grouped", "grain-jax", "shm-jax", "shm-jax-grouped")
+# Rows that feed PyTorch or JAX instead of tf.data (issue 18), compared pairwise: shmloader's
+# adapter (and its grouped decode) against what a user of that framework runs today.
+FRAMEWORK_PAIRS = (("shm-torch", "torch-dl"), ("shm-torch", "torchcodec-dl"), ("shm-torch-grouped", "torch-dl"),
+                   ("shm-torch-grouped", "torchcodec-dl"), ("shm-jax", "grain-jax"),
+                   ("shm-jax-grouped", "grain-jax"))
+FRAMEWORK_ROWS = tuple(sorted({n for pair in FRAMEWORK_PAIRS for n in pair}))
+# Read fixed clips cut at conversion time, not a new random start every epoch.
+FIXED_CLIPS = ("tfrecord-jpeg", "tfrecord-raw")
+METRICS = ("clips_per_s", "frames_per_s", "main_cpu_pct", "workers_cpu_pct", "main_cpu_s_per_gb",
+           "cpu_ms_per_clip", "peak_rss_mib", "added_rss_mib", "first_batch_s", "other_cpu_pct",
+           "frames_bad", "frame_mad")
 
 
-def _names(allowed):
-    def parse(text: str) -> list[str]:
-        names = [x for x in text.split(",") if x]
-        bad = [x for x in names if x not in allowed]
-        if bad:
-            raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {','.join(allowed)}")
-        return names
-
-    return parse
 
 
-def _size(text: str) -> tuple[int, int]:
-    h, w = text.lower().split("x")
-    return int(h), int(w)
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--name", default="cpu2", help="results are <out>/<name>.{json,md} and <name>_*.png")
-    p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--workers", type=_ints, default=[1, 2], help="worker counts W, comma-separated")
-    p.add_argument("--loaders", type=_names(ALL_LOADERS), default=list(ALL_LOADERS))
-    p.add_argument("--workloads", type=_names(ALL_WORKLOADS), default=list(ALL_WORKLOADS))
-    p.add_argument("--experiments", type=_names(ALL_EXPERIMENTS), default=list(ALL_EXPERIMENTS),
+def options(p) -> None:
+    p.add_argument("--workers", type=harness.ints, default=[1, 2], help="worker counts W, comma-separated")
+    p.add_argument("--loaders", type=harness.names(ALL_LOADERS), default=list(ALL_LOADERS))
+    p.add_argument("--workloads", type=harness.names(ALL_WORKLOADS), default=list(ALL_WORKLOADS))
+    p.add_argument("--experiments", type=harness.names(ALL_EXPERIMENTS), default=list(ALL_EXPERIMENTS),
                    help="simulated-work experiments; '' for none")
-    p.add_argument("--reps", type=int, default=3, help="interleaved repetitions")
     p.add_argument("--duration", type=float, default=1.25, help="seconds measured per loader run")
     p.add_argument("--warmup", type=int, default=1, help="batches consumed before measuring")
     p.add_argument("--min-batches", type=int, default=3, help="batches measured at least")
@@ -88,12 +89,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="pure-Python loop iterations per clip in the python workload")
     p.add_argument("--videos", default=None,
                    help="use the videos in this folder instead of generating synthetic ones")
-    p.add_argument("--cache", default=os.path.join(ROOT, ".cache", "bench-videos"),
-                   help="where synthetic videos are written (reused when present)")
-    p.add_argument("--video-count", type=int, default=24)
-    p.add_argument("--video-frames", type=int, default=64)
-    p.add_argument("--video-size", type=_size, default=(240, 320), help="HxW of synthetic videos")
-    p.add_argument("--codec", default="libx264", choices=("libx264", "mpeg4"))
+    harness.video_options(p, "bench-videos", count=24, frames=64)
     p.add_argument("--content", default="codes", choices=("codes", "textured"),
                    help="synthetic videos: flat frame codes (cheap to decode, tiny files) or the codes "
                         "over a panning texture with noise (~web-video bit rate)")
@@ -101,21 +97,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="scale of the simulated times (1.0: producer 1 s, consumer 0.2 s per item)")
     p.add_argument("--sim-items", type=int, default=8,
                    help="items measured per simulated run (rounded up to a multiple of W)")
-    p.add_argument("--producers", type=_ints, default=list(range(1, 9)),
+    p.add_argument("--producers", type=harness.ints, default=list(range(1, 9)),
                    help="producer counts for the producers experiment")
-    p.add_argument("--max-other-load", type=float, default=50.0,
-                   help="CPU %% used by other programs above which a run is repeated")
-    p.add_argument("--retries", type=int, default=1,
-                   help="repeats of a run spoilt by other load; the quietest attempt is kept")
     p.add_argument("--pin", action="store_true",
                    help="diagnostic: pin each worker process of shmloader, torch and the physical "
                         "limit to one core (worker i on core i mod cores)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the run order shuffle")
-    p.add_argument("--no-plots", action="store_true")
-    args = p.parse_args(argv)
-    if args.reps < 1 or args.duration <= 0 or not args.workers or min(args.workers) < 1:
-        p.error("--reps >= 1, --duration > 0 and worker counts >= 1")
-    return args
 
 
 # ------------------------------------------------------------------------ the plan
@@ -134,7 +120,7 @@ class Task:
         return f"{'T_iter ' + self.name if self.kind == 'titer' else 'producers'} W={self.workers}"
 
 
-def plan(args) -> list[list[Task]]:
+def plan(args, ctx: dict) -> list[list[Task]]:
     """Blocks of tasks. Loaders that are compared with each other (same workload, same W) share
     a block and run back to back, so they see the same spell of the shared machine."""
     from loaders import FIXED_PARALLELISM
@@ -157,36 +143,26 @@ def plan(args) -> list[list[Task]]:
         cores = len(os.sched_getaffinity(0))
         blocks.append([Task("titer", "sleep", workers=w) for w in (1, 2, 4, 8)] + [Task("serial", "sleep")])
         blocks.append([Task("titer", "busy", workers=w) for w in range(1, cores + 1)] + [Task("serial", "busy")])
-    return [b for b in blocks if b]
+    return blocks
 
 
 def skip_unavailable(args, notes: list[str]) -> None:
+    """Leave out the loaders that cannot run here, each with its reason in the notes."""
+    import decord
+
     from loaders import framework_missing, torch_missing
     from peers import missing
 
-    for name in [n for n in args.loaders if n in FRAMEWORKS]:
-        if why := framework_missing(name):
-            print(f"note: skipping {name}: {why}", file=sys.stderr)
-            notes.append(f"{name} skipped: {why}")
+    no_videoloader = (None if hasattr(decord, "VideoLoader") else
+                      f"this decord ({getattr(decord, '__version__', '?')}) has no VideoLoader")
+    for name in list(args.loaders):
+        why = (framework_missing(name) if name in FRAMEWORKS else missing(name) if name in PEERS else
+               torch_missing() if name == "torch" else no_videoloader if name == "videoloader" else None)
+        if why:
+            what = {"torch": "torch DataLoader", "videoloader": "decord VideoLoader"}.get(name, name)
+            print(f"note: skipping {what}: {why}", file=sys.stderr)
+            notes.append(f"{what} skipped: {why}")
             args.loaders.remove(name)
-
-    for name in [n for n in args.loaders if n in PEERS]:
-        if why := missing(name):
-            print(f"note: skipping {name}: {why}", file=sys.stderr)
-            notes.append(f"{name} skipped: {why}")
-            args.loaders.remove(name)
-    if "torch" in args.loaders and (why := torch_missing()):
-        print(f"note: skipping the torch DataLoader: {why}", file=sys.stderr)
-        notes.append(f"torch DataLoader skipped: {why}")
-        args.loaders.remove("torch")
-    if "videoloader" in args.loaders:
-        import decord
-
-        if not hasattr(decord, "VideoLoader"):
-            why = f"this decord ({getattr(decord, '__version__', '?')}) has no VideoLoader"
-            print(f"note: skipping decord's VideoLoader: {why}", file=sys.stderr)
-            notes.append(f"decord VideoLoader skipped: {why}")
-            args.loaders.remove("videoloader")
 
 
 def convert_tfrecords(args, clips, workloads: dict) -> None:
@@ -201,31 +177,30 @@ def convert_tfrecords(args, clips, workloads: dict) -> None:
                       f"converted in {info['conversion_s']:.1f} s", file=sys.stderr)
 
 
-def start_forkserver() -> None:
-    """Start the forkserver now, with the worker-side modules preloaded.
+def prepare(args, notes: list[str]) -> dict:
+    """The videos, the workloads, the loaders that can run, the TFRecord files."""
+    from workloads import default_workloads, list_clipset, make_clipset
 
-    torch's workers fork from it: preloading torch and decord there gives them the start-up
-    that fork would, without forking TensorFlow.
-    """
-    import multiprocessing as mp
-
-    mp.set_forkserver_preload(["numpy", "decord", "torch", "torchcodec.decoders", "workloads", "loaders",
-                               "peers"])
-    ctx = mp.get_context("forkserver")
-    p = ctx.Process(target=int)
-    p.start()
-    p.join()
-    from multiprocessing import forkserver, resource_tracker
-
-    import measure
-
-    for pid in (forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid):
-        if pid:
-            measure.IGNORED_PIDS.add(pid)
+    if args.videos:
+        clips = list_clipset(args.videos)
+        videos = {"folder": args.videos, "count": len(clips.paths), "about": "files given by --videos"}
+    else:
+        h, w = args.video_size
+        clips = make_clipset(args.cache, args.video_count, args.video_frames, args.video_size, args.codec,
+                             args.content)
+        kbps = sum(os.path.getsize(p) for p in clips.paths) * 8 / 1e3 / (len(clips.paths) * args.video_frames / 25)
+        maker = ("shmloader.samples.make_videos" if args.content == "codes"
+                 else "frame codes over a panning texture with noise, workloads.write_textured")
+        videos = {"folder": os.path.relpath(os.path.dirname(clips.paths[0]), harness.ROOT), "count": len(clips.paths),
+                  "about": f"{args.video_frames} frames {h}x{w} {args.codec}, {kbps:.0f} kbit/s ({maker})"}
+    workloads = default_workloads(args.clip_len, args.small, args.large, args.py_iters)
+    skip_unavailable(args, notes)
+    convert_tfrecords(args, clips, workloads)
+    return {"clips": clips, "videos": videos, "workloads": workloads}
 
 
 # ---------------------------------------------------------------------- running
-def run_task(task: Task, rep: int, args, clips, workloads: dict) -> dict:
+def run_task(task: Task, rep: int, args, ctx: dict) -> dict:
     import experiments
     import limit
     from measure import Result, run_pipeline
@@ -241,12 +216,12 @@ def run_task(task: Task, rep: int, args, clips, workloads: dict) -> dict:
         else:
             r = experiments.t_iter(task.name, task.workers, t_cpu, T_GPU_S * scale, args.sim_items, rep)
         return dataclasses.asdict(r)
-    wl = workloads[task.workload]
     from loaders import FIXED_PARALLELISM, LOADERS
     from peers import PEER_FIXED
     from peers import PEERS as PEER_LOADERS
     from workloads import check_frames
 
+    clips, wl = ctx["clips"], ctx["workloads"][task.workload]
     workers = {**FIXED_PARALLELISM, **PEER_FIXED}.get(task.name, str(task.workers))
     res = Result(task.name, wl.name, workers, rep)
     try:
@@ -263,110 +238,359 @@ def run_task(task: Task, rep: int, args, clips, workloads: dict) -> dict:
     return dataclasses.asdict(res)
 
 
-def release_memory() -> None:
-    """Give freed heap back to the OS between runs, so one run's RSS does not carry the last's."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+def finish(doc: dict, rows: list[dict], args, ctx: dict) -> None:
+    """Loader runs apart from the simulated-work experiments; summary, targets, notes."""
+    runs = [r for r in rows if "loader" in r]
+    sims = [r for r in rows if "experiment" in r]
+    summary = summarize(runs)
+    doc.update(videos=ctx["videos"], workloads={k: v.about for k, v in ctx["workloads"].items() if k in args.workloads},
+               summary=summary, targets=check_targets(runs, sims, summary), simulations=sims, runs=runs)
+    doc["notes"] += standing_notes(args)
 
 
-def run_quietly(task: Task, rep: int, args, clips, workloads: dict) -> dict:
-    """``run_task``, repeated up to ``--retries`` times while other programs load the machine."""
-    best, attempts = None, 0
-    for attempts in range(1, 2 + max(0, args.retries)):
-        release_memory()
-        t0 = time.perf_counter()
-        row = run_task(task, rep, args, clips, workloads)
-        row["wall_s"] = time.perf_counter() - t0
-        if best is None or row.get("other_cpu_pct", 0) < best.get("other_cpu_pct", 0):
-            best = row
-        if row.get("error") or row.get("other_cpu_pct", 0) <= args.max_other_load:
-            break
-    best["attempts"] = attempts
-    return best
+def summarize(runs: list[dict]) -> dict:
+    """workload -> loader -> workers -> metric -> spread over repetitions."""
+    first = {wl: i for i, wl in reversed(list(enumerate(r["workload"] for r in runs)))}
+    return report.summarize(runs, ("workload", "loader", "workers"), METRICS, sort=lambda r: (
+        first[r["workload"]], ORDER.index(r["loader"]) if r["loader"] in ORDER else len(ORDER), _w_key(r["workers"])))
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    t_start = time.perf_counter()
-    from tqdm import tqdm
-
-    import report
-    from measure import machine_info
-    from workloads import default_workloads, list_clipset, make_clipset
-
-    notes: list[str] = []
-    os.makedirs(args.out, exist_ok=True)
-    if args.videos:
-        clips = list_clipset(args.videos)
-        videos = {"folder": args.videos, "count": len(clips.paths), "about": "files given by --videos"}
-    else:
-        h, w = args.video_size
-        clips = make_clipset(args.cache, args.video_count, args.video_frames, args.video_size, args.codec,
-                             args.content)
-        kbps = sum(os.path.getsize(p) for p in clips.paths) * 8 / 1e3 / (len(clips.paths) * args.video_frames / 25)
-        maker = ("shmloader._samples.make_videos" if args.content == "codes"
-                 else "frame codes over a panning texture with noise, workloads.write_textured")
-        videos = {"folder": os.path.relpath(os.path.dirname(clips.paths[0]), ROOT), "count": len(clips.paths),
-                  "about": f"{args.video_frames} frames {h}x{w} {args.codec}, {kbps:.0f} kbit/s ({maker})"}
-    workloads = default_workloads(args.clip_len, args.small, args.large, args.py_iters)
-    skip_unavailable(args, notes)
-    blocks = plan(args)
-    convert_tfrecords(args, clips, workloads)
-
-    # Paid once, outside every measurement: TensorFlow's import and the forkserver's start.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow  # noqa: F401
-
-    start_forkserver()
-    gc.freeze()  # TensorFlow's own objects: keeps the collection between runs short
-    machine = machine_info()
-
-    runs, sims = [], []
-    order = random.Random(args.seed)
-    with tqdm(total=sum(map(len, blocks)) * args.reps, unit="run", dynamic_ncols=True) as bar:
-        for rep in range(args.reps):
-            for block in order.sample(blocks, len(blocks)):
-                for task in order.sample(block, len(block)):
-                    bar.set_description(f"rep {rep + 1}/{args.reps} {task.label()}")
-                    row = run_quietly(task, rep, args, clips, workloads)
-                    if row.get("error"):
-                        tqdm.write(f"{task.label()}: {row['error']}")
-                    (sims if task.kind in ("producers", "titer", "serial") else runs).append(row)
-                    bar.update()
-
-    summary = report.summarize(runs)
-    doc = {
-        "name": args.name,
-        "command": " ".join(shlex.quote(a) for a in ["python", "bench/cpu_vs_workers.py", *argv]),
-        "machine": machine,
-        "config": dict(vars(args)),
-        "videos": videos,
-        "workloads": {k: v.about for k, v in workloads.items() if k in args.workloads},
-        "summary": summary,
-        "targets": [],
-        "simulations": sims,
-        "runs": runs,
-        "notes": notes + standing_notes(args) + retry_notes(runs + sims, args),
-    }
-    doc["targets"] = report.check_targets(runs, sims, summary)
-    doc["wall_s"] = time.perf_counter() - t_start
-    if not args.no_plots:
-        doc["plots"] = report.plot(doc, args.out, args.name)
-    report.save(doc, report.markdown(doc), args.out, args.name)
-    return 0
+def _w_key(w: str) -> tuple[int, str]:
+    return (int(w), "") if w.isdigit() else (10**6, w)
 
 
-def retry_notes(rows: list[dict], args) -> list[str]:
-    retried = [r for r in rows if r.get("attempts", 1) > 1]
-    if not retried:
+def _ratio(runs: list[dict], a: tuple[str, str, str], b: tuple[str, str, str]) -> dict | None:
+    """clips/s of (workload, loader, workers) a against b: ratio of medians, per-repetition min-max."""
+    keys = ("workload", "loader", "workers")
+    return report.ratio(runs, dict(zip(keys, a)), dict(zip(keys, b)), "clips_per_s")
+
+
+def _best(summary: dict, workload: str, loader: str, metric: str = "clips_per_s",
+          lowest: bool = False) -> tuple[str, float] | None:
+    by_w = summary.get(workload, {}).get(loader)
+    if not by_w:
+        return None
+    pick = min if lowest else max
+    w = pick(by_w, key=lambda k: by_w[k][metric]["median"])
+    return w, by_w[w][metric]["median"]
+
+
+def check_targets(runs: list[dict], sims: list[dict], summary: dict) -> list[dict]:
+    """Each target: what, the measured value (ratio of medians, per-repetition min-max), met."""
+    out = []
+
+    def add(target: str, r: dict | None, goal: float, how: str) -> None:
+        if r is None:
+            return
+        out.append({"target": target, "goal": goal, "how": how, **r, "met": r["ratio"] >= goal})
+
+    for wl in summary:
+        for a, b in FRAMEWORK_PAIRS:
+            ba, bb = _best(summary, wl, a), _best(summary, wl, b)
+            if ba is not None and bb is not None:
+                add(f"{a} >= {b}, {wl}", _ratio(runs, (wl, a, ba[0]), (wl, b, bb[0])), 1.0,
+                    f"clips/s into the same framework, best W of each: {a} W={ba[0]}, {b} W={bb[0]}")
+        if wl == "short":
+            add("shmloader 2 workers / 1 worker, decode-bound",
+                _ratio(runs, (wl, "shmloader", "2"), (wl, "shmloader", "1")), SCALING_TARGET,
+                "clips/s, same workload, interleaved repetitions")
+        for w in summary[wl].get("shmloader", {}):
+            add(f"shmloader / physical limit, {wl}, W={w}",
+                _ratio(runs, (wl, "shmloader", w), (wl, "limit", w)), LIMIT_TARGET,
+                "clips/s delivered to tf.data vs decode alone in W processes")
+        best = _best(summary, wl, "shmloader")
+        if best is None:
+            continue
+        for other in summary[wl]:
+            if other in ("shmloader", "limit", *FRAMEWORK_ROWS):
+                continue
+            ob = _best(summary, wl, other)
+            add(f"shmloader >= {other}, {wl}",
+                _ratio(runs, (wl, "shmloader", best[0]), (wl, other, ob[0])), 1.0,
+                f"best W of each: shmloader W={best[0]}, {other} W={ob[0]}")
+        if wl == "python":
+            threaded = [(ob[1], other, ob[0]) for other in THREAD_BASED
+                        if (ob := _best(summary, wl, other)) is not None]
+            if threaded:
+                _, other, ow = max(threaded)
+                add(f"shmloader / best thread-based ({other}), Python-heavy transform",
+                    _ratio(runs, (wl, "shmloader", best[0]), (wl, other, ow)), PYTHON_TARGET,
+                    f"shmloader W={best[0]}, {other} W={ow}")
+        # Main-process CPU per GB: shmloader's highest (any W) against each other loader's lowest.
+        shm_high = max(v["main_cpu_s_per_gb"]["median"] for v in summary[wl]["shmloader"].values())
+        others = [(min(v["main_cpu_s_per_gb"]["median"] for v in summary[wl][o].values()), o)
+                  for o in summary[wl] if o not in ("shmloader", "limit", *FRAMEWORK_ROWS)]
+        if others:
+            low, low_name = min(others)
+            out.append({"target": f"lowest main-process CPU per GB, {wl}", "goal": 1.0,
+                        "how": f"{low_name}'s lowest / shmloader's highest, s/GB",
+                        "ratio": low / shm_high, "per_rep_min": float("nan"),
+                        "per_rep_max": float("nan"), "met": shm_high <= low})
+    for cfg, rows in _t_iter_groups(sims).items():
+        for w, rs in sorted(rows.items()):
+            if w == 0:
+                continue
+            errs = [r["period_s"] / r["expected_period_s"] for r in rs]
+            med = statistics.median(errs)
+            out.append({"target": f"T_iter within 5 % of max(T_cpu/W, T_gpu): {cfg}, W={w}",
+                        "goal": T_ITER_TOLERANCE, "how": "measured / formula",
+                        "ratio": med, "per_rep_min": min(errs), "per_rep_max": max(errs),
+                        "met": abs(med - 1) <= T_ITER_TOLERANCE})
+    return out
+
+
+def _t_iter_groups(sims: list[dict], experiment: str = "t_iter") -> dict:
+    groups: dict = defaultdict(lambda: defaultdict(list))
+    for s in sims:
+        if s["experiment"] == experiment:
+            groups[s["config"]][s["workers"]].append(s)
+    return groups
+
+
+# ------------------------------------------------------------------------- Markdown
+COLUMNS = (
+    "Columns: clips/s and frames/s reaching a Python loop over the tf.data dataset; CPU as `top` "
+    "shows it (100 = one core), main process and loader workers apart; main-process CPU seconds per "
+    "GB of frames delivered; CPU ms per clip = main + workers CPU time per delivered clip (what a "
+    "clip costs, little affected by other load); peak RSS of main + children (shared ring pages "
+    "count in every process that maps them) and the part of it the run added over the main "
+    "process's RSS before it started (one process runs every configuration, so the absolute peak "
+    "also carries what earlier runs left behind); time to first batch from building the pipeline; "
+    "other load = busy CPU of everything else on the machine during the run; frames = the first "
+    "batch of every run checked against its frame codes (one video, consecutive frames, its label) "
+    "and against decord's decode of the same frames: 'ok' and the largest mean absolute pixel "
+    "difference in grey levels (tolerance 7; frames one apart differ by 10-15), or the number of wrong clips. † = fixed clips cut "
+    "at conversion time (every epoch reads the same clips).")
+def _digits(v: float) -> int:
+    return 0 if abs(v) >= 100 else 1 if abs(v) >= 10 else 2
+
+
+def markdown(doc: dict) -> str:
+    cfg = doc["config"]
+    lines = report.header(doc, f"Loader benchmark: {doc['name']}", ("torch", "jax", "torchcodec", "grain", "spdl"))
+    lines += [f"Videos: {doc['videos']['count']} × {doc['videos']['about']}. Batch size "
+              f"{cfg['batch_size']}, {cfg['reps']} interleaved repetitions of {cfg['duration']} s "
+              f"each after {cfg['warmup']} warm-up batch(es). Cells: median (min–max).", "", COLUMNS, ""]
+    for wl, about in doc["workloads"].items():
+        if wl not in doc["summary"]:
+            continue
+        rows = []
+        for loader, by_w in doc["summary"][wl].items():
+            for w, s in by_w.items():
+                per_gb = s["main_cpu_s_per_gb"]
+                cells = [fmt(s["clips_per_s"]), fmt(s["frames_per_s"]), fmt(s["main_cpu_pct"]),
+                         fmt(s["workers_cpu_pct"]), fmt(per_gb, _digits(per_gb["median"])),
+                         fmt(s["cpu_ms_per_clip"], 1), fmt(s["peak_rss_mib"]),
+                         fmt(s["added_rss_mib"]), fmt(s["first_batch_s"], 2),
+                         fmt(s["other_cpu_pct"]), _frames_cell(s)]
+                name = "physical limit" if loader == "limit" else loader
+                name += "†" if loader in FIXED_CLIPS else ""
+                rows.append(f"| {name} | {w} | " + " | ".join(cells) + " |")
+        lines += [f"## {wl}: {about}", ""] + table(
+            "| loader | W | clips/s | frames/s | main CPU % | workers CPU % | main CPU s/GB | CPU ms/clip "
+            "| peak RSS MiB | added RSS MiB | first batch s | other load % | frames |", rows) + [""]
+    lines += _disk_markdown(doc)
+    if doc["targets"]:
+        rows = []
+        for t in doc["targets"]:
+            rep = ("–" if math.isnan(t["per_rep_min"]) else
+                   f"{t['per_rep_min']:.2f}–{t['per_rep_max']:.2f}")
+            goal = (f"≤ {t['goal']:.0%} off" if t["target"].startswith("T_iter")
+                    else f"≥ {t['goal']:g}" if not t["target"].startswith("lowest") else "lowest")
+            rows.append(f"| {t['target']} ({t['how']}) | {goal} | {t['ratio']:.2f} | {rep} | "
+                        f"{'yes' if t['met'] else '**no**'} |")
+        lines += ["## Targets", ""] + table("| target | goal | measured | per-repetition | met |", rows) + [""]
+    return "\n".join(lines + _sim_markdown(doc) + report.tail(doc))
+
+
+def _frames_cell(s: dict) -> str:
+    bad, mad = s.get("frames_bad"), s.get("frame_mad")
+    if not bad or bad["n"] == 0:  # not checked (runs of --videos, or from before the check)
+        return "–"
+    if bad["max"] > 0:
+        return f"**{bad['max']:.0f} wrong**"
+    return f"ok, {mad['max']:.2f}"
+
+
+def _disk_markdown(doc: dict) -> list[str]:
+    """The TFRecord route's price: bytes on disk against the source videos, one-off conversion."""
+    seen = {}
+    for r in doc["runs"]:
+        disk = r.get("extra", {}).get("disk")
+        if disk:
+            seen.setdefault((r["loader"], disk["about"]), disk)
+    if not seen:
         return []
-    still = sum(r.get("other_cpu_pct", 0) > args.max_other_load for r in retried)
-    return [f"{len(retried)} of {len(rows)} runs were repeated because other programs used more than "
-            f"{args.max_other_load:g} % CPU during them; the quietest attempt is kept "
-            f"({still} stayed above the threshold)."]
+    lines = ["## Pre-decoded TFRecord: disk and conversion", "",
+             "Converted once before the runs (one process: decode with decord, encode, write); "
+             "the clips are fixed at conversion time.", "",
+             "| loader | what is stored | records | MiB on disk | × source videos | conversion s (one-off) |",
+             "|---|---|---|---|---|---|"]
+    for (loader, about), d in seen.items():
+        lines.append(f"| {loader} | {about} | {d['records']} | {d['bytes'] / 2**20:.1f} | "
+                     f"{d['bytes'] / d['source_bytes']:.1f}× (of {d['source_bytes'] / 2**20:.1f} MiB) | "
+                     f"{d['conversion_s']:.1f} |")
+    return lines + [""]
+
+
+def _sim_markdown(doc: dict) -> list[str]:
+    lines = []
+    prod = _t_iter_groups(doc["simulations"], "producers")
+    for cfg, rows in prod.items():
+        lines += [f"## Producers experiment: {cfg}", "",
+                  "| W | items/s | model min(W/P, 1/C) | main CPU % | workers CPU % | other load % |",
+                  "|---|---|---|---|---|---|"]
+        for w, rs in sorted(rows.items()):
+            lines.append(f"| {w} | {fmt(spread([r['items_per_s'] for r in rs]), 1)} | "
+                         f"{1 / rs[0]['expected_period_s']:.1f} | "
+                         f"{fmt(spread([r['main_cpu_pct'] for r in rs]), 1)} | "
+                         f"{fmt(spread([r['workers_cpu_pct'] for r in rs]), 1)} | "
+                         f"{fmt(spread([r['other_cpu_pct'] for r in rs]))} |")
+        lines.append("")
+    groups = _t_iter_groups(doc["simulations"])
+    if groups:
+        lines += ["## T_iter experiment", "",
+                  "| work | W | T_iter ms | max(T_cpu/W, T_gpu) ms | serial T_cpu+T_gpu ms | "
+                  "measured / formula | workers CPU % | other load % |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for cfg, rows in groups.items():
+            for w, rs in sorted(rows.items()):
+                ms = spread([1e3 * r["period_s"] for r in rs])
+                ratio = spread([r["period_s"] / r["expected_period_s"] for r in rs])
+                lines.append(f"| {cfg} | {'serial' if w == 0 else w} | {fmt(ms, 1)} | "
+                             f"{1e3 * rs[0]['expected_period_s']:.1f} | "
+                             f"{1e3 * rs[0]['serial_period_s']:.1f} | {fmt(ratio, 3)} | "
+                             f"{fmt(spread([r['workers_cpu_pct'] for r in rs]))} | "
+                             f"{fmt(spread([r['other_cpu_pct'] for r in rs]))} |")
+        lines.append("")
+    return lines
+
+
+# ---------------------------------------------------------------------------- plots
+_STYLE = {"naive": ("tab:gray", "o"), "tf-map": ("tab:orange", "s"), "threads": ("tab:green", "^"),
+          "torch": ("tab:red", "D"), "videoloader": ("tab:purple", "v"),
+          "shmloader": ("tab:blue", "o"), "limit": ("black", "x"), "tfrecord-jpeg": ("tab:olive", "P"),
+          "tfrecord-raw": ("tab:brown", "X"), "grain": ("tab:pink", "<"), "grain-default": ("goldenrod", ">"),
+          "spdl": ("tab:cyan", "h"), "torchcodec": ("darkred", "d"),
+          "shm-torch": ("navy", "o"), "shm-torch-grouped": ("navy", "*"), "torch-dl": ("salmon", "D"),
+          "torchcodec-dl": ("maroon", "d"), "shm-jax": ("teal", "o"), "shm-jax-grouped": ("teal", "*"),
+          "grain-jax": ("hotpink", "<")}
+
+
+def _series(by_w: dict, metric: str):
+    ws = [w for w in by_w if w.isdigit()]
+    xs = [int(w) for w in ws]
+    med = [by_w[w][metric]["median"] for w in ws]
+    lo = [m - by_w[w][metric]["min"] for m, w in zip(med, ws)]
+    hi = [by_w[w][metric]["max"] - m for m, w in zip(med, ws)]
+    return xs, med, [lo, hi]
+
+
+def _loader_axes(ax, summary_wl: dict, metric: str, xs_all: list[int]) -> None:
+    for loader, by_w in summary_wl.items():
+        color, marker = _STYLE.get(loader, ("tab:cyan", "."))
+        label = "physical limit" if loader == "limit" else loader
+        if any(w.isdigit() for w in by_w) and not (len(by_w) == 1 and loader == "naive"):
+            xs, med, err = _series(by_w, metric)
+            ax.errorbar(xs, med, yerr=err, color=color, marker=marker, capsize=3, label=label,
+                        linestyle="--" if loader == "limit" else "-")
+        else:  # one value whatever W (serial, or tf.data AUTOTUNE): a flat line
+            s = next(iter(by_w.values()))[metric]
+            ax.axhline(s["median"], color=color, linestyle=":", label=f"{label} ({next(iter(by_w))})")
+            ax.axhspan(s["min"], s["max"], color=color, alpha=0.12)
+    ax.set_xticks(xs_all)
+    ax.grid(alpha=0.3)
+
+
+def plot(doc: dict, folder: str, name: str) -> list[str]:
+    plt = report.pyplot()
+    files = []
+    summary = doc["summary"]
+    wls = [w for w in doc["workloads"] if w in summary]
+    xs_all = sorted({int(w) for wl in wls for by_w in summary[wl].values() for w in by_w if w.isdigit()})
+    if wls:
+        fig, axes = plt.subplots(1, len(wls), figsize=(5.2 * len(wls), 4.2), squeeze=False)
+        for ax, wl in zip(axes[0], wls):
+            _loader_axes(ax, summary[wl], "clips_per_s", xs_all)
+            ax.set_title(f"{wl}: {_short(doc['workloads'][wl])}", fontsize=9)
+            ax.set_xlabel("workers W")
+            ax.set_ylabel("clips/s at the tf.data consumer")
+            meds = [s["clips_per_s"]["median"] for by_w in summary[wl].values() for s in by_w.values()]
+            if max(meds) > 8 * min(meds):  # pre-decoded rows beside decoding ones: keep both readable
+                ax.set_yscale("log")
+                ax.set_ylabel("clips/s at the tf.data consumer (log scale)")
+            else:
+                ax.set_ylim(bottom=0)
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle(f"Throughput vs workers ({doc['machine']['cpu_model']}, "
+                     f"{doc['machine']['usable_cores']} cores); median, bars min–max")
+        fig.tight_layout()
+        files.append(report.savefig(fig, folder, f"{name}_throughput.png"))
+
+        fig, axes = plt.subplots(2, len(wls), figsize=(5.2 * len(wls), 7.5), squeeze=False)
+        for j, wl in enumerate(wls):
+            for i, (metric, what) in enumerate((("main_cpu_pct", "main process"),
+                                                ("workers_cpu_pct", "worker processes"))):
+                ax = axes[i][j]
+                _loader_axes(ax, summary[wl], metric, xs_all)
+                ax.set_title(f"{wl}: {what}", fontsize=9)
+                ax.set_xlabel("workers W")
+                ax.set_ylabel("CPU % (100 = one core)")
+                ax.set_ylim(bottom=0)
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle("CPU vs workers, as top shows it; median, bars min–max")
+        fig.tight_layout()
+        files.append(report.savefig(fig, folder, f"{name}_cpu.png"))
+
+    prod = _t_iter_groups(doc["simulations"], "producers")
+    if prod:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.5, 4.2))
+        for cfg, rows in prod.items():
+            ws = sorted(rows)
+            thr = [spread([r["items_per_s"] for r in rows[w]]) for w in ws]
+            a1.errorbar(ws, [t["median"] for t in thr],
+                        yerr=[[t["median"] - t["min"] for t in thr], [t["max"] - t["median"] for t in thr]],
+                        marker="o", capsize=3, label="measured (shmloader)")
+            a1.plot(ws, [1 / rows[w][0]["expected_period_s"] for w in ws], "k--",
+                    label="min(W / producer, 1 / consumer)")
+            for metric, label in (("main_cpu_pct", "main"), ("workers_cpu_pct", "workers, total")):
+                a2.plot(ws, [spread([r[metric] for r in rows[w]])["median"] for w in ws],
+                        marker="o", label=label)
+            a1.set_title(cfg, fontsize=9)
+        a1.set_xlabel("producers W"), a1.set_ylabel("items/s at the consumer"), a1.legend(fontsize=8)
+        a2.set_xlabel("producers W"), a2.set_ylabel("CPU % (100 = one core)"), a2.legend(fontsize=8)
+        a2.set_ylim(bottom=0, top=max(20.0, a2.get_ylim()[1]))
+        a1.grid(alpha=0.3), a2.grid(alpha=0.3)
+        fig.tight_layout()
+        files.append(report.savefig(fig, folder, f"{name}_producers.png"))
+
+    groups = _t_iter_groups(doc["simulations"])
+    if groups:
+        fig, axes = plt.subplots(1, len(groups), figsize=(5.2 * len(groups), 4.2), squeeze=False)
+        for ax, (cfg, rows) in zip(axes[0], groups.items()):
+            ws = sorted(w for w in rows if w > 0)
+            meas = [spread([1e3 * r["period_s"] for r in rows[w]]) for w in ws]
+            ax.errorbar(ws, [m["median"] for m in meas],
+                        yerr=[[m["median"] - m["min"] for m in meas], [m["max"] - m["median"] for m in meas]],
+                        marker="o", capsize=3, label="measured T_iter (shmloader)")
+            ax.plot(ws, [1e3 * rows[w][0]["expected_period_s"] for w in ws], "k--",
+                    label="max(T_cpu / W, T_gpu)")
+            serial = 1e3 * rows[ws[0]][0]["serial_period_s"]
+            ax.axhline(serial, color="tab:red", linestyle=":", label="serial T_cpu + T_gpu")
+            if 0 in rows:
+                s = spread([1e3 * r["period_s"] for r in rows[0]])
+                ax.plot([ws[0]], [s["median"]], "rx", label="serial, measured")
+            ax.set_title(cfg, fontsize=9)
+            ax.set_xlabel("workers W"), ax.set_ylabel("ms per iteration")
+            ax.set_xticks(ws), ax.set_ylim(bottom=0), ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        files.append(report.savefig(fig, folder, f"{name}_titer.png"))
+    return files
+
+
+def _short(about: str, width: int = 60) -> str:
+    return about if len(about) <= width else about[: width - 1] + "…"
 
 
 def standing_notes(args) -> list[str]:
@@ -429,5 +653,10 @@ def standing_notes(args) -> list[str]:
     return notes
 
 
+BENCH = harness.Benchmark(
+    script="bench/cpu_vs_workers.py", name="cpu2", about=__doc__, options=options, prepare=prepare,
+    cells=plan, run=run_task, report=finish, markdown=markdown, plot=plot, label=Task.label,
+    brief=lambda task, row: row.get("error") and f"{task.label()}: {row['error']}", forkserver=True)
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(harness.main(BENCH, sys.argv[1:]))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from measure import Sampler
+from measure import Sampler, cpu_shares
 
 _SPEC = {"x": ((1,), np.float32)}
 
@@ -97,11 +97,7 @@ def _consume(fn, workers: int, consumer_s: float, items: int, warmup: int, res: 
     res.items = len(stamps) - 1  # intervals
     res.period_s = (stamps[-1] - stamps[0]) / res.items
     res.items_per_s = 1 / res.period_s
-    dt = b.t - a.t
-    res.main_cpu_pct = 100 * (b.main_cpu - a.main_cpu) / dt
-    res.workers_cpu_pct = 100 * sum(b.worker_cpu.values()) / dt
-    res.other_cpu_pct = max(0.0, 100 * (b.system_busy - a.system_busy) / dt
-                            - res.main_cpu_pct - res.workers_cpu_pct)
+    res.main_cpu_pct, res.workers_cpu_pct, res.other_cpu_pct = cpu_shares(a, b)
     return res
 
 
@@ -141,7 +137,5 @@ def serial(kind: str, t_cpu: float, t_gpu: float, items: int, rep: int) -> SimRe
     res.items = items
     res.period_s = (stamps[-1] - stamps[0]) / items
     res.items_per_s = 1 / res.period_s
-    dt = b.t - a.t
-    res.main_cpu_pct = 100 * (b.main_cpu - a.main_cpu) / dt
-    res.other_cpu_pct = max(0.0, 100 * (b.system_busy - a.system_busy) / dt - res.main_cpu_pct)
+    res.main_cpu_pct, _, res.other_cpu_pct = cpu_shares(a, b)  # no worker processes
     return res

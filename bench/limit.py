@@ -19,37 +19,44 @@ from workloads import ClipSet, Workload, decode_clip, sample_keys
 _SLACK_S = 60.0
 
 
-def _decode_for(clips: ClipSet, wl: Workload, shard: int, shards: int, pin: bool, ready, go,
-                duration: float, out) -> None:
+def clip_steps(clips: ClipSet, wl: Workload, shard: int, shards: int):
+    """One step decodes the next clip of this process's shard of the sample stream."""
+    keys = sample_keys(len(clips), shard, shards)
+    return lambda: decode_clip(clips, wl, *next(keys))
+
+
+def _decode_for(steps, args: tuple, shard: int, pin: bool, ready, go, duration: float, out) -> None:
+    """Steps of ``steps(*args)`` for ``duration`` s from the common start; report (shard, steps, s)."""
     if pin:  # before decord starts any thread: they all inherit this core
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[shard % len(cores)]})
-    keys = sample_keys(len(clips), shard, shards)
-    decode_clip(clips, wl, *next(keys))  # imports and first open outside the timed part
+    step = steps(*args)
+    step()  # imports and first open outside the timed part
     ready.put(shard)
     go.wait()
     t0 = time.perf_counter()
     n = 0
     while time.perf_counter() - t0 < duration:
-        decode_clip(clips, wl, *next(keys))
+        step()
         n += 1
     out.put((shard, n, time.perf_counter() - t0))
 
 
-def run_timed(target, args_of, workers: int, duration: float, res: Result, units_to_clips: int,
-              clip_len: int, clip_bytes: int) -> Result:
-    """Start ``target(*args_of(i), ready, go, duration, out)`` in W spawned processes, release them
-    together once all are ready, and fill ``res`` from their reports ``(shard, units, seconds)``.
+def run_timed(steps, args_of, workers: int, duration: float, res: Result, units_to_clips: int,
+              clip_len: int, clip_bytes: int, pin: bool = False) -> Result:
+    """Run ``steps(*args_of(i))`` (a module-level function that returns the step of process i)
+    in W spawned processes, release them together once all are ready, and fill ``res`` from
+    their reports ``(shard, steps, seconds)``.
 
     spawn, not the forkserver that torch's workers share: that one preloads torch, which would
-    inflate these processes' memory for nothing. Each report counts ``units`` of work, each
-    ``units_to_clips`` clips.
+    inflate these processes' memory for nothing. Each step is ``units_to_clips`` clips.
     """
     ctx = mp.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     with Sampler(children=True) as sampler:
         t0 = time.perf_counter()
-        procs = [ctx.Process(target=target, daemon=True, args=(*args_of(i), ready, go, duration, out))
+        procs = [ctx.Process(target=_decode_for, daemon=True,
+                             args=(steps, args_of(i), i, pin, ready, go, duration, out))
                  for i in range(workers)]
         for p in procs:
             p.start()
@@ -81,5 +88,5 @@ def run_timed(target, args_of, workers: int, duration: float, res: Result, units
 
 def physical_limit(clips: ClipSet, wl: Workload, workers: int, duration: float, res: Result,
                    pin: bool = False) -> Result:
-    return run_timed(_decode_for, lambda i: (clips, wl, i, workers, pin), workers, duration, res, 1,
-                     wl.clip_len, wl.clip_bytes)
+    return run_timed(clip_steps, lambda i: (clips, wl, i, workers), workers, duration, res, 1,
+                     wl.clip_len, wl.clip_bytes, pin)

@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from measure import pin_processes
-from workloads import ClipSet, SharedKeys, Workload, decode_clip, python_heavy, sample_keys, shm_transform
+from workloads import CLIPS_PER_VIDEO, ClipSet, SharedKeys, Workload, decode_clip, python_heavy, sample_keys, shm_transform
 
 # Clips the thread loader's queue holds: two batches, so producers never wait on one stack.
 _QUEUE_BATCHES = 2
@@ -46,6 +46,7 @@ class Pipeline:
     teardown: list[Callable[[], None]] = field(default_factory=list)
     stats: Callable[[], dict] | None = None
     disk: dict | None = None  # the TFRecord route's files: bytes, source_bytes, conversion_s
+    epoch_batches: int = 1  # > 1: measured over whole epochs of this many batches (measure.run_pipeline)
 
     def __next__(self) -> dict:
         return next(self.batches)
@@ -209,13 +210,43 @@ class _EndlessKeys:
         return (epoch * self.n + sample for epoch, sample in sample_keys(self.n))
 
 
+def why_not(module: str, how: str) -> str | None:
+    """None when ``module`` imports, else a one-line reason that ends with ``how`` to get it."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # ImportError, or a library that fails to load (CUDA build, no FFmpeg)
+        first = str(e).splitlines()[0] if str(e) else ""
+        return f"{module} does not import ({type(e).__name__}: {first[:160]}); {how}"
+    return None
+
+
 def torch_missing() -> str | None:
     """None when torch imports, else why not."""
-    try:
-        import torch  # noqa: F401
-    except Exception as e:  # ImportError, or a broken install
-        return f"torch is not importable ({type(e).__name__}: {e}); pip install torch==2.13.0 (CPU)"
-    return None
+    return why_not("torch", "pip install torch==2.13.0 (CPU)")
+
+
+def start_forkserver() -> None:
+    """Start the forkserver now, with the worker-side modules preloaded; its pid and the resource
+    tracker's stay out of every measurement (``measure.IGNORED_PIDS``).
+
+    torch's workers fork from it: preloading torch and decord there gives them the start-up
+    that fork would, without forking TensorFlow.
+    """
+    import multiprocessing as mp
+    from multiprocessing import forkserver, resource_tracker
+
+    import measure
+
+    mp.set_forkserver_preload(["numpy", "decord", "torch", "torchcodec.decoders", "workloads", "loaders",
+                               "peers"])
+    p = mp.get_context("forkserver").Process(target=int)
+    p.start()
+    p.join()
+    for pid in (forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid):
+        if pid:
+            measure.IGNORED_PIDS.add(pid)
 
 
 def _torch_workers(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool, dataset):
@@ -306,44 +337,51 @@ def video_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
 
 # --------------------------------------------------------------------- 6. shmloader
 def _shm_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool,
-                grouped: bool = False):
-    """``shmloader.Loader(VideoClips(...))`` over the clip set; ``grouped``: the clips of a video
-    decoded in one pass (``group_clips=True``), still one clip per sample."""
+                evaluation: bool = False, **options):
+    """``shmloader.Loader(VideoClips(...))`` over the clip set, ``CLIPS_PER_VIDEO`` random clips
+    of each video at the workload's size; ``options`` go to ``VideoClips`` (``group_clips=True``:
+    the clips of a video decoded in one pass, still one clip per sample). ``evaluation``:
+    ``shmloader.eval_loader`` instead."""
     import shmloader
 
+    options = {"clips_per_video": CLIPS_PER_VIDEO, "size": wl.size, **options}
     source = shmloader.VideoClips(list(clips.paths), list(clips.labels), clip_len=wl.clip_len,
-                                  clips_per_video=len(clips) // len(clips.paths),
-                                  sampling="random", size=wl.size, **({"group_clips": True} if grouped else {}))
+                                  frame_step=wl.frame_step, sampling="random", **options)
+    if evaluation:
+        return shmloader.eval_loader(source, batch_size=batch_size, workers=workers)
     transform = shm_transform(wl.py_iters) if wl.py_iters else None
-    options = {}
-    if pin and "pin_workers" in inspect.signature(shmloader.Loader).parameters:
-        options["pin_workers"] = True  # the loader's own: pinned before any thread starts
+    pinned = pin and "pin_workers" in inspect.signature(shmloader.Loader).parameters
     loader = shmloader.Loader(source, batch_size=batch_size, workers=workers, shuffle=True,
                               seed=0, epochs=None, drop_remainder=True, transform=transform,
-                              **options)
-    if pin and not options:
+                              **({"pin_workers": True} if pinned else {}))  # pinned before any thread starts
+    if pin and not pinned:
         pin_processes(loader.worker_pids())
     return loader
 
 
-def shm(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False) -> Pipeline:
-    """``shmloader.Loader(VideoClips(...), workers=workers).as_dataset()``.
+def _loader_pipeline(loader, batches, whole_epochs: bool = False) -> Pipeline:
+    return Pipeline(batches, threading.Event(), pids=loader.worker_pids, teardown=[loader.close],
+                    stats=loader.stats, epoch_batches=len(loader) if whole_epochs else 1)
+
+
+def shm(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False,
+        whole_epochs: bool = False, **options) -> Pipeline:
+    """``shmloader.Loader(VideoClips(...), workers=workers).as_dataset()``; ``whole_epochs``:
+    measured over whole epochs (grouped decode delivers in bursts).
 
     Its generator never blocks without a deadline, so dropping the iterator first is safe
     (NOTE [ Closing a from_generator pipeline ]); the loader is closed after.
     """
-    loader = _shm_loader(clips, wl, workers, batch_size, pin)
-    return Pipeline(iter(loader.as_dataset()), threading.Event(), pids=loader.worker_pids,
-                    teardown=[loader.close], stats=loader.stats)
+    loader = _shm_loader(clips, wl, workers, batch_size, pin, **options)
+    return _loader_pipeline(loader, iter(loader.as_dataset()), whole_epochs)
 
 
 # ------------------------------------------- 7. into PyTorch and JAX, no tf.data (issue 18)
 def shm_torch(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False,
               grouped: bool = False) -> Pipeline:
     """``loader.as_torch()``: torch tensors over the ring's slots (no pin_memory: no CUDA here)."""
-    loader = _shm_loader(clips, wl, workers, batch_size, pin, grouped)
-    return Pipeline(iter(loader.as_torch()), threading.Event(), pids=loader.worker_pids,
-                    teardown=[loader.close], stats=loader.stats)
+    loader = _shm_loader(clips, wl, workers, batch_size, pin, group_clips=grouped)
+    return _loader_pipeline(loader, iter(loader.as_torch()))
 
 
 def shm_torch_grouped(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
@@ -356,9 +394,8 @@ def shm_jax(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bo
     """``shmloader.jax.batches(loader)``: jax.Arrays (on the CPU backend, over the slots)."""
     import shmloader.jax
 
-    loader = _shm_loader(clips, wl, workers, batch_size, pin, grouped)
-    return Pipeline(shmloader.jax.batches(loader), threading.Event(), pids=loader.worker_pids,
-                    teardown=[loader.close], stats=loader.stats)
+    loader = _shm_loader(clips, wl, workers, batch_size, pin, group_clips=grouped)
+    return _loader_pipeline(loader, shmloader.jax.batches(loader))
 
 
 def shm_jax_grouped(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
@@ -368,15 +405,7 @@ def shm_jax_grouped(clips: ClipSet, wl: Workload, workers: int, batch_size: int,
 
 def framework_missing(name: str) -> str | None:
     """None when the framework row ``name`` can run here, else why not."""
-    import importlib
-
-    for module, extra in FRAMEWORK_NEEDS[name]:
-        try:
-            importlib.import_module(module)
-        except Exception as e:  # ImportError, or a library that fails to load
-            first = str(e).splitlines()[0] if str(e) else ""
-            return f"{module} does not import ({type(e).__name__}: {first[:160]}); {extra}"
-    return None
+    return next(filter(None, (why_not(module, how) for module, how in FRAMEWORK_NEEDS[name])), None)
 
 
 # What each framework row needs importable, and how to get it.

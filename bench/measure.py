@@ -8,6 +8,8 @@ decode-only processes of the physical limit).
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import platform
 import threading
@@ -38,7 +40,7 @@ class _Snapshot:
     system_busy: float  # all cores, every process: cumulative busy seconds
 
 
-def _system_busy() -> float:
+def system_busy() -> float:
     t = psutil.cpu_times()
     # guest time is already part of user time; iowait is idle.
     return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
@@ -133,7 +135,7 @@ class Sampler:
         with self._lock:
             worker = {pid: self._last[pid] - self._first[pid] for pid in self._last}
             main_cpu -= self._own_cpu
-        return _Snapshot(time.perf_counter(), main_cpu, worker, _system_busy())
+        return _Snapshot(time.perf_counter(), main_cpu, worker, system_busy())
 
     def window_start(self) -> _Snapshot:
         with self._lock:
@@ -177,26 +179,39 @@ class Result:
     extra: dict = field(default_factory=dict)
 
 
+def cpu_shares(a: _Snapshot, b: _Snapshot) -> tuple[float, float, float]:
+    """CPU % (100 = one core) over the window a..b: main process, workers, everything else."""
+    dt = b.t - a.t
+    main = 100 * max(0.0, b.main_cpu - a.main_cpu) / dt  # less the sampler's CPU: can dip below zero
+    workers = 100 * sum(b.worker_cpu.values()) / dt
+    return main, workers, max(0.0, 100 * (b.system_busy - a.system_busy) / dt - main - workers)
+
+
 def window_result(res: Result, a: _Snapshot, b: _Snapshot, clips: int, clip_len: int,
                   clip_bytes: int, sampler: Sampler) -> Result:
     dt = b.t - a.t
     gb = clips * clip_bytes / 1e9
-    main = b.main_cpu - a.main_cpu
+    main = max(0.0, b.main_cpu - a.main_cpu)
     res.clips, res.seconds = clips, dt
     res.clips_per_s = clips / dt
     res.frames_per_s = clips * clip_len / dt
     res.gb_per_s = gb / dt
-    main = max(0.0, main)  # less the sampler's own CPU: can dip below zero by a clock tick
-    res.main_cpu_pct = 100 * main / dt
-    res.workers_cpu_pct = 100 * sum(b.worker_cpu.values()) / dt
+    res.main_cpu_pct, res.workers_cpu_pct, res.other_cpu_pct = cpu_shares(a, b)
     res.main_cpu_s_per_gb = main / gb if gb else float("nan")
     res.cpu_ms_per_clip = 1e3 * (main + sum(b.worker_cpu.values())) / clips if clips else float("nan")
-    res.other_cpu_pct = max(0.0, 100 * (b.system_busy - a.system_busy) / dt
-                            - res.main_cpu_pct - res.workers_cpu_pct)
     res.peak_rss_mib = sampler.peak_rss / 2**20
     res.peak_main_rss_mib = sampler.peak_main_rss / 2**20
     res.added_rss_mib = (sampler.peak_rss - sampler.base_rss) / 2**20
     return res
+
+
+def release_memory() -> None:
+    """Give freed heap back to the OS between runs, so one run's RSS does not carry the last's."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def pin_processes(pids: list[int]) -> None:
@@ -228,9 +243,13 @@ def touch(batch) -> int:
 
 
 def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration: float,
-                 warmup: int, min_batches: int, check=None) -> Result:
+                 warmup: int, min_batches: int = 1, check=None, clips_per_sample: int = 1) -> Result:
     """Build a pipeline with ``make()``, time its first batch, then measure ``duration`` s.
 
+    A sample holds ``clips_per_sample`` clips. Where the pipeline says how many batches an epoch
+    has (``Pipeline.epoch_batches``) the window holds whole epochs: grouped decode delivers in
+    bursts (a shuffle window's batches complete together), and whole epochs from the same phase
+    measure the steady rate. A pipeline that runs out (evaluation) ends the window early.
     ``check(video, labels) -> (bad clips, largest difference)`` looks at the first batch once
     the pipeline is closed (outside every measurement).
 
@@ -241,6 +260,7 @@ def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration:
         t0 = time.perf_counter()
         pipe = make()
         sampler.pids = pipe.pids
+        period = max(1, pipe.epoch_batches)
         try:
             first = next(pipe)
             touch(first)
@@ -249,16 +269,21 @@ def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration:
             for _ in range(warmup):
                 touch(next(pipe))
             a = sampler.window_start()
-            clips = batches = 0
-            while batches < min_batches or time.perf_counter() - a.t < duration:
-                clips += touch(next(pipe))
+            samples = batches = 0
+            while batches < max(min_batches, period) or batches % period or time.perf_counter() - a.t < duration:
+                try:
+                    samples += touch(next(pipe))
+                except StopIteration:
+                    break
                 batches += 1
             b = sampler.window_end()
-            window_result(res, a, b, clips, clip_len, clip_bytes, sampler)
+            window_result(res, a, b, samples * clips_per_sample, clip_len, clip_bytes, sampler)
+            res.extra.update(batches=batches, samples=samples, epoch_batches=period)
             if pipe.stats is not None:
                 s = pipe.stats()
-                res.extra["copied_batches"] = s.get("copied", 0)
-                res.extra["consumer_wait_s"] = round(s.get("consumer_wait_s", 0.0), 3)
+                res.extra.update(copied_batches=s.get("copied", 0), worker_replies=s.get("tasks"),
+                                 decoded_samples=s.get("decoded"),
+                                 consumer_wait_s=round(s.get("consumer_wait_s", 0.0), 3))
         finally:
             t1 = time.perf_counter()
             pipe.close()
@@ -272,8 +297,6 @@ def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration:
 
 def machine_info() -> dict:
     import importlib.metadata as md
-
-    import numpy as np
 
     cpu = platform.processor() or ""
     try:

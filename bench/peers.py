@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from loaders import Pipeline, TorchClips, _batched_dataset, _stack, torch_loader, torch_tensors
+from loaders import Pipeline, TorchClips, _batched_dataset, _stack, torch_loader, torch_tensors, why_not
 from workloads import SEED, ClipSet, Workload, python_heavy, sample_keys
 
 # What each peer needs importable, and how to get it.
@@ -46,15 +46,7 @@ _SHUFFLE_RECORDS = 96
 
 def missing(name: str) -> str | None:
     """None when peer ``name`` can run here, else a one-line reason."""
-    import importlib
-
-    module, how = _NEEDS[name]
-    try:
-        importlib.import_module(module)
-    except Exception as e:  # ImportError, or a library that fails to load (CUDA build, no FFmpeg)
-        first = str(e).splitlines()[0] if str(e) else ""
-        return f"{module} does not import ({type(e).__name__}: {first[:160]}); {how}"
-    return None
+    return why_not(*_NEEDS[name])
 
 
 def _epoch_sample(n: int, index: int, cache: dict) -> tuple[int, int]:

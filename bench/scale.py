@@ -7,7 +7,8 @@ main process alone: workers are child processes, never waited for, so they are n
 with a consumer that does nothing else:
 
 * video: ``VideoClips`` 16x112x112 clips, batch 8 and 32, 2 workers, plain iteration and
-  through ``as_dataset()``;
+  through ``as_dataset()``; and a dataset smaller than one batch (8 videos, one clip each, at
+  the largest batch: each batch spans epochs; ``Loader(span_epochs=True)`` where it exists);
 * rows: ``ArraySource`` with 1 KiB rows, batch 256, 2 workers, shuffled, against
   ``tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(256).prefetch(AUTOTUNE)`` over
   the same rows and a numpy gather ``x[perm[i:i + 256]]`` in one process;
@@ -18,8 +19,8 @@ with a consumer that does nothing else:
 * memory: worker USS of a ``VideoClips`` loader over 8 real paths and over the same 8 followed
   by 1 000 000 paths that are never read, and the time to the first batch of each.
 
-Every configuration runs once per repetition; repetitions are interleaved (each runs all
-configurations, blocks and the configurations in a block in a shuffled order) and the report
+Every configuration runs once per repetition; repetitions are interleaved (``harness``: each runs
+all configurations, blocks and the configurations in a block in a shuffled order) and the report
 gives medians (min-max). A missed target is followed by a cProfile of the main process (its CPU
 time, ``time.thread_time``) over plain iteration, top costs per batch. Writes
 ``<out>/<name>.json``, ``<out>/<name>.md`` and ``<out>/<name>.png``.
@@ -33,17 +34,12 @@ time, ``time.thread_time``) over plain iteration, top costs per batch. Writes
 
 from __future__ import annotations
 
-import argparse
 import cProfile
-import gc
-import hashlib
+import functools
 import os
 import pstats
-import random
 import resource
 import select
-import shlex
-import subprocess
 import sys
 import threading
 import time
@@ -51,10 +47,12 @@ import time
 import numpy as np
 import psutil
 
-from cpu_vs_workers import _ints, _names, _size
+import harness
+import report
+from measure import system_busy
+from report import table
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+fmt = functools.partial(report.fmt, comma=True)
 EXPERIMENTS = ("video", "rows", "growth", "idle", "memory")
 
 # What issue #11 asks for.
@@ -65,6 +63,10 @@ FIRST_BATCH_TARGET = 2.0  # time to first batch, 1 000 000 more paths / 8 paths
 # Our own reading of "flat" (the issue gives no number): per-sample main CPU at the widest W
 # within this factor of W = 4, the first W with as many tasks per batch (min(batch, W, 4)).
 FLAT_TARGET = 1.5
+# A dataset smaller than one batch (8 videos at batch 32): main CPU per clip within this factor of
+# the many-batch figure (issue 17).
+SMALL_TARGET = 1.5
+_SMALL_VIDEOS = 8
 
 # A loader with W workers and batch B sends min(B, W, 4) tasks per batch: at W = 1 a batch is
 # one task, from W = 4 on four. Per-sample cost comparable across W starts at this W.
@@ -82,37 +84,26 @@ _IDLE_CPU_S, _IDLE_QUIET_S, _IDLE_TIMEOUT_S = 0.003, 0.3, 20.0
 _IDLE_SETTLE_S = 0.5
 # A measured window holds at least this many ring's worth of batches (see _run_loader).
 _WINDOW_RINGS = 2
-# Set in the run that --commit starts: the commit its shmloader was archived from.
-_SNAPSHOT_ENV = "SCALE_BENCH_COMMIT"
 # Functions listed per profile.
 _PROFILE_TOP = 15
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--name", default="scale-cpu2", help="results are <out>/<name>.{json,md,png}")
-    p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--experiments", type=_names(EXPERIMENTS), default=list(EXPERIMENTS))
-    p.add_argument("--reps", type=int, default=3, help="interleaved repetitions")
-    p.add_argument("--seed", type=int, default=0, help="seed of the run order shuffle")
+
+
+def options(p) -> None:
+    p.add_argument("--experiments", type=harness.names(EXPERIMENTS), default=list(EXPERIMENTS))
     p.add_argument("--duration", type=float, default=6.0,
                    help="seconds measured per video run (clips arrive at decode speed)")
     p.add_argument("--min-batches", type=int, default=4, help="batches measured at least per run")
     p.add_argument("--warmup", type=int, default=2,
                    help="batches consumed after the first, unmeasured (at least the ring's slots)")
     p.add_argument("--workers", type=int, default=2, help="W of the video and rows runs")
-    p.add_argument("--video-batches", type=_ints, default=[8, 32])
-    p.add_argument("--cache", default=os.path.join(ROOT, ".cache", "bench-videos"),
-                   help="synthetic videos, shared with bench/cpu_vs_workers.py")
-    p.add_argument("--video-count", type=int, default=24)
-    p.add_argument("--video-frames", type=int, default=64)
-    p.add_argument("--video-size", type=_size, default=(240, 320), help="HxW of the synthetic videos")
-    p.add_argument("--codec", default="libx264", choices=("libx264", "mpeg4"))
+    p.add_argument("--video-batches", type=harness.ints, default=[8, 32])
+    harness.video_options(p, "bench-videos", count=24, frames=64)
     p.add_argument("--rows", type=int, default=200_000, help="N rows of the rows experiment")
     p.add_argument("--row-bytes", type=int, default=1024)
     p.add_argument("--rows-batch", type=int, default=256)
     p.add_argument("--rows-duration", type=float, default=3.0, help="seconds measured per rows run")
-    p.add_argument("--growth-workers", type=_ints, default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument("--growth-workers", type=harness.ints, default=[1, 2, 4, 8, 16, 32, 64])
     p.add_argument("--growth-batch", type=int, default=32)
     p.add_argument("--sleep-ms", type=float, default=4.0, help="sleep per sample of the growth source")
     p.add_argument("--growth-duration", type=float, default=3.0, help="seconds measured per growth run")
@@ -122,13 +113,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile", choices=("auto", "always", "never"), default="auto",
                    help="profile the main process when a target is missed (auto), always or never")
     p.add_argument("--profile-batches", type=int, default=12, help="batches profiled")
-    p.add_argument("--commit", default=None,
-                   help="measure shmloader as in this commit (a git archive of it), not the working tree")
-    p.add_argument("--no-plots", action="store_true")
-    args = p.parse_args(argv)
-    if args.reps < 1 or args.duration <= 0 or args.min_batches < 1 or args.workers < 1:
-        p.error("--reps >= 1, --duration > 0, --min-batches >= 1, --workers >= 1")
-    return args
 
 
 # ------------------------------------------------------------------------ measuring
@@ -136,11 +120,6 @@ def _main_usage() -> tuple[float, int]:
     """CPU seconds and voluntary context switches (a thread blocked: one wake-up each) of this process."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime, r.ru_nvcsw
-
-
-def _system_busy() -> float:
-    t = psutil.cpu_times()
-    return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
 
 
 def _procs_cpu(pids: list[int]) -> float:
@@ -160,7 +139,7 @@ class Window:
 
     def __init__(self, pids: list[int]) -> None:
         self.pids = pids
-        self._w0, self._s0 = _procs_cpu(pids), _system_busy()
+        self._w0, self._s0 = _procs_cpu(pids), system_busy()
         (self._c0, self._v0), self._t0 = _main_usage(), time.perf_counter()
 
     def elapsed(self) -> float:
@@ -168,7 +147,7 @@ class Window:
 
     def end(self, samples: int, batches: int) -> dict:
         t1, (c1, v1) = time.perf_counter(), _main_usage()
-        w1, s1 = _procs_cpu(self.pids), _system_busy()
+        w1, s1 = _procs_cpu(self.pids), system_busy()
         dt, main, workers = t1 - self._t0, c1 - self._c0, w1 - self._w0
         return {"samples": samples, "batches": batches, "seconds": dt,
                 "wakeups_per_batch": (v1 - self._v0) / batches, "wakeups_per_s": (v1 - self._v0) / dt,
@@ -180,15 +159,17 @@ class Window:
                 "other_cpu_pct": max(0.0, 100 * ((s1 - self._s0) - main - workers) / dt)}
 
 
-def _take(it, duration: float, min_batches: int, per_batch: int, pids: list[int]) -> dict:
+def _take(it, duration: float, min_batches: int, per_batch: int | None, pids: list[int]) -> dict:
     """Consume ``it`` for at least ``duration`` s and ``min_batches`` batches of ``per_batch``
-    samples, touching nothing: each batch is dropped at once and its slot goes back to the ring."""
-    batches = 0
+    samples (``None``: counted, for batches that may be short), touching nothing else: each batch
+    is dropped at once and its slot goes back to the ring."""
+    batches = samples = 0
     win = Window(pids)
     while batches < min_batches or win.elapsed() < duration:
-        next(it)
+        batch = next(it)
+        samples += per_batch or len(next(iter(batch.values())))
         batches += 1
-    return win.end(batches * per_batch, batches)
+    return win.end(samples, batches)
 
 
 def _iterate(loader, mode: str):
@@ -197,7 +178,7 @@ def _iterate(loader, mode: str):
 
 
 def _run_loader(make, mode: str, *, duration: float, min_batches: int, warmup: int,
-                batch: int) -> dict:
+                batch: int | None) -> dict:
     """Build a loader, time its first batch, warm up, measure a window, close it.
 
     The tf.data iterator is dropped before the loader is closed (its prefetch thread may be in
@@ -233,32 +214,47 @@ def _run_loader(make, mode: str, *, duration: float, min_batches: int, warmup: i
 
 
 # ------------------------------------------------------------------------- experiments
-def video_run(ctx: dict, batch: int, mode: str, args) -> dict:
+def _endless(source, batch: int, workers: int, **options):
+    import shmloader
+
+    options = {"drop_remainder": True, **options}
+    return shmloader.Loader(source, batch_size=batch, workers=workers, shuffle=True, seed=0, epochs=None, **options)
+
+
+def span_epochs() -> dict:
+    """``span_epochs=True`` where this shmloader has it: a batch fills across epoch boundaries."""
+    import inspect
+
+    import shmloader
+
+    return {"span_epochs": True} if "span_epochs" in inspect.signature(shmloader.Loader).parameters else {}
+
+
+def video_loader(ctx: dict, batch: int, args, small: bool = False):
+    """``VideoClips`` over the videos, ``CLIPS_PER_VIDEO`` clips each; ``small``: a dataset of
+    ``_SMALL_VIDEOS`` videos, one clip each, smaller than one batch."""
     import shmloader
 
     paths, labels = ctx["videos"]
+    if small:
+        paths, labels = paths[:_SMALL_VIDEOS], labels[:_SMALL_VIDEOS]
+    source = shmloader.VideoClips(paths, labels, clip_len=CLIP_LEN, clips_per_video=1 if small else CLIPS_PER_VIDEO,
+                                  sampling="random", size=CLIP_SIZE)
+    # An epoch of the small dataset is a short batch unless batches fill across epochs.
+    return _endless(source, batch, args.workers, **({"drop_remainder": False, **span_epochs()} if small else {}))
 
-    def make():
-        source = shmloader.VideoClips(paths, labels, clip_len=CLIP_LEN, clips_per_video=CLIPS_PER_VIDEO,
-                                      sampling="random", size=CLIP_SIZE)
-        return shmloader.Loader(source, batch_size=batch, workers=args.workers, shuffle=True, seed=0,
-                                epochs=None, drop_remainder=True)
 
-    return _run_loader(make, mode, duration=args.duration, min_batches=args.min_batches,
-                       warmup=args.warmup, batch=batch)
+def video_run(ctx: dict, batch: int, mode: str, small: bool, args) -> dict:
+    return _run_loader(lambda: video_loader(ctx, batch, args, small), mode, duration=args.duration,
+                       min_batches=args.min_batches, warmup=args.warmup, batch=None if small else batch)
 
 
 def rows_shm(ctx: dict, mode: str, args) -> dict:
-    import shmloader
-
-    def make():
-        return shmloader.Loader(ctx["array_source"], batch_size=args.rows_batch, workers=args.workers,
-                                shuffle=True, seed=0, epochs=None, drop_remainder=True)
-
     # Enough warm-up batches to be past the first epoch's plan and the workers' first pages.
     warmup = max(args.warmup, len(ctx["rows_y"]) // args.rows_batch // 4)
-    return _run_loader(make, mode, duration=args.rows_duration, min_batches=args.min_batches,
-                       warmup=warmup, batch=args.rows_batch)
+    return _run_loader(lambda: _endless(ctx["array_source"], args.rows_batch, args.workers), mode,
+                       duration=args.rows_duration, min_batches=args.min_batches, warmup=warmup,
+                       batch=args.rows_batch)
 
 
 def _whole_epochs(epoch, duration: float) -> dict:
@@ -316,16 +312,15 @@ def _sleepy(index: int, rng) -> dict:
     return {"x": np.full(16, index, np.int64)}
 
 
-def growth_run(ctx: dict, workers: int, args) -> dict:
+def growth_loader(workers: int, args):
     import shmloader
 
-    source = shmloader.FunctionSource(_sleepy, {"x": ((16,), np.int64)}, length=100_000)
+    return _endless(shmloader.FunctionSource(_sleepy, {"x": ((16,), np.int64)}, length=100_000),
+                    args.growth_batch, workers)
 
-    def make():
-        return shmloader.Loader(source, batch_size=args.growth_batch, workers=workers, shuffle=True,
-                                seed=0, epochs=None, drop_remainder=True)
 
-    return _run_loader(make, "plain", duration=args.growth_duration, min_batches=args.min_batches,
+def growth_run(ctx: dict, workers: int, args) -> dict:
+    return _run_loader(lambda: growth_loader(workers, args), "plain", duration=args.growth_duration, min_batches=args.min_batches,
                        warmup=args.warmup, batch=args.growth_batch)
 
 
@@ -425,12 +420,17 @@ def memory_run(ctx: dict, which: str, args) -> dict:
 
 
 # ------------------------------------------------------------------------------ plan
-def plan(args) -> list[list[tuple]]:
+def plan(args, ctx: dict) -> list[list[tuple]]:
     """Blocks of configurations; the ones a target compares share a block and run back to back."""
     blocks = []
     if "video" in args.experiments:
-        blocks.append([("video", f"b{b} {mode}", (b, mode)) for b in args.video_batches
-                       for mode in ("plain", "as_dataset")])
+        block = [("video", f"b{b} {mode}", (b, mode, False)) for b in args.video_batches
+                 for mode in ("plain", "as_dataset")]
+        if args.video_batches:  # the dataset smaller than one batch, beside the largest batch
+            b = max(args.video_batches)
+            how = ", span_epochs" if span_epochs() else ", one short batch per epoch"
+            block.append(("video", f"b{b} plain, {_SMALL_VIDEOS} videos{how}", (b, "plain", True)))
+        blocks.append(block)
     if "rows" in args.experiments:
         blocks.append([("rows", "shmloader plain", ("plain",)), ("rows", "shmloader as_dataset", ("as_dataset",)),
                        ("rows", "tf.data", ()), ("rows", "numpy gather", ())])
@@ -440,14 +440,13 @@ def plan(args) -> list[list[tuple]]:
         blocks.append([("idle", f"W={args.workers}", ())])
     if "memory" in args.experiments:
         blocks.append([("memory", "8 paths", ("small",)), ("memory", f"8 + {args.fake_paths} paths", ("large",))])
+    ctx["blocks"] = blocks
     return blocks
 
 
-def run_one(ctx: dict, cfg: tuple, rep: int, args) -> dict:
+def run_one(cfg: tuple, rep: int, args, ctx: dict) -> dict:
     exp, name, params = cfg
-    gc.collect()
     row = {"experiment": exp, "config": name, "rep": rep, "error": None}
-    t0 = time.perf_counter()
     try:
         if exp == "video":
             row.update(video_run(ctx, *params, args))
@@ -465,12 +464,22 @@ def run_one(ctx: dict, cfg: tuple, rep: int, args) -> dict:
             row.update(memory_run(ctx, *params, args))
     except Exception as e:  # one broken configuration must not lose the others
         row["error"] = f"{type(e).__name__}: {e}"
-    row["wall_s"] = time.perf_counter() - t0
     return row
+
+
+def brief(cfg: tuple, row: dict) -> str:
+    """One line per run: what it measured."""
+    return f"rep {row['rep'] + 1} {cfg[0]} {cfg[1]}: " + (
+        f"{row['main_us_per_sample']:.2f} us/sample, {row['samples_per_s']:,.0f}/s" if "main_us_per_sample" in row else
+        f"{row['main_us_per_s']:.0f} us/s" if "main_us_per_s" in row else
+        f"USS {row['worker_uss_mib']:.1f} MiB, first batch {row['first_batch_s']:.2f} s"
+        if "worker_uss_mib" in row else row["error"]) + f" ({row['wall_s']:.1f} s)"
 
 
 def prepare(args, notes: list[str]) -> dict:
     """What the runs share, built once and outside every measurement."""
+    global SLEEP_S
+    SLEEP_S = args.sleep_ms / 1e3
     ctx: dict = {}
     needs_videos = {"video", "memory"} & set(args.experiments)
     if needs_videos:
@@ -507,39 +516,39 @@ def prepare(args, notes: list[str]) -> dict:
 
 
 # --------------------------------------------------------------------------- summary
-def spread(values: list[float]) -> dict:
-    from report import spread as _spread
-
-    return _spread([float(v) for v in values])
-
-
 _METRICS = ("samples_per_s", "main_us_per_sample", "main_us_per_batch", "ceiling_samples_per_s",
             "main_cpu_pct", "workers_cpu_pct", "other_cpu_pct", "first_batch_s", "close_s",
             "tasks_per_batch", "wakeups_per_batch", "wakeups_per_s", "wake_us", "copied_share", "main_us_per_s",
             "worker_uss_mib", "worker_uss_max_mib", "worker_rss_mib", "first_epoch_s")
 
 
-def summarize(runs: list[dict], blocks: list[list[tuple]]) -> dict:
-    """experiment -> configuration (in plan order) -> metric -> spread over repetitions."""
-    out: dict = {}
-    for exp, cfg, _ in (c for block in blocks for c in block):
-        rs = [r for r in runs if r["error"] is None and (r["experiment"], r["config"]) == (exp, cfg)]
-        if rs:
-            out.setdefault(exp, {})[cfg] = {m: spread([r[m] for r in rs]) for m in _METRICS if m in rs[0]}
-    return out
+def finish(doc: dict, runs: list[dict], args, ctx: dict) -> None:
+    """Summary (experiment -> configuration, in plan order -> metric -> spread), targets, and a
+    profile of each missed main-process target's plain iteration (a memory target would need
+    another tool) or of all with --profile always."""
+    cfgs = [(exp, cfg) for block in ctx["blocks"] for exp, cfg, _ in block]
+    summary = report.summarize(runs, ("experiment", "config"), _METRICS,
+                               sort=lambda r: cfgs.index((r["experiment"], r["config"])))
+    doc.update(summary=summary, targets=check_targets(runs, summary, args), profiles=[])
+    missed = {t["key"] for t in doc["targets"] if not t["met"]}
+    for what in ("video", "rows", "growth"):
+        if what in args.experiments and (args.profile == "always" or (args.profile == "auto" and what in missed)):
+            print(f"profiling plain iteration: {what}", flush=True)
+            doc["profiles"].append(profile_plain(ctx, what, args))
+    if "memory" in args.experiments and (args.profile == "always" or (args.profile == "auto" and "memory" in missed)):
+        print("profiling Loader() to first batch: memory", flush=True)
+        doc["profiles_first_batch"] = [profile_first_batch(ctx, which, args) for which in ("small", "large")]
+    errors = [r for r in runs if r["error"]]
+    if errors:
+        doc["notes"].append(f"{len(errors)} run(s) failed: " + "; ".join(
+            f"{r['experiment']} {r['config']}: {r['error']}" for r in errors[:5]))
+
+
 
 
 def _med(summary: dict, exp: str, cfg: str, metric: str) -> float | None:
     s = summary.get(exp, {}).get(cfg, {}).get(metric)
     return None if s is None or not s["n"] else s["median"]
-
-
-def _paired(runs: list[dict], exp: str, a: str, b: str, metric: str) -> list[float]:
-    by = {}
-    for r in runs:
-        if r["error"] is None and r["experiment"] == exp and r["config"] in (a, b):
-            by.setdefault(r["rep"], {})[r["config"]] = r[metric]
-    return [v[a] / v[b] for v in by.values() if a in v and b in v and v[b]]
 
 
 def _target(key: str, target: str, goal: str, value: float, met: bool, measured: str) -> dict:
@@ -559,14 +568,22 @@ def check_targets(runs: list[dict], summary: dict, args) -> list[dict]:
             measured += f"; {clip - idle / rate:.1f} us net of the idle cost ({idle:.0f} us/s at {rate:.0f} clips/s)"
         out.append(_target("video", f"main CPU per clip, 16x112x112, batch {b}, W={args.workers}, plain iteration",
                            f"<= {CLIP_TARGET_US:g} us", clip, clip <= CLIP_TARGET_US, measured))
+        small_cfg = next((c for c in summary["video"] if c.startswith(f"b{b} plain, {_SMALL_VIDEOS} videos")), None)
+        small = small_cfg and _med(summary, "video", small_cfg, "main_us_per_sample")
+        if small is not None:
+            out.append(_target("video", f"main CPU per clip, {_SMALL_VIDEOS} videos at batch {b}, within "
+                               f"{SMALL_TARGET:g}x of the many-batch figure", f"<= {SMALL_TARGET:g}x", small / clip,
+                               small / clip <= SMALL_TARGET, f"{small / clip:.2f}x ({small:.1f} vs {clip:.1f} us; "
+                               f"{small_cfg.split(', ', 1)[1]})"))
     shm, tfd = (_med(summary, "rows", c, "samples_per_s") for c in ("shmloader plain", "tf.data"))
     if shm is not None and tfd is not None:
-        paired = _paired(runs, "rows", "shmloader plain", "tf.data", "samples_per_s")
+        paired = report.ratio(runs, {"experiment": "rows", "config": "shmloader plain"},
+                              {"experiment": "rows", "config": "tf.data"}, "samples_per_s")
         out.append(_target("rows", f"1 KiB rows, batch {args.rows_batch}, W={args.workers}: shmloader plain / "
                                    "tf.data from_tensor_slices.shuffle.batch.prefetch",
                            f">= {ROWS_TARGET:g}x", shm / tfd, shm / tfd >= ROWS_TARGET,
                            f"{shm / tfd:.2f}x ({shm:,.0f} vs {tfd:,.0f} samples/s; per repetition "
-                           f"{min(paired):.2f}-{max(paired):.2f}x)"))
+                           f"{paired['per_rep_min']:.2f}-{paired['per_rep_max']:.2f}x)"))
     wide = sorted(w for w in map(int, summary.get("growth", {})) if w >= _FLAT_FROM_W)
     if len(wide) >= 2:
         lo, hi = (_med(summary, "growth", str(w), "main_us_per_sample") for w in (wide[0], wide[-1]))
@@ -597,29 +614,27 @@ def _where(file: str, line: int) -> str:
     return f"{os.path.basename(file)}:{line}"
 
 
+def _profile_rows(prof, names: tuple[str, str, str], per_call: float, per_s: float) -> list[dict]:
+    """One row per function: ``names`` for its calls, self time and cumulative time, scaled."""
+    return [{"function": f"{func} ({_where(file, line)})", names[0]: nc * per_call,
+             names[1]: per_s * tt, names[2]: per_s * ct}
+            for (file, line, func), (cc, nc, tt, ct, _) in pstats.Stats(prof).stats.items()]
+
+
 def profile_plain(ctx: dict, what: str, args) -> dict:
     """cProfile of the main thread's CPU time (``time.thread_time``) over plain iteration: the
     consumer's thread is the only one working in plain iteration. The profiler slows every call
     down, so the shares matter more than the absolute microseconds."""
-    import shmloader
-
     if what == "video":
         batch = max(args.video_batches)
-        paths, labels = ctx["videos"]
-        source = shmloader.VideoClips(paths, labels, clip_len=CLIP_LEN, clips_per_video=CLIPS_PER_VIDEO,
-                                      sampling="random", size=CLIP_SIZE)
-        loader = shmloader.Loader(source, batch_size=batch, workers=args.workers, shuffle=True, seed=0,
-                                  epochs=None, drop_remainder=True)
+        loader = video_loader(ctx, batch, args)
     elif what == "rows":
         batch = args.rows_batch
-        loader = shmloader.Loader(ctx["array_source"], batch_size=batch, workers=args.workers, shuffle=True,
-                                  seed=0, epochs=None, drop_remainder=True)
+        loader = _endless(ctx["array_source"], batch, args.workers)
     else:
         batch, workers = args.growth_batch, max(args.growth_workers)
         what = f"sleeping FunctionSource, W={workers}"
-        loader = shmloader.Loader(shmloader.FunctionSource(_sleepy, {"x": ((16,), np.int64)}, length=100_000),
-                                  batch_size=batch, workers=workers, shuffle=True, seed=0, epochs=None,
-                                  drop_remainder=True)
+        loader = growth_loader(workers, args)
     # Enough batches that the profile is not a few wake-ups: a ring's worth at least.
     nb = max(args.profile_batches, 2 * loader.stats()["slots"], 200 if what == "rows" else 0)
     try:
@@ -636,12 +651,8 @@ def profile_plain(ctx: dict, what: str, args) -> dict:
         it = None
     finally:
         loader.close()
-    st = pstats.Stats(prof)
-    rows = []
-    for (file, line, func), (cc, nc, tt, ct, _) in st.stats.items():
-        rows.append({"function": f"{func} ({_where(file, line)})", "calls_per_batch": nc / nb,
-                     "self_us_per_batch": 1e6 * tt / nb, "cum_us_per_batch": 1e6 * ct / nb})
-    rows.sort(key=lambda r: -r["self_us_per_batch"])
+    rows = sorted(_profile_rows(prof, ("calls_per_batch", "self_us_per_batch", "cum_us_per_batch"), 1 / nb, 1e6 / nb),
+                  key=lambda r: -r["self_us_per_batch"])
     return {"what": what, "batch_size": batch, "batches": nb, "thread_cpu_us_per_batch": 1e6 * total / nb,
             "top_self": rows[:_PROFILE_TOP],
             "top_cumulative": sorted(rows, key=lambda r: -r["cum_us_per_batch"])[:_PROFILE_TOP],
@@ -669,25 +680,13 @@ def profile_first_batch(ctx: dict, which: str, args) -> dict:
     finally:
         prof.disable()
         loader.close()
-    rows = []
-    for (file, line, func), (cc, nc, tt, ct, _) in pstats.Stats(prof).stats.items():
-        rows.append({"function": f"{func} ({_where(file, line)})", "calls": nc, "self_ms": 1e3 * tt, "cum_ms": 1e3 * ct})
+    rows = _profile_rows(prof, ("calls", "self_ms", "cum_ms"), 1, 1e3)
     return {"paths": len(source.paths), "wall_s": wall,
             "top_cumulative": sorted(rows, key=lambda r: -r["cum_ms"])[:_PROFILE_TOP],
             "top_self": sorted(rows, key=lambda r: -r["self_ms"])[:_PROFILE_TOP]}
 
 
 # ---------------------------------------------------------------------------- report
-def _fmt(s: dict | None, digits: int = 0, scale: float = 1.0) -> str:
-    if not s or not s["n"]:
-        return "–"
-    f = f"{{:,.{digits}f}}"
-    med = f.format(s["median"] * scale)
-    if s["n"] == 1:
-        return med
-    return f"{med} ({f.format(s['min'] * scale)}–{f.format(s['max'] * scale)})"
-
-
 def _ceiling(s: dict) -> str:
     m = s.get("main_us_per_sample")
     return "–" if not m or not m["n"] else f"{1e6 / m['median']:,.0f}"
@@ -695,14 +694,10 @@ def _ceiling(s: dict) -> str:
 
 def markdown(doc: dict) -> str:
     m, sm, a = doc["machine"], doc["summary"], doc["config"]
-    lines = [f"# Scale: main-process CPU per sample ({doc['name']})", "",
-             f"Machine: {m['cpu_model']}, {m['usable_cores']} usable cores, {m['memory_gib']} GiB; "
-             f"Python {m['python']}, numpy {m['numpy']}, decord {m['decord']}, tensorflow {m['tensorflow']}. "
-             f"Load average at start {m['load_avg_at_start']}.", "",
-             f"Command: `{doc['command']}`  ", f"Code: {doc['code']['describe']}  ",
-             f"Wall time: {doc['wall_s']:.0f} s. {a['reps']} interleaved repetitions; "
-             "cells: median (min–max).", "",
-             "Main CPU = `getrusage(RUSAGE_SELF)` user + sys of the main process (all its threads, TF's "
+    lines = report.header(doc, f"Scale: main-process CPU per sample ({doc['name']})",
+                          machine_tail=f" Load average at start {m['load_avg_at_start']}.",
+                          wall_tail=f" {a['reps']} interleaved repetitions; cells: median (min–max).")
+    lines += ["Main CPU = `getrusage(RUSAGE_SELF)` user + sys of the main process (all its threads, TF's "
              "included; the workers are children and are not in it) over a window after the first "
              "batch and a warm-up of one ring's worth of batches (the slots), for at least "
              f"{a['duration']:g} s (video), {a['rows_duration']:g} s (rows), {a['growth_duration']:g} s "
@@ -725,20 +720,20 @@ def markdown(doc: dict) -> str:
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for cfg, s in sm["video"].items():
             b, mode = cfg.split(" ", 1)
-            lines.append(f"| {b[1:]} | {mode} | {_fmt(s['main_us_per_sample'], 1)} | {_ceiling(s)} | "
-                         f"{_fmt(s['main_us_per_batch'])} | {_fmt(s['samples_per_s'], 1)} | "
-                         f"{_fmt(s['tasks_per_batch'], 1)} | {_fmt(s['wakeups_per_batch'], 1)} | "
-                         f"{_fmt(s['copied_share'], 0, 100)} | "
-                         f"{_fmt(s['workers_cpu_pct'])} | {_fmt(s['other_cpu_pct'])} | "
-                         f"{_fmt(s['first_batch_s'], 2)} |")
+            lines.append(f"| {b[1:]} | {mode} | {fmt(s['main_us_per_sample'], 1)} | {_ceiling(s)} | "
+                         f"{fmt(s['main_us_per_batch'])} | {fmt(s['samples_per_s'], 1)} | "
+                         f"{fmt(s['tasks_per_batch'], 1)} | {fmt(s['wakeups_per_batch'], 1)} | "
+                         f"{fmt(s['copied_share'], 0, 100)} | "
+                         f"{fmt(s['workers_cpu_pct'])} | {fmt(s['other_cpu_pct'])} | "
+                         f"{fmt(s['first_batch_s'], 2)} |")
         lines.append("")
     if "idle" in sm:
         s = next(iter(sm["idle"].values()))
-        lines += [f"Idle cost: {_fmt(s['main_us_per_s'])} us of main CPU per second while `next()` waits "
-                  f"(W={a['workers']}, no batch arriving; {_fmt(s['wakeups_per_s'], 1)} wake-ups/s to check "
+        lines += [f"Idle cost: {fmt(s['main_us_per_s'])} us of main CPU per second while `next()` waits "
+                  f"(W={a['workers']}, no batch arriving; {fmt(s['wakeups_per_s'], 1)} wake-ups/s to check "
                   "deadlines and worker liveness). At the video runs' decode speed this is part of the "
                   "per-clip figure; on a machine delivering thousands of clips/s it is not. One bare "
-                  f"wake-up (an epoll wait on nothing that times out after 20 ms) costs {_fmt(s['wake_us'])} us "
+                  f"wake-up (an epoll wait on nothing that times out after 20 ms) costs {fmt(s['wake_us'])} us "
                   "of CPU on this machine: a main process that blocks and wakes k times per batch pays at "
                   "least k times that per batch before running any Python.", ""]
     if "rows" in sm:
@@ -746,10 +741,10 @@ def markdown(doc: dict) -> str:
                   "| pipeline | samples/s | main us/sample | ceiling samples/s | main CPU % | workers CPU % "
                   "| main wake-ups/batch | copied % | other load % |", "|---|---|---|---|---|---|---|---|---|"]
         for cfg, s in sm["rows"].items():
-            lines.append(f"| {cfg} | {_fmt(s['samples_per_s'])} | {_fmt(s['main_us_per_sample'], 2)} | "
-                         f"{_ceiling(s)} | {_fmt(s['main_cpu_pct'])} | {_fmt(s.get('workers_cpu_pct'))} | "
-                         f"{_fmt(s['wakeups_per_batch'], 1)} | {_fmt(s.get('copied_share'), 0, 100)} | "
-                         f"{_fmt(s['other_cpu_pct'])} |")
+            lines.append(f"| {cfg} | {fmt(s['samples_per_s'])} | {fmt(s['main_us_per_sample'], 2)} | "
+                         f"{_ceiling(s)} | {fmt(s['main_cpu_pct'])} | {fmt(s.get('workers_cpu_pct'))} | "
+                         f"{fmt(s['wakeups_per_batch'], 1)} | {fmt(s.get('copied_share'), 0, 100)} | "
+                         f"{fmt(s['other_cpu_pct'])} |")
         lines += ["", f"shmloader: `Loader(ArraySource({{'x': uint8[N, {a['row_bytes']}], 'y': int64[N]}}), "
                       f"batch_size={a['rows_batch']}, workers={a['workers']}, shuffle=True)`, measured "
                       "after a quarter epoch of warm-up. tf.data: `from_tensor_slices((x, y)).shuffle(N)"
@@ -763,18 +758,18 @@ def markdown(doc: dict) -> str:
                   "| start-up s (Loader() to first batch) | close s | other load % |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for w, s in sorted(sm["growth"].items(), key=lambda kv: int(kv[0])):
-            lines.append(f"| {w} | {_fmt(s['main_us_per_sample'], 1)} | {_fmt(s['main_us_per_batch'])} | "
-                         f"{_fmt(s['tasks_per_batch'], 1)} | {_fmt(s['wakeups_per_batch'], 1)} | "
-                         f"{_fmt(s['samples_per_s'])} | "
-                         f"{_fmt(s['first_batch_s'], 2)} | {_fmt(s['close_s'], 2)} | {_fmt(s['other_cpu_pct'])} |")
+            lines.append(f"| {w} | {fmt(s['main_us_per_sample'], 1)} | {fmt(s['main_us_per_batch'])} | "
+                         f"{fmt(s['tasks_per_batch'], 1)} | {fmt(s['wakeups_per_batch'], 1)} | "
+                         f"{fmt(s['samples_per_s'])} | "
+                         f"{fmt(s['first_batch_s'], 2)} | {fmt(s['close_s'], 2)} | {fmt(s['other_cpu_pct'])} |")
         lines.append("")
     if "memory" in sm:
         lines += [f"## Worker memory: VideoClips, W={a['workers']}, batch {_MEM_BATCH}, shuffle off", "",
                   "| paths | worker USS MiB (mean of workers) | largest worker USS MiB | worker RSS MiB "
                   "| Loader() to first batch s |", "|---|---|---|---|---|"]
         for cfg, s in sm["memory"].items():
-            lines.append(f"| {cfg} | {_fmt(s['worker_uss_mib'], 1)} | {_fmt(s['worker_uss_max_mib'], 1)} | "
-                         f"{_fmt(s['worker_rss_mib'], 1)} | {_fmt(s['first_batch_s'], 2)} |")
+            lines.append(f"| {cfg} | {fmt(s['worker_uss_mib'], 1)} | {fmt(s['worker_uss_max_mib'], 1)} | "
+                         f"{fmt(s['worker_rss_mib'], 1)} | {fmt(s['first_batch_s'], 2)} |")
         lines += ["", f"USS (psutil `memory_full_info`) once the workers are idle after the first batch. "
                       f"Each of the 8 real videos gives {_MEM_CLIPS} clips and the loader reads {_MEM_SLOTS} "
                       "batches ahead (`slots=2`), so both loaders decode the same 16 clips and the "
@@ -783,39 +778,28 @@ def markdown(doc: dict) -> str:
         lines += [f"## Profile: plain iteration, {p['what']}, batch {p['batch_size']} "
                   f"({p['batches']} batches)", "",
                   f"Main thread CPU under the profiler: {p['thread_cpu_us_per_batch']:,.0f} us per batch "
-                  "(cProfile with `time.thread_time`; the profiler's own overhead inflates every figure).", "",
-                  "| function (self time) | calls/batch | self us/batch | cumulative us/batch |",
-                  "|---|---|---|---|"]
-        for r in p["top_self"]:
-            lines.append(f"| `{r['function']}` | {r['calls_per_batch']:.1f} | {r['self_us_per_batch']:.0f} | "
-                         f"{r['cum_us_per_batch']:.0f} |")
-        lines += ["", "| shmloader function (cumulative) | calls/batch | self us/batch | cumulative us/batch |",
-                  "|---|---|---|---|"]
-        for r in [r for r in p["top_cumulative_shmloader"]]:
-            lines.append(f"| `{r['function']}` | {r['calls_per_batch']:.1f} | {r['self_us_per_batch']:.0f} | "
-                         f"{r['cum_us_per_batch']:.0f} |")
-        lines.append("")
+                  "(cProfile with `time.thread_time`; the profiler's own overhead inflates every figure).", ""]
+        for what, key in (("function (self time)", "top_self"), ("shmloader function (cumulative)",
+                                                                  "top_cumulative_shmloader")):
+            lines += _profile_table(f"| {what} | calls/batch | self us/batch | cumulative us/batch |", p[key],
+                                    ("calls_per_batch", "self_us_per_batch", "cum_us_per_batch"), "{:.1f}", "{:.0f}")
+            lines.append("")
     for p in doc.get("profiles_first_batch", []):
         lines += [f"## Profile: Loader() to first batch, {p['paths']} paths "
                   f"({p['wall_s']:.2f} s under the profiler)", "",
-                  "Wall clock (cProfile's default timer): waiting for the workers shows as `select`/`poll`.", "",
-                  "| function (cumulative) | calls | self ms | cumulative ms |", "|---|---|---|---|"]
-        for r in p["top_cumulative"]:
-            lines.append(f"| `{r['function']}` | {r['calls']} | {r['self_ms']:.1f} | {r['cum_ms']:.1f} |")
-        lines.append("")
-    if doc["notes"]:
-        lines += ["## Notes", ""] + [f"- {n}" for n in doc["notes"]] + [""]
-    if doc.get("plots"):
-        lines += [f"![{p}]({p})" for p in doc["plots"]] + [""]
-    return "\n".join(lines)
+                  "Wall clock (cProfile's default timer): waiting for the workers shows as `select`/`poll`.", ""]
+        lines += _profile_table("| function (cumulative) | calls | self ms | cumulative ms |", p["top_cumulative"],
+                                ("calls", "self_ms", "cum_ms"), "{}", "{:.1f}") + [""]
+    return "\n".join(lines + report.tail(doc, plots_heading=None))
+
+
+def _profile_table(head: str, rows: list[dict], keys: tuple[str, str, str], calls: str, times: str) -> list[str]:
+    return table(head, [f"| `{r['function']}` | {calls.format(r[keys[0]])} | {times.format(r[keys[1]])} | "
+                        f"{times.format(r[keys[2]])} |" for r in rows])
 
 
 def plot(doc: dict, folder: str, name: str) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = report.pyplot()
     sm = doc["summary"]
     panels = [k for k in ("growth", "video", "rows") if k in sm]
     if not panels:
@@ -848,11 +832,8 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
             ax.set_title(f"sleeping FunctionSource, batch {doc['config']['growth_batch']}", fontsize=9)
         elif k == "video":
             cfgs = list(sm[k])
-            med = [sm[k][c]["main_us_per_sample"]["median"] for c in cfgs]
-            lo = [m - sm[k][c]["main_us_per_sample"]["min"] for m, c in zip(med, cfgs)]
-            hi = [sm[k][c]["main_us_per_sample"]["max"] - m for m, c in zip(med, cfgs)]
-            ax.bar(range(len(cfgs)), med, yerr=[lo, hi], capsize=3,
-                   color=["tab:blue" if "plain" in c else "tab:purple" for c in cfgs])
+            report.bars(ax, range(len(cfgs)), [sm[k][c]["main_us_per_sample"] for c in cfgs],
+                        ["tab:blue" if "plain" in c else "tab:purple" for c in cfgs])
             ax.axhline(CLIP_TARGET_US, color="tab:red", linestyle=":",
                        label=f"target {CLIP_TARGET_US:g} us (b32 plain)")
             ax.set_xticks(range(len(cfgs)), [c.replace(" ", "\n") for c in cfgs], fontsize=8)
@@ -861,13 +842,10 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
                          fontsize=9)
         else:
             cfgs = list(sm[k])
-            med = [sm[k][c]["samples_per_s"]["median"] for c in cfgs]
-            lo = [m - sm[k][c]["samples_per_s"]["min"] for m, c in zip(med, cfgs)]
-            hi = [sm[k][c]["samples_per_s"]["max"] - m for m, c in zip(med, cfgs)]
-            ax.bar(range(len(cfgs)), med, yerr=[lo, hi], capsize=3,
-                   color=["tab:blue" if c.startswith("shm") else "tab:gray" for c in cfgs])
+            report.bars(ax, range(len(cfgs)), [sm[k][c]["samples_per_s"] for c in cfgs],
+                        ["tab:blue" if c.startswith("shm") else "tab:gray" for c in cfgs])
             ax.set_yscale("log")
-            ax.set_ylim(bottom=min(med) / 4)  # every bar visibly starts from the same floor
+            ax.set_ylim(bottom=min(sm[k][c]["samples_per_s"]["median"] for c in cfgs) / 4)  # every bar visibly starts from the same floor
             ax.set_xticks(range(len(cfgs)), [c.replace(" ", "\n") for c in cfgs], fontsize=8)
             ax.set_ylabel("rows/s")
             ax.set_title(f"{doc['config']['row_bytes']} B rows, batch {doc['config']['rows_batch']}, shuffled",
@@ -876,146 +854,13 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
     fig.suptitle(f"Main-process cost ({doc['machine']['cpu_model']}, {doc['machine']['usable_cores']} cores); "
                  "median, bars min–max", fontsize=10)
     fig.tight_layout()
-    path = os.path.join(folder, f"{name}.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [os.path.basename(path)]
+    return [report.savefig(fig, folder, f"{name}.png")]
 
 
-# ------------------------------------------------------------------------------ main
-def _git(*a: str, text: bool = True):
-    try:
-        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=text, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "" if text else b""
-
-
-def _package_digest(folder: str) -> str:
-    """sha256 over the package's ``*.py`` files (name and content, sorted by name)."""
-    digest = hashlib.sha256()
-    for f in sorted(os.listdir(folder)):
-        if f.endswith(".py"):
-            with open(os.path.join(folder, f), "rb") as fh:
-                digest.update(f.encode() + b"\0" + fh.read())
-    return digest.hexdigest()[:12]
-
-
-def _commit_digest(rev: str) -> str:
-    digest = hashlib.sha256()
-    names = sorted(n for n in _git("ls-tree", "--name-only", rev, "shmloader/").split() if n.endswith(".py"))
-    for n in names:
-        digest.update(os.path.basename(n).encode() + b"\0" + _git("show", f"{rev}:{n}", text=False))
-    return digest.hexdigest()[:12]
-
-
-def code_state() -> dict:
-    """Which shmloader this process imported (and its workers import: they find the same folder),
-    as a digest of its files, and whether that is exactly the repository's HEAD commit."""
-    import shmloader
-
-    folder = os.path.dirname(os.path.abspath(shmloader.__file__))
-    sha = _package_digest(folder)
-    commit = _git("rev-parse", "--short", "HEAD").strip()
-    snapshot = os.environ.get(_SNAPSHOT_ENV)
-    if snapshot:
-        head = _commit_digest(snapshot)
-        where = f"commit {snapshot}" + ("" if head == sha else " (?? the files differ from it)")
-        where += " exactly, run from a `git archive` of it (`--commit`)"
-    elif _commit_digest("HEAD") == sha:
-        where = f"commit {commit} exactly (the working tree's shmloader/ matched it)"
-    else:
-        dirty = [line[3:] for line in _git("status", "--porcelain", "--", "shmloader").splitlines() if line]
-        where = f"commit {commit} with uncommitted changes to {', '.join(dirty) or '(files not in git)'}"
-    return {"commit": snapshot or commit, "package": folder, "package_sha256": sha,
-            "describe": f"shmloader at {where} (shmloader/*.py sha256 {sha})"}
-
-
-def _run_at_commit(rev: str, argv: list[str]) -> int:
-    """Run this script again against shmloader as it is in commit ``rev``: ``git archive`` of
-    its shmloader/ into a temporary folder first on PYTHONPATH (the workers find the package
-    next to the one the main process imported). Others may edit the working tree meanwhile."""
-    import tempfile
-
-    full = _git("rev-parse", "--verify", f"{rev}^{{commit}}").strip()
-    if not full:
-        raise SystemExit(f"--commit {rev}: not a commit of {ROOT}")
-    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
-        archive = subprocess.run(["git", "archive", full, "shmloader"], cwd=ROOT, capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([tmp, *filter(None, [os.environ.get("PYTHONPATH")])]))
-        env[_SNAPSHOT_ENV] = full[:7]
-        return subprocess.run([sys.executable, os.path.abspath(__file__), *argv], env=env).returncode
-
-
-def main(argv: list[str]) -> int:
-    global SLEEP_S
-    args = parse_args(argv)
-    if args.commit and not os.environ.get(_SNAPSHOT_ENV):
-        return _run_at_commit(args.commit, argv)
-    code = code_state()
-    SLEEP_S = args.sleep_ms / 1e3
-    t_start = time.perf_counter()
-    from measure import machine_info
-
-    os.makedirs(args.out, exist_ok=True)
-    notes: list[str] = []
-    # Paid once, outside every measurement: TensorFlow's import, the videos, the arrays.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow  # noqa: F401
-
-    machine = machine_info()
-    ctx = prepare(args, notes)
-    gc.freeze()  # TensorFlow's and the tables' objects: keeps collections short and alike
-    blocks = plan(args)
-    order = random.Random(args.seed)
-    runs = []
-    total = sum(map(len, blocks)) * args.reps
-    for rep in range(args.reps):
-        for block in order.sample(blocks, len(blocks)):
-            for cfg in order.sample(block, len(block)):
-                row = run_one(ctx, cfg, rep, args)
-                runs.append(row)
-                brief = (f"{row['main_us_per_sample']:.2f} us/sample, {row['samples_per_s']:,.0f}/s"
-                         if "main_us_per_sample" in row else
-                         f"{row['main_us_per_s']:.0f} us/s" if "main_us_per_s" in row else
-                         f"USS {row['worker_uss_mib']:.1f} MiB, first batch {row['first_batch_s']:.2f} s"
-                         if "worker_uss_mib" in row else row["error"])
-                print(f"[{len(runs)}/{total}] rep {rep + 1} {cfg[0]} {cfg[1]}: {brief} ({row['wall_s']:.1f} s)",
-                      flush=True)
-
-    summary = summarize(runs, blocks)
-    doc = {"name": args.name, "command": " ".join(shlex.quote(a) for a in ["python", "bench/scale.py", *argv]),
-           "machine": machine, "code": code, "config": dict(vars(args)), "summary": summary,
-           "targets": [], "profiles": [], "runs": runs, "notes": notes}
-    doc["targets"] = check_targets(runs, summary, args)
-    # A missed main-process target gets a profile of its plain iteration (a memory target
-    # would need another tool).
-    missed = {t["key"] for t in doc["targets"] if not t["met"]}
-    for what in ("video", "rows", "growth"):
-        if what in args.experiments and (args.profile == "always" or (args.profile == "auto" and what in missed)):
-            print(f"profiling plain iteration: {what}", flush=True)
-            doc["profiles"].append(profile_plain(ctx, what, args))
-    wants_memory = args.profile == "always" or (args.profile == "auto" and "memory" in missed)
-    if "memory" in args.experiments and wants_memory:
-        print("profiling Loader() to first batch: memory", flush=True)
-        doc["profiles_first_batch"] = [profile_first_batch(ctx, which, args) for which in ("small", "large")]
-    after = code_state()
-    if after["package_sha256"] != code["package_sha256"]:
-        notes.append(f"shmloader's files changed during the run ({code['package_sha256']} -> "
-                     f"{after['package_sha256']}): workers started later imported other code. Run again, "
-                     "or with --commit.")
-    errors = [r for r in runs if r["error"]]
-    if errors:
-        notes.append(f"{len(errors)} run(s) failed: " + "; ".join(f"{r['experiment']} {r['config']}: {r['error']}"
-                                                              for r in errors[:5]))
-    doc["wall_s"] = time.perf_counter() - t_start
-    if not args.no_plots:
-        doc["plots"] = plot(doc, args.out, args.name)
-    from report import save
-
-    save(doc, markdown(doc), args.out, args.name)
-    return 0
-
+BENCH = harness.Benchmark(
+    script="bench/scale.py", name="scale-cpu2", about=__doc__, options=options, prepare=prepare, cells=plan,
+    run=run_one, report=finish, markdown=markdown, plot=plot, label=lambda cfg: f"{cfg[0]} {cfg[1]}",
+    brief=brief, retry=False)
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(harness.main(BENCH, sys.argv[1:]))

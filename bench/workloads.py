@@ -30,6 +30,12 @@ class Workload:
     size: tuple[int, int]  # (height, width) the decoder scales to
     py_iters: int  # iterations of a pure-Python loop per clip; 0 = no transform
     about: str
+    frame_step: int = 1  # a clip is clip_len frames, every frame_step-th
+
+    @property
+    def span(self) -> int:
+        """Frames from a clip's first to its last, both included."""
+        return (self.clip_len - 1) * self.frame_step + 1
 
     @property
     def clip_bytes(self) -> int:
@@ -99,8 +105,8 @@ def decode_clip(clips: ClipSet, wl: Workload, epoch: int, sample: int) -> tuple[
     h, w = wl.size
     reader = decord.VideoReader(path, width=w, height=h, num_threads=1)
     rng = np.random.default_rng((SEED, epoch, sample))
-    start = int(rng.integers(0, len(reader) - wl.clip_len + 1))
-    clip = reader.get_batch(list(range(start, start + wl.clip_len))).asnumpy()
+    start = int(rng.integers(0, len(reader) - wl.span + 1))
+    clip = reader.get_batch(list(range(start, start + wl.span, wl.frame_step))).asnumpy()
     if wl.py_iters:
         python_heavy(clip, wl.py_iters)
     return clip, label
@@ -129,7 +135,7 @@ _TEXTURE_AMPLITUDE = 0.3
 
 def write_textured(path: str | os.PathLike, video_id: int, frames: int, size: tuple[int, int],
                    fps: int, gop: int) -> str:
-    """A frame-code video (``shmloader._samples.frame_image``) over a panning texture with noise.
+    """A frame-code video (``shmloader.samples.frame_image``) over a panning texture with noise.
 
     The texture moves 1 pixel per frame to the right and 1 every other frame down (a slow
     camera pan: inter frames carry motion vectors and residuals, as camera footage does); the
@@ -137,7 +143,7 @@ def write_textured(path: str | os.PathLike, video_id: int, frames: int, size: tu
     """
     import av
 
-    from shmloader._samples import frame_image
+    from shmloader.samples import frame_image
 
     h, w = size
     rng = np.random.default_rng((SEED, video_id))
@@ -164,28 +170,30 @@ def write_textured(path: str | os.PathLike, video_id: int, frames: int, size: tu
 
 
 def make_clipset(folder: str, count: int, frames: int, size: tuple[int, int], codec: str,
-                 content: str = "codes") -> ClipSet:
+                 content: str = "codes", fps: int = 25, gop: int | None = None) -> ClipSet:
     """Synthetic videos with frame codes, written once into ``folder``; label = id % 2.
 
     ``codes``: ``make_videos``' flat cells (a few kbit/s: decoding costs little, files are tiny);
-    ``textured``: the codes over a panning texture with noise (``write_textured``, libx264 with
-    one keyframe per video, as x264 gives these 64-frame videos by default).
+    ``textured``: the codes over a panning texture with noise (``write_textured``, libx264). One
+    keyframe every ``gop`` frames; textured videos default to one per video, as x264 gives
+    these 64-frame videos by default.
     """
     if content == "codes":
-        from shmloader._samples import make_videos
+        from shmloader.samples import make_videos
 
-        paths, labels = make_videos(folder, count=count, frames=frames, size=size, codec=codec)
-        return ClipSet(tuple(paths), tuple(int(x) for x in labels))
+        paths, labels = make_videos(folder, count=count, frames=frames, size=size, codec=codec, fps=fps, gop=gop)
+        return ClipSet(tuple(str(p) for p in paths), tuple(int(x) for x in labels))
     if content != "textured" or codec != "libx264":
         raise ValueError(f"content {content!r} with codec {codec!r}: textured videos are libx264")
     h, w = size
+    gop = gop or frames
     folder = os.path.join(folder, "textured")
     os.makedirs(folder, exist_ok=True)
     paths = []
     for i in range(count):
-        p = os.path.join(folder, f"textured_{i:03d}_{frames}f_{h}x{w}_gop{frames}.mp4")
+        p = os.path.join(folder, f"textured_{i:03d}_{frames}f_{h}x{w}{f'_{fps}fps' if fps != 25 else ''}_gop{gop}.mp4")
         if not os.path.exists(p):
-            write_textured(p + ".tmp.mp4", i, frames, size, fps=25, gop=frames)
+            write_textured(p + ".tmp.mp4", i, frames, size, fps=fps, gop=gop)
             os.replace(p + ".tmp.mp4", p)
         paths.append(p)
     return ClipSet(tuple(paths), tuple(i % 2 for i in range(count)))
@@ -210,13 +218,13 @@ FRAME_MAD_TOLERANCE = 7.0
 def check_frames(video: np.ndarray, labels: np.ndarray, clips: ClipSet, wl: Workload) -> tuple[int, float]:
     """(clips that are wrong, largest mean |pixel difference| against decord) for a batch.
 
-    A clip is right when its frame codes (``shmloader._samples.read_codes``) name one video
+    A clip is right when its frame codes (``shmloader.samples.read_codes``) name one video
     of ``clips`` and ``clip_len`` consecutive frames of it, its label is that video's, and its
     pixels are within ``FRAME_MAD_TOLERANCE`` of decord's decode of those frames at the same size.
     """
     import decord
 
-    from shmloader._samples import read_codes
+    from shmloader.samples import read_codes
 
     ids, frames = read_codes(video)
     bad, worst = 0, 0.0
