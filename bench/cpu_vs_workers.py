@@ -207,15 +207,12 @@ def run_task(task: Task, rep: int, args, ctx: dict) -> dict:
 
     scale = args.sim_scale
     if task.kind == "producers":
-        r = experiments.producers(task.workers, PRODUCER_S * scale, CONSUMER_S * scale, args.sim_items, rep)
-        return dataclasses.asdict(r)
+        return experiments.producers(task.workers, PRODUCER_S * scale, CONSUMER_S * scale, args.sim_items, rep)
     if task.kind in ("titer", "serial"):
         t_cpu = (T_CPU_BUSY_S if task.name == "busy" else T_CPU_SLEEP_S) * scale
         if task.kind == "serial":
-            r = experiments.serial(task.name, t_cpu, T_GPU_S * scale, max(3, args.sim_items // 2), rep)
-        else:
-            r = experiments.t_iter(task.name, task.workers, t_cpu, T_GPU_S * scale, args.sim_items, rep)
-        return dataclasses.asdict(r)
+            return experiments.serial(task.name, t_cpu, T_GPU_S * scale, max(3, args.sim_items // 2), rep)
+        return experiments.t_iter(task.name, task.workers, t_cpu, T_GPU_S * scale, args.sim_items, rep)
     from loaders import FIXED_PARALLELISM, LOADERS
     from peers import PEER_FIXED
     from peers import PEERS as PEER_LOADERS

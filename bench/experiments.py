@@ -17,8 +17,6 @@ up to W items, so the number of intervals measured is a multiple of W: whole cyc
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from measure import Sampler, cpu_shares
@@ -48,25 +46,23 @@ def _busy_item(seconds: float):
     return fn
 
 
-@dataclass
-class SimResult:
-    experiment: str
-    config: str
-    workers: int
-    rep: int
-    items: int = 0
-    period_s: float = 0.0  # mean time between items at the consumer (T_iter)
-    items_per_s: float = 0.0
-    expected_period_s: float = 0.0
-    serial_period_s: float = 0.0
-    main_cpu_pct: float = 0.0
-    workers_cpu_pct: float = 0.0
-    other_cpu_pct: float = 0.0
-    first_item_s: float = 0.0
-    extra: dict = field(default_factory=dict)
+def _row(experiment: str, config: str, workers: int, rep: int, expected_s: float, serial_s: float,
+         **extra) -> dict:
+    """A run's row: ``period_s`` is the mean time between items at the consumer (T_iter)."""
+    return {"experiment": experiment, "config": config, "workers": workers, "rep": rep,
+            "expected_period_s": expected_s, "serial_period_s": serial_s, "extra": extra}
 
 
-def _consume(fn, workers: int, consumer_s: float, items: int, warmup: int, res: SimResult) -> SimResult:
+def _rates(res: dict, stamps: list[float], a, b) -> dict:
+    """Items, period and rate from the arrival times; CPU shares over the window a..b."""
+    res["items"] = len(stamps) - 1  # intervals
+    res["period_s"] = (stamps[-1] - stamps[0]) / res["items"]
+    res["items_per_s"] = 1 / res["period_s"]
+    res["main_cpu_pct"], res["workers_cpu_pct"], res["other_cpu_pct"] = cpu_shares(a, b)
+    return res
+
+
+def _consume(fn, workers: int, consumer_s: float, items: int, warmup: int, res: dict) -> dict:
     import shmloader
 
     items = -(-items // workers) * workers + 1  # stamps: a whole number of W-item cycles
@@ -84,7 +80,7 @@ def _consume(fn, workers: int, consumer_s: float, items: int, warmup: int, res: 
                 next(it)
                 now = time.perf_counter()
                 if i == 0:
-                    res.first_item_s = now - t0
+                    res["first_item_s"] = now - t0
                 if i == warmup:
                     a = sampler.window_start()
                 if i >= warmup:
@@ -94,38 +90,30 @@ def _consume(fn, workers: int, consumer_s: float, items: int, warmup: int, res: 
         finally:
             it = None  # NOTE [ Closing a from_generator pipeline ] in loaders
             loader.close()
-    res.items = len(stamps) - 1  # intervals
-    res.period_s = (stamps[-1] - stamps[0]) / res.items
-    res.items_per_s = 1 / res.period_s
-    res.main_cpu_pct, res.workers_cpu_pct, res.other_cpu_pct = cpu_shares(a, b)
-    return res
+    return _rates(res, stamps, a, b)
 
 
-def producers(workers: int, producer_s: float, consumer_s: float, items: int, rep: int) -> SimResult:
-    res = SimResult("producers", f"sleep {producer_s:g} s / item, consumer {consumer_s:g} s", workers, rep)
-    res.expected_period_s = max(producer_s / workers, consumer_s)
-    res.serial_period_s = producer_s + consumer_s
+def producers(workers: int, producer_s: float, consumer_s: float, items: int, rep: int) -> dict:
+    res = _row("producers", f"sleep {producer_s:g} s / item, consumer {consumer_s:g} s", workers, rep,
+               max(producer_s / workers, consumer_s), producer_s + consumer_s)
     # Warm up long enough for every worker to have delivered once: the pipeline is full.
     return _consume(_sleep_item(producer_s), workers, consumer_s, items, warmup=workers + 1, res=res)
 
 
-def t_iter(kind: str, workers: int, t_cpu: float, t_gpu: float, items: int, rep: int) -> SimResult:
+def t_iter(kind: str, workers: int, t_cpu: float, t_gpu: float, items: int, rep: int) -> dict:
     fn = _busy_item(t_cpu) if kind == "busy" else _sleep_item(t_cpu)
-    res = SimResult("t_iter", f"{kind} T_cpu={t_cpu:g} s, T_gpu={t_gpu:g} s", workers, rep)
-    res.expected_period_s = max(t_cpu / workers, t_gpu)
-    res.serial_period_s = t_cpu + t_gpu
-    res.extra.update(kind=kind, t_cpu=t_cpu, t_gpu=t_gpu)
+    res = _row("t_iter", f"{kind} T_cpu={t_cpu:g} s, T_gpu={t_gpu:g} s", workers, rep,
+               max(t_cpu / workers, t_gpu), t_cpu + t_gpu, kind=kind, t_cpu=t_cpu, t_gpu=t_gpu)
     return _consume(fn, workers, t_gpu, items, warmup=workers + 1, res=res)
 
 
-def serial(kind: str, t_cpu: float, t_gpu: float, items: int, rep: int) -> SimResult:
+def serial(kind: str, t_cpu: float, t_gpu: float, items: int, rep: int) -> dict:
     """The contrast: the item made in the training loop itself, then the step."""
     fn = _busy_item(t_cpu) if kind == "busy" else _sleep_item(t_cpu)
-    res = SimResult("t_iter", f"{kind} T_cpu={t_cpu:g} s, T_gpu={t_gpu:g} s", 0, rep)
-    res.expected_period_s = res.serial_period_s = t_cpu + t_gpu
-    res.extra.update(kind=kind, t_cpu=t_cpu, t_gpu=t_gpu, serial=True)
+    res = _row("t_iter", f"{kind} T_cpu={t_cpu:g} s, T_gpu={t_gpu:g} s", 0, rep, t_cpu + t_gpu, t_cpu + t_gpu,
+               kind=kind, t_cpu=t_cpu, t_gpu=t_gpu, serial=True)
     rng = np.random.default_rng(0)
-    with Sampler() as sampler:
+    with Sampler() as sampler:  # no worker processes: workers CPU is 0
         stamps = []
         fn(0, rng)
         a = sampler.window_start()
@@ -134,8 +122,4 @@ def serial(kind: str, t_cpu: float, t_gpu: float, items: int, rep: int) -> SimRe
             stamps.append(time.perf_counter())
             time.sleep(t_gpu)
         b = sampler.window_end()
-    res.items = items
-    res.period_s = (stamps[-1] - stamps[0]) / items
-    res.items_per_s = 1 / res.period_s
-    res.main_cpu_pct, _, res.other_cpu_pct = cpu_shares(a, b)  # no worker processes
-    return res
+    return _rates(res, stamps, a, b)

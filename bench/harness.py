@@ -30,8 +30,9 @@ from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-# Set in the run that --commit starts: the commit its shmloader was archived from.
-_SNAPSHOT_ENV = "SCALE_BENCH_COMMIT"
+# Set in the run that --commit starts: the commit its shmloader was archived from, and the folder
+# the command was given in (relative paths in it are relative to that folder).
+_SNAPSHOT_ENV, _CWD_ENV = "SCALE_BENCH_COMMIT", "BENCH_COMMIT_CWD"
 
 
 @dataclass
@@ -104,6 +105,9 @@ def parse_args(bench: Benchmark, argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-plots", action="store_true")
     bench.options(p)
     args = p.parse_args(argv)
+    for key in ("out", "cache", "videos"):  # a --commit run works in another folder (see _run_at_commit)
+        if getattr(args, key, None):
+            setattr(args, key, os.path.join(os.environ.get(_CWD_ENV, os.getcwd()), os.path.expanduser(getattr(args, key))))
     if args.reps < 1 or getattr(args, "duration", 1) <= 0:
         p.error("--reps >= 1 and --duration > 0")
     return args
@@ -250,8 +254,10 @@ def code_state() -> dict:
 
 def _run_at_commit(rev: str, argv: list[str]) -> int:
     """Run the script again against shmloader as it is in commit ``rev``: ``git archive`` of its
-    shmloader/ into a temporary folder first on PYTHONPATH (the workers find the package next to
-    the one the main process imported). Others may edit the working tree meanwhile."""
+    shmloader/ into a temporary folder, first on PYTHONPATH and the run's working folder: workers
+    start as ``python -m shmloader._worker``, which puts the working folder before PYTHONPATH, so
+    from the repository's root they would run the working tree's worker beside the commit's main
+    process. Others may edit the working tree meanwhile."""
     import tempfile
 
     full = _git("rev-parse", "--verify", f"{rev}^{{commit}}").strip()
@@ -261,5 +267,5 @@ def _run_at_commit(rev: str, argv: list[str]) -> int:
         archive = subprocess.run(["git", "archive", full, "shmloader"], cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([tmp, *filter(None, [os.environ.get("PYTHONPATH")])]))
-        env[_SNAPSHOT_ENV] = full[:7]
-        return subprocess.run([sys.executable, os.path.abspath(sys.argv[0]), *argv], env=env).returncode
+        env[_SNAPSHOT_ENV], env[_CWD_ENV] = full[:7], os.getcwd()
+        return subprocess.run([sys.executable, os.path.abspath(sys.argv[0]), *argv], env=env, cwd=tmp).returncode

@@ -93,6 +93,16 @@ def table(head: str, rows: list[str]) -> list[str]:
     return [head, "|" + "---|" * (head.count("|") - 1), *rows]
 
 
+def columns(first: str, items, cols: list[tuple], **fmt_options) -> list[str]:
+    """A table of ``items`` ((name, summary) pairs), ``first`` heading the names: each of ``cols``
+    is (heading, metric, digits[, scale]) for ``fmt`` of that metric, or (heading, cell(summary))."""
+    def cell(c: tuple, s: dict) -> str:
+        return c[1](s) if callable(c[1]) else fmt(s.get(c[1]), *c[2:], **fmt_options)
+
+    return table(f"| {first} | " + " | ".join(c[0] for c in cols) + " |",
+                 [f"| {name} | " + " | ".join(cell(c, s) for c in cols) + " |" for name, s in items])
+
+
 def tail(doc: dict, plots_heading: str | None = "## Plots") -> list[str]:
     """The notes, then the plots."""
     lines = ["## Notes", ""] + [f"- {n}" for n in doc["notes"]] + [""] if doc["notes"] else []

@@ -50,7 +50,7 @@ import psutil
 import harness
 import report
 from measure import system_busy
-from report import table
+from report import columns, table
 
 fmt = functools.partial(report.fmt, comma=True)
 EXPERIMENTS = ("video", "rows", "growth", "idle", "memory")
@@ -621,36 +621,53 @@ def _profile_rows(prof, names: tuple[str, str, str], per_call: float, per_s: flo
             for (file, line, func), (cc, nc, tt, ct, _) in pstats.Stats(prof).stats.items()]
 
 
+def _profile(make, warm, batches, timer=None) -> tuple:
+    """cProfile of this process over ``batches(loader)`` batches of the loader ``make()`` builds,
+    after ``warm(loader)`` unprofiled ones (none: its construction is profiled too); with the
+    ``timer``'s seconds (cProfile's own wall clock by default) over the profiled part and the
+    batches profiled."""
+    prof = cProfile.Profile(*([timer] if timer else []))
+    timer = timer or time.perf_counter
+    if warm is None:
+        prof.enable()
+    t0 = timer()
+    loader = make()
+    try:
+        it = iter(loader)
+        for _ in range(warm(loader) if warm else 0):
+            next(it)
+        nb = batches(loader)
+        if warm is not None:
+            t0 = timer()
+            prof.enable()
+        for _ in range(nb):
+            next(it)
+        prof.disable()
+        return prof, timer() - t0, nb
+    finally:
+        prof.disable()
+        it = None
+        loader.close()
+
+
 def profile_plain(ctx: dict, what: str, args) -> dict:
     """cProfile of the main thread's CPU time (``time.thread_time``) over plain iteration: the
     consumer's thread is the only one working in plain iteration. The profiler slows every call
     down, so the shares matter more than the absolute microseconds."""
     if what == "video":
         batch = max(args.video_batches)
-        loader = video_loader(ctx, batch, args)
+        make = functools.partial(video_loader, ctx, batch, args)
     elif what == "rows":
         batch = args.rows_batch
-        loader = _endless(ctx["array_source"], batch, args.workers)
+        make = functools.partial(_endless, ctx["array_source"], batch, args.workers)
     else:
         batch, workers = args.growth_batch, max(args.growth_workers)
         what = f"sleeping FunctionSource, W={workers}"
-        loader = growth_loader(workers, args)
+        make = functools.partial(growth_loader, workers, args)
     # Enough batches that the profile is not a few wake-ups: a ring's worth at least.
-    nb = max(args.profile_batches, 2 * loader.stats()["slots"], 200 if what == "rows" else 0)
-    try:
-        it = iter(loader)
-        for _ in range(1 + max(args.warmup, loader.stats()["slots"])):
-            next(it)
-        prof = cProfile.Profile(time.thread_time)
-        c0 = time.thread_time()
-        prof.enable()
-        for _ in range(nb):
-            next(it)
-        prof.disable()
-        total = time.thread_time() - c0
-        it = None
-    finally:
-        loader.close()
+    prof, total, nb = _profile(make, lambda loader: 1 + max(args.warmup, loader.stats()["slots"]),
+                               lambda loader: max(args.profile_batches, 2 * loader.stats()["slots"],
+                                                  200 if what == "rows" else 0), time.thread_time)
     rows = sorted(_profile_rows(prof, ("calls_per_batch", "self_us_per_batch", "cum_us_per_batch"), 1 / nb, 1e6 / nb),
                   key=lambda r: -r["self_us_per_batch"])
     return {"what": what, "batch_size": batch, "batches": nb, "thread_cpu_us_per_batch": 1e6 * total / nb,
@@ -666,20 +683,9 @@ def profile_first_batch(ctx: dict, which: str, args) -> dict:
     import shmloader
 
     source = ctx["mem_sources"][which]
-    prof = cProfile.Profile()
-    t0 = time.perf_counter()
-    prof.enable()
-    loader = shmloader.Loader(source, batch_size=_MEM_BATCH, workers=args.workers, shuffle=False,
-                              epochs=1, slots=_MEM_SLOTS)
-    try:
-        it = iter(loader)
-        next(it)
-        prof.disable()
-        wall = time.perf_counter() - t0
-        it = None
-    finally:
-        prof.disable()
-        loader.close()
+    prof, wall, _ = _profile(lambda: shmloader.Loader(source, batch_size=_MEM_BATCH, workers=args.workers,
+                                                      shuffle=False, epochs=1, slots=_MEM_SLOTS),
+                             None, lambda loader: 1)
     rows = _profile_rows(prof, ("calls", "self_ms", "cum_ms"), 1, 1e3)
     return {"paths": len(source.paths), "wall_s": wall,
             "top_cumulative": sorted(rows, key=lambda r: -r["cum_ms"])[:_PROFILE_TOP],
@@ -714,19 +720,13 @@ def markdown(doc: dict) -> str:
         lines.append(f"- **{verdict}**: {t['target']}: {t['measured']} (goal {t['goal']}).")
     lines.append("")
     if "video" in sm:
-        lines += [f"## Video clips {CLIP_LEN}x{CLIP_SIZE[0]}x{CLIP_SIZE[1]}, W={a['workers']}", "",
-                  "| batch | delivery | main us/clip | ceiling clips/s | main us/batch | clips/s | replies/batch "
-                  "| main wake-ups/batch | copied % | workers CPU % | other load % | first batch s |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for cfg, s in sm["video"].items():
-            b, mode = cfg.split(" ", 1)
-            lines.append(f"| {b[1:]} | {mode} | {fmt(s['main_us_per_sample'], 1)} | {_ceiling(s)} | "
-                         f"{fmt(s['main_us_per_batch'])} | {fmt(s['samples_per_s'], 1)} | "
-                         f"{fmt(s['tasks_per_batch'], 1)} | {fmt(s['wakeups_per_batch'], 1)} | "
-                         f"{fmt(s['copied_share'], 0, 100)} | "
-                         f"{fmt(s['workers_cpu_pct'])} | {fmt(s['other_cpu_pct'])} | "
-                         f"{fmt(s['first_batch_s'], 2)} |")
-        lines.append("")
+        lines += [f"## Video clips {CLIP_LEN}x{CLIP_SIZE[0]}x{CLIP_SIZE[1]}, W={a['workers']}", ""]
+        lines += columns("batch | delivery", ((" | ".join(c[1:].split(" ", 1)), s) for c, s in sm["video"].items()), [
+            ("main us/clip", "main_us_per_sample", 1), ("ceiling clips/s", _ceiling),
+            ("main us/batch", "main_us_per_batch", 0), ("clips/s", "samples_per_s", 1),
+            ("replies/batch", "tasks_per_batch", 1), ("main wake-ups/batch", "wakeups_per_batch", 1),
+            ("copied %", "copied_share", 0, 100), ("workers CPU %", "workers_cpu_pct", 0),
+            ("other load %", "other_cpu_pct", 0), ("first batch s", "first_batch_s", 2)], comma=True) + [""]
     if "idle" in sm:
         s = next(iter(sm["idle"].values()))
         lines += [f"Idle cost: {fmt(s['main_us_per_s'])} us of main CPU per second while `next()` waits "
@@ -737,14 +737,12 @@ def markdown(doc: dict) -> str:
                   "of CPU on this machine: a main process that blocks and wakes k times per batch pays at "
                   "least k times that per batch before running any Python.", ""]
     if "rows" in sm:
-        lines += [f"## {a['row_bytes']} B rows, N = {a['rows']:,}, batch {a['rows_batch']}, shuffled", "",
-                  "| pipeline | samples/s | main us/sample | ceiling samples/s | main CPU % | workers CPU % "
-                  "| main wake-ups/batch | copied % | other load % |", "|---|---|---|---|---|---|---|---|---|"]
-        for cfg, s in sm["rows"].items():
-            lines.append(f"| {cfg} | {fmt(s['samples_per_s'])} | {fmt(s['main_us_per_sample'], 2)} | "
-                         f"{_ceiling(s)} | {fmt(s['main_cpu_pct'])} | {fmt(s.get('workers_cpu_pct'))} | "
-                         f"{fmt(s['wakeups_per_batch'], 1)} | {fmt(s.get('copied_share'), 0, 100)} | "
-                         f"{fmt(s['other_cpu_pct'])} |")
+        lines += [f"## {a['row_bytes']} B rows, N = {a['rows']:,}, batch {a['rows_batch']}, shuffled", ""]
+        lines += columns("pipeline", sm["rows"].items(), [
+            ("samples/s", "samples_per_s", 0), ("main us/sample", "main_us_per_sample", 2),
+            ("ceiling samples/s", _ceiling), ("main CPU %", "main_cpu_pct", 0), ("workers CPU %", "workers_cpu_pct", 0),
+            ("main wake-ups/batch", "wakeups_per_batch", 1), ("copied %", "copied_share", 0, 100),
+            ("other load %", "other_cpu_pct", 0)], comma=True)
         lines += ["", f"shmloader: `Loader(ArraySource({{'x': uint8[N, {a['row_bytes']}], 'y': int64[N]}}), "
                       f"batch_size={a['rows_batch']}, workers={a['workers']}, shuffle=True)`, measured "
                       "after a quarter epoch of warm-up. tf.data: `from_tensor_slices((x, y)).shuffle(N)"
@@ -753,23 +751,17 @@ def markdown(doc: dict) -> str:
                       "`x[idx], y[idx]` for `idx = perm[i:i+B]`, a new permutation per epoch, one process.", ""]
     if "growth" in sm:
         lines += [f"## Growth with workers: FunctionSource sleeping {a['sleep_ms']:g} ms per sample, batch "
-                  f"{a['growth_batch']}", "",
-                  "| W | main us/sample | main us/batch | replies/batch | main wake-ups/batch | samples/s "
-                  "| start-up s (Loader() to first batch) | close s | other load % |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for w, s in sorted(sm["growth"].items(), key=lambda kv: int(kv[0])):
-            lines.append(f"| {w} | {fmt(s['main_us_per_sample'], 1)} | {fmt(s['main_us_per_batch'])} | "
-                         f"{fmt(s['tasks_per_batch'], 1)} | {fmt(s['wakeups_per_batch'], 1)} | "
-                         f"{fmt(s['samples_per_s'])} | "
-                         f"{fmt(s['first_batch_s'], 2)} | {fmt(s['close_s'], 2)} | {fmt(s['other_cpu_pct'])} |")
-        lines.append("")
+                  f"{a['growth_batch']}", ""]
+        lines += columns("W", sorted(sm["growth"].items(), key=lambda kv: int(kv[0])), [
+            ("main us/sample", "main_us_per_sample", 1), ("main us/batch", "main_us_per_batch", 0),
+            ("replies/batch", "tasks_per_batch", 1), ("main wake-ups/batch", "wakeups_per_batch", 1),
+            ("samples/s", "samples_per_s", 0), ("start-up s (Loader() to first batch)", "first_batch_s", 2),
+            ("close s", "close_s", 2), ("other load %", "other_cpu_pct", 0)], comma=True) + [""]
     if "memory" in sm:
-        lines += [f"## Worker memory: VideoClips, W={a['workers']}, batch {_MEM_BATCH}, shuffle off", "",
-                  "| paths | worker USS MiB (mean of workers) | largest worker USS MiB | worker RSS MiB "
-                  "| Loader() to first batch s |", "|---|---|---|---|---|"]
-        for cfg, s in sm["memory"].items():
-            lines.append(f"| {cfg} | {fmt(s['worker_uss_mib'], 1)} | {fmt(s['worker_uss_max_mib'], 1)} | "
-                         f"{fmt(s['worker_rss_mib'], 1)} | {fmt(s['first_batch_s'], 2)} |")
+        lines += [f"## Worker memory: VideoClips, W={a['workers']}, batch {_MEM_BATCH}, shuffle off", ""]
+        lines += columns("paths", sm["memory"].items(), [
+            ("worker USS MiB (mean of workers)", "worker_uss_mib", 1), ("largest worker USS MiB", "worker_uss_max_mib", 1),
+            ("worker RSS MiB", "worker_rss_mib", 1), ("Loader() to first batch s", "first_batch_s", 2)], comma=True)
         lines += ["", f"USS (psutil `memory_full_info`) once the workers are idle after the first batch. "
                       f"Each of the 8 real videos gives {_MEM_CLIPS} clips and the loader reads {_MEM_SLOTS} "
                       "batches ahead (`slots=2`), so both loaders decode the same 16 clips and the "
