@@ -238,7 +238,7 @@ class Engine:
             w = min(candidates, key=lambda w: w.load)
             task = queue.popleft()
             try:
-                write_all(w.task_w, pack_task(task.epoch, [(b.slot, pos, s) for b, pos, s in task.items]))
+                write_all(w.task_w, pack_task([(b.slot, pos, s, b.epochs[pos]) for b, pos, s in task.items]))
             except OSError:
                 queue.appendleft(task)
                 self._read_worker(w)  # it died: its pipe tells how

@@ -53,6 +53,8 @@ class Loader:
     Iterating yields dicts of numpy arrays with a leading batch axis: views into shared
     memory, valid for as long as you hold them (see NOTE [ Slot lease ] in ``_ring``).
     ``len(loader)`` is the number of batches per epoch; ``epochs=None`` repeats forever.
+    ``span_epochs=True`` cuts batches across epoch ends (``repeat().batch()``): every batch is
+    whole but the last of a run, and ``len(loader)`` is the batches of ``epochs`` epochs.
     """
 
     def __init__(self, source: Source, *, batch_size: int, workers: int | None = None,
@@ -62,7 +64,8 @@ class Loader:
                  transform: Callable[[dict, np.random.Generator], Any] | None = None,
                  shm_dir: str | None = None, shard: tuple[int, int] = (0, 1),
                  state: dict | None = None, log_every: float | None = None,
-                 pin_workers: bool = False, group_window: int | None = None) -> None:
+                 pin_workers: bool = False, group_window: int | None = None,
+                 span_epochs: bool = False) -> None:
         check_int("batch_size", batch_size, 1)
         if workers is not None:
             check_int("workers", workers, 1)
@@ -78,6 +81,7 @@ class Loader:
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         self._batch_size = batch_size
+        self._epochs = epochs
         self._drop_remainder = drop_remainder
         self._ordered = ordered
         group = int(getattr(source, "group_size", 1))
@@ -87,8 +91,8 @@ class Loader:
             group_window = max(1, -(-_GROUP_WINDOW_BATCHES * batch_size // group))
         self._plan = EpochPlan(len(source), batch_size, shuffle=shuffle, seed=seed,
                                drop_remainder=drop_remainder, shard=tuple(shard), group=group,
-                               window=group_window or 1)
-        _check_has_batches(self._plan)
+                               window=group_window or 1, span_epochs=bool(span_epochs))
+        _check_has_batches(self._plan, epochs)
         self._start = (0, 0)  # (epoch, batch) where this loader's stream begins
         if state is not None:
             if not ordered:
@@ -125,7 +129,12 @@ class Loader:
 
     # ----------------------------------------------------------------- public
     def __len__(self) -> int:
-        return self._plan.batches_per_epoch()
+        if not self._plan.span_epochs:
+            return self._plan.batches_per_epoch()
+        if self._epochs is None:
+            raise TypeError("a loader with span_epochs=True and epochs=None has no length: its batches "
+                            "run on across epochs for ever")
+        return self._plan.batches_per_pass(self._epochs)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """Yield batches. Iterating again after a finished pass starts the next pass of
@@ -160,8 +169,10 @@ class Loader:
 
     @property
     def element_spec(self) -> dict[str, tuple[tuple[int | None, ...], np.dtype]]:
-        """Field -> (batch shape with ``None`` for the batch axis unless ``drop_remainder``, dtype)."""
-        b = self._batch_size if self._drop_remainder else None
+        """Field -> (batch shape, dtype); the batch axis is ``None`` where a batch may be short: at an
+        epoch's end without ``drop_remainder``, at a run's end with ``span_epochs``."""
+        whole = self._drop_remainder or (self._plan.span_epochs and self._epochs is None)
+        b = self._batch_size if whole else None
         return {f.name: ((b, *f.shape), f.dtype) for f in self._layout.fields}
 
     @property
@@ -225,8 +236,8 @@ class Loader:
         p = self._plan
         plan = EpochPlan(p.num_samples, p.batch_size, shuffle=p.shuffle, seed=p.seed,
                          drop_remainder=p.drop_remainder, shard=(index, count), group=p.group,
-                         window=p.window)
-        _check_has_batches(plan)
+                         window=p.window, span_epochs=p.span_epochs)
+        _check_has_batches(plan, self._epochs)
         self._plan = plan
         self._engine.set_plan(plan)
 
@@ -264,7 +275,8 @@ def eval_loader(source: Source, *, batch_size: int, workers: int | None = 1, **k
     """
     if hasattr(source, "for_eval"):
         source = source.for_eval()
-    for key, value in (("shuffle", False), ("epochs", 1), ("drop_remainder", False), ("ordered", True)):
+    for key, value in (("shuffle", False), ("epochs", 1), ("drop_remainder", False), ("ordered", True),
+                       ("span_epochs", False)):
         if kwargs.setdefault(key, value) != value:
             raise ValueError(f"an evaluation loader needs {key}={value!r}")
     return Loader(source, batch_size=batch_size, workers=workers, **kwargs)
@@ -284,18 +296,23 @@ def _usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) or 1
 
 
-def _check_has_batches(plan: EpochPlan) -> None:
+def _check_has_batches(plan: EpochPlan, epochs: int | None) -> None:
     """An epoch with no batch would make ``epochs=None`` end at once, silently: refuse it."""
-    if plan.batches_per_epoch():
-        return
     n = plan.samples_per_epoch()
+    if plan.span_epochs and n and (epochs is None or plan.batches_per_pass(epochs)):
+        return
+    if plan.batches_per_epoch() and not plan.span_epochs:
+        return
     index, count = plan.shard
     where = f" in shard {index} of {count}" if count > 1 else ""
     if not n:
         raise ValueError(f"no samples{where}: the loader would deliver no batch")
+    if plan.span_epochs:
+        raise ValueError(f"{epochs} epochs of {n} samples{where} are fewer than batch_size={plan.batch_size}, "
+                         "and drop_remainder=True drops them: the loader would deliver no batch")
     raise ValueError(f"an epoch has {n} samples{where}, fewer than batch_size={plan.batch_size}, and "
                      "drop_remainder=True drops them: the loader would deliver no batch. Use a smaller "
-                     "batch_size or drop_remainder=False")
+                     "batch_size, drop_remainder=False, or span_epochs=True to fill batches across epochs")
 
 
 def _default_slots(workers: int, batch_size: int, slot_bytes: int, shm_dir: str | None,

@@ -10,13 +10,18 @@ worker can decode in one pass) are shuffled in two stages, like tf.data's shuffl
 DALI's ``initial_fill``: the groups are shuffled, then cut into windows of ``window`` groups,
 and the samples of each window are shuffled among themselves. A window's samples fill
 consecutive batches, so the loader can decode each group once for all of them.
+
+With ``span_epochs`` the epochs' orders follow each other as one stream and batches are cut
+from it across epoch ends, as tf.data's ``repeat().batch()`` does: a dataset smaller than a
+batch still gives whole batches, and only the last batch of a run can be short. Each sample
+keeps the epoch it was drawn in (its randomness, its place in ``state()``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EpochPlan", "EpochCursor", "plan_state", "check_state"]
+__all__ = ["EpochPlan", "EpochCursor", "StreamCursor", "plan_state", "check_state"]
 
 
 class EpochPlan:
@@ -25,9 +30,13 @@ class EpochPlan:
 
     def __init__(self, num_samples: int, batch_size: int, *, shuffle: bool, seed: int,
                  drop_remainder: bool, shard: tuple[int, int] = (0, 1), group: int = 1,
-                 window: int = 1) -> None:
+                 window: int = 1, span_epochs: bool = False) -> None:
         if group < 1 or num_samples % group:
             raise ValueError(f"{num_samples} samples do not split into groups of {group}")
+        if span_epochs and group > 1:
+            raise ValueError("span_epochs=True does not work with grouped clips (group_clips=True): "
+                             "a group's shuffle window lies inside one epoch")
+        self.span_epochs = span_epochs
         self.num_samples = num_samples
         self.group = group
         self.window = max(1, window)
@@ -72,6 +81,11 @@ class EpochPlan:
         n, b = self.samples_per_epoch(), self.batch_size
         return n // b if self.drop_remainder else -(-n // b)
 
+    def batches_per_pass(self, epochs: int) -> int:
+        """``span_epochs``: the batches of ``epochs`` epochs back to back."""
+        n, b = self.samples_per_epoch() * epochs, self.batch_size
+        return n // b if self.drop_remainder else -(-n // b)
+
 
 class EpochCursor:
     """Hands out one epoch's samples: whole batches first, then single samples to refill skips.
@@ -92,20 +106,84 @@ class EpochCursor:
     def has_batch(self) -> bool:
         return self.pos < self.limit
 
-    def next_batch(self) -> list[int]:
+    def next_batch(self) -> tuple[list[int], list[int]]:
+        """The samples of the next batch, and the epoch of each."""
         end = min(self.pos + self.batch_size, self.limit)
         samples = self.order[self.pos : end].tolist()
         self.pos = end
-        return samples
+        return samples, [self.epoch] * len(samples)
 
-    def refill(self) -> int | None:
+    def refill(self) -> tuple[int, int] | None:
+        """(sample, epoch) to take a skipped sample's place, or None when the epoch has no more."""
         if self.pos < self.limit:
             self.pos += 1
-            return int(self.order[self.pos - 1])
+            return int(self.order[self.pos - 1]), self.epoch
         if self.tail < len(self.order):
             self.tail += 1
-            return int(self.order[self.tail - 1])
+            return int(self.order[self.tail - 1]), self.epoch
         return None
+
+    def past(self, epoch: int) -> bool:
+        """Has every batch of ``epoch`` been cut?"""
+        return not self.has_batch()
+
+
+class StreamCursor:
+    """``span_epochs``: the orders of epochs ``pass_start .. pass_end - 1`` back to back
+    (``pass_end=None``: for ever), cut into batches across epoch ends; an EpochCursor's interface.
+
+    Positions count samples from the start of epoch 0. With ``drop_remainder`` the run's last
+    ``total % batch_size`` samples form no batch, but refill skipped positions, as in an epoch.
+    """
+
+    def __init__(self, plan: EpochPlan, pos: int, pass_start: int, pass_end: int | None) -> None:
+        self.plan = plan
+        self.batch_size = plan.batch_size
+        self.n = plan.samples_per_epoch()
+        self.total = None if pass_end is None else pass_end * self.n
+        self.limit = self.total
+        if self.total is not None and plan.drop_remainder:
+            self.limit -= (self.total - pass_start * self.n) % self.batch_size
+        self.pos = pos  # next sample for a new batch
+        self.tail = self.limit  # next sample of the dropped remainder
+        self._orders: dict[int, np.ndarray] = {}
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next sample."""
+        return self.pos // self.n
+
+    def _at(self, pos: int) -> tuple[int, int]:
+        epoch, i = divmod(pos, self.n)
+        order = self._orders.get(epoch)
+        if order is None:
+            if len(self._orders) > 2:  # the epoch being cut, and one a late refill may still read
+                del self._orders[min(self._orders)]
+            order = self._orders[epoch] = self.plan.order(epoch)
+        return int(order[i]), epoch
+
+    def has_batch(self) -> bool:
+        return self.limit is None or self.pos < self.limit
+
+    def next_batch(self) -> tuple[list[int], list[int]]:
+        end = self.pos + self.batch_size
+        if self.limit is not None:
+            end = min(end, self.limit)
+        picked = [self._at(p) for p in range(self.pos, end)]
+        self.pos = end
+        return [s for s, _ in picked], [e for _, e in picked]
+
+    def refill(self) -> tuple[int, int] | None:
+        if self.has_batch():
+            self.pos += 1
+            return self._at(self.pos - 1)
+        if self.tail < self.total:
+            self.tail += 1
+            return self._at(self.tail - 1)
+        return None
+
+    def past(self, epoch: int) -> bool:
+        return self.pos >= (epoch + 1) * self.n or not self.has_batch()
 
 
 def _settings(plan: EpochPlan) -> dict:
@@ -113,12 +191,19 @@ def _settings(plan: EpochPlan) -> dict:
             "seed": plan.seed, "drop_remainder": plan.drop_remainder, "shard": list(plan.shard)}
     if plan.group > 1:
         mine.update(group=plan.group, group_window=plan.window)
+    if plan.span_epochs:
+        mine.update(span_epochs=True)
     return mine
 
 
 def plan_state(plan: EpochPlan, start: tuple[int, int], done: int, exact: bool) -> dict:
-    """``Loader.state()``: the position ``done`` batches after ``start`` (epoch, batch), with the
-    settings a resumed loader must share, as a small JSON-serialisable dict."""
+    """``Loader.state()``: the position ``done`` batches after ``start``, with the settings a
+    resumed loader must share, as a small JSON-serialisable dict. ``start`` is (epoch, batch),
+    or with ``span_epochs`` (epoch, sample position in it)."""
+    if plan.span_epochs:
+        n = plan.samples_per_epoch()
+        epoch, offset = divmod(start[0] * n + start[1] + done * plan.batch_size, n)
+        return {"version": 1, "epoch": epoch, "sample": offset, **_settings(plan), "exact": exact}
     per_epoch = plan.batches_per_epoch()
     position = start[1] + done
     return {"version": 1, "epoch": start[0] + (position // per_epoch if per_epoch else 0),
@@ -126,14 +211,21 @@ def plan_state(plan: EpochPlan, start: tuple[int, int], done: int, exact: bool) 
 
 
 def check_state(plan: EpochPlan, state: dict) -> tuple[int, int]:
-    """(epoch, batch) where a loader resumed from ``state`` begins; ValueError if the state was
-    saved with other settings or is not a state at all."""
+    """Where a loader resumed from ``state`` begins, as ``plan_state`` takes it; ValueError if the
+    state was saved with other settings or is not a state at all."""
     if not isinstance(state, dict) or state.get("version") != 1:
         raise ValueError("state must be a dict returned by Loader.state()")
     wrong = {k: (state.get(k), v) for k, v in _settings(plan).items() if state.get(k) != v}
+    if state.get("span_epochs") and not plan.span_epochs:
+        wrong["span_epochs"] = (True, False)
     if wrong:
         raise ValueError("state was saved by a loader with other settings: " +
                          ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in wrong.items()))
+    if plan.span_epochs:
+        epoch, offset = int(state["epoch"]), int(state["sample"])
+        if epoch < 0 or not 0 <= offset < plan.samples_per_epoch():
+            raise ValueError(f"state position epoch={epoch}, sample={offset} is out of range")
+        return epoch, offset
     epoch, batch = int(state["epoch"]), int(state["batch"])
     if epoch < 0 or not 0 <= batch < max(1, plan.batches_per_epoch()):
         raise ValueError(f"state position epoch={epoch}, batch={batch} is out of range")

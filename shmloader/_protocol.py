@@ -14,11 +14,11 @@ import struct
 
 import numpy as np
 
-# loader -> worker: op, number of items, epoch; then that many TASK_ITEMs
-TASK = struct.Struct("<B3xIq")
+# loader -> worker: op, number of items; then that many TASK_ITEMs
+TASK = struct.Struct("<B3xI")
 OP_READ = 1
-# one item of a task: slot, position in the batch, sample index
-TASK_ITEM = struct.Struct("<IIq")
+# one item of a task: slot, position in the batch, sample index, epoch it was drawn in
+TASK_ITEM = struct.Struct("<IIqq")
 # Items in one task: a whole window of grouped clips fits, a runaway count does not.
 MAX_TASK_ITEMS = 1 << 16
 
@@ -64,12 +64,12 @@ def take_reply(buf: bytearray) -> tuple[int, int, dict[int, bytes], float] | Non
     return status, count, failures, busy
 
 
-_ITEMS = np.dtype([("slot", "<u4"), ("pos", "<u4"), ("sample", "<i8")])  # TASK_ITEM as an array
-assert _ITEMS.itemsize == TASK_ITEM.size
+ITEMS = np.dtype([("slot", "<u4"), ("pos", "<u4"), ("sample", "<i8"), ("epoch", "<i8")])  # TASK_ITEM as an array
+assert ITEMS.itemsize == TASK_ITEM.size
 
 
-def pack_task(epoch: int, items: list[tuple[int, int, int]]) -> bytes:
-    return TASK.pack(OP_READ, len(items), epoch) + np.array(items, dtype=_ITEMS).tobytes()
+def pack_task(items: list[tuple[int, int, int, int]]) -> bytes:
+    return TASK.pack(OP_READ, len(items)) + np.array(items, dtype=ITEMS).tobytes()
 
 
 def write_all(fd: int, data: bytes) -> None:

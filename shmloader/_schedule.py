@@ -5,8 +5,8 @@ The ``Loader`` owns the workers, the pipes and the ring; this module only keeps 
 Nothing here blocks or touches a process: every method runs inside the consumer's ``next()``.
 
 NOTE [ Tasks and replies ]
-A task is one message to one worker: an epoch and a list of items ``(slot, position,
-sample)``; the worker fills every item and answers with ONE reply (the item count, and a
+A task is one message to one worker: a list of items ``(slot, position, sample, epoch)``; the
+worker fills every item and answers with ONE reply (the item count, and a
 failure record for each item that failed). Items of one task may lie in several batches: that
 is how the clips of one video, placed all over a shuffle window, are decoded in one pass
 (grouped decode), and how a run of positions of one batch costs the main process one wake-up
@@ -15,7 +15,7 @@ is how the clips of one video, placed all over a shuffle window, are decoded in 
     when every position is done: a slot a worker may still write is never delivered.
   * Every position is in exactly one task at a time. A task's reply settles all its items:
     done, or failed (raise, or skip and refill the position with the next sample of the same
-    epoch, which goes out as a task of its own).
+    epoch - of the stream with ``span_epochs`` - which goes out as a task of its own).
   * A worker that dies takes its tasks with it. Its oldest task was being worked on: its
     samples are sent again, one task each, on a fresh worker (a death can come from outside:
     the OOM killer); a one-sample task that kills a worker again, or that timed out, is skipped.
@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from ._errors import LoaderError
-from ._plan import EpochCursor, EpochPlan
+from ._plan import EpochCursor, EpochPlan, StreamCursor
 
 __all__ = ["Batch", "Scheduler", "Task", "holding"]
 
@@ -50,25 +50,29 @@ _REASONS_QUOTED = 3
 _SAMPLES_NAMED = 8
 
 
-class Batch:
-    __slots__ = ("seq", "epoch", "cursor", "slot", "samples", "pending")
+Cursor = EpochCursor | StreamCursor
 
-    def __init__(self, seq: int, cursor: EpochCursor, slot: int, samples: list[int]) -> None:
+
+class Batch:
+    __slots__ = ("seq", "epoch", "last_epoch", "cursor", "slot", "samples", "epochs", "pending")
+
+    def __init__(self, seq: int, cursor: Cursor, slot: int, samples: list[int], epochs: list[int]) -> None:
         self.seq = seq
-        self.epoch = cursor.epoch
         self.cursor = cursor
         self.slot = slot
         self.samples = samples  # sample index per position; -1 where a skip left a hole
+        self.epochs = epochs  # the epoch each position's sample was drawn in
+        self.epoch, self.last_epoch = epochs[0], epochs[-1]  # as cut (refills may come later)
         self.pending = len(samples)
 
 
 class Task:
-    """Items ``(batch, position, sample)`` of one epoch for one worker, answered by one reply."""
+    """Items ``(batch, position, sample)`` for one worker, answered by one reply; an item's
+    epoch is ``batch.epochs[position]``."""
 
-    __slots__ = ("epoch", "items", "retried")
+    __slots__ = ("items", "retried")
 
-    def __init__(self, epoch: int, items: list[tuple[Batch, int, int]], retried: bool = False) -> None:
-        self.epoch = epoch
+    def __init__(self, items: list[tuple[Batch, int, int]], retried: bool = False) -> None:
         self.items = items
         self.retried = retried  # already sent again after its worker died
 
@@ -119,12 +123,13 @@ class Scheduler:
         self._describe = describe
         self._stats = stats
         self._skipped = skipped
-        self._cursor: EpochCursor | None = None
+        self._cursor: Cursor | None = None
         self._groups: dict[int, _Groups] = {}  # by epoch, grouped sources only
         self._pass_end = epochs  # first epoch not in the current pass
         self.plan_done = False
         self.seq = 0
         self._tallies: dict[int, _Tally] = {}
+        self._failed_in_a_row = 0  # span_epochs: refills never run out, so count failures instead
 
     # ------------------------------------------------------------------ plan
     @property
@@ -143,43 +148,60 @@ class Scheduler:
     def begin_pass(self) -> None:
         """After a finished pass, the next ``epochs`` epochs (iterating the loader again)."""
         if self.plan_done and not self.inflight and self._epochs is not None and self.seq:
-            next_epoch = self._cursor.epoch + 1 if self._cursor is not None else self._start[0]
+            if self.plan.span_epochs:  # the next pass begins where this one was meant to end
+                self._start, self._cursor = (self._pass_end, 0), None
+                next_epoch = self._pass_end
+            else:
+                next_epoch = self._cursor.epoch + 1 if self._cursor is not None else self._start[0]
             self._pass_end = next_epoch + self._epochs
             self.plan_done = False
+
+    def _next_cursor(self) -> Cursor | None:
+        """The cursor to cut the next batch from, or None when the pass has no more batches."""
+        cur = self._cursor
+        if self.plan.span_epochs:
+            if cur is None:
+                start = self._start[0] * self.plan.samples_per_epoch() + self._start[1]
+                first = None if self._epochs is None else self._pass_end - self._epochs
+                cur = self._cursor = StreamCursor(self.plan, start, first or 0, self._pass_end)
+            return cur if cur.has_batch() else None
+        while cur is None or not cur.has_batch():
+            epoch = self._start[0] if cur is None else cur.epoch + 1
+            if (self._epochs is not None and epoch >= self._pass_end) or (cur is not None and cur.limit == 0):
+                return None
+            fresh = self._cursor = EpochCursor(self.plan, epoch)
+            if cur is None:  # resuming mid-epoch: the batches before were delivered already
+                fresh.pos = min(self._start[1] * self.plan.batch_size, fresh.limit)
+            if fresh.limit == 0:  # fewer samples than one batch, none kept
+                return None
+            if self.plan.group > 1:
+                self._groups[epoch] = _Groups(fresh, self.plan.group)
+            cur = fresh
+        return cur
 
     def dispatch(self, idle: bool) -> None:
         """Give free slots to the next batches of the plan and turn their positions into tasks.
         ``idle``: no worker holds a task; then, if nothing else can complete a batch, waiting
         groups go out as they are (see the NOTE)."""
         while self.free and not self.plan_done:
-            cur = self._cursor
-            if cur is None or not cur.has_batch():
-                epoch = self._start[0] if cur is None else cur.epoch + 1
-                if (self._epochs is not None and epoch >= self._pass_end) or \
-                        (cur is not None and cur.limit == 0):
-                    self.plan_done = True
-                    break
-                self._cursor = EpochCursor(self.plan, epoch)
-                if cur is None:  # resuming mid-epoch: the batches before were delivered already
-                    self._cursor.pos = min(self._start[1] * self.plan.batch_size, self._cursor.limit)
-                if self._cursor.limit == 0:  # fewer samples than one batch, none kept
-                    self.plan_done = True
-                elif self.plan.group > 1:
-                    self._groups[epoch] = _Groups(self._cursor, self.plan.group)
-                continue
-            b = Batch(self.seq, cur, self.free.pop(), cur.next_batch())
+            cur = self._next_cursor()
+            if cur is None:
+                self.plan_done = True
+                break
+            b = Batch(self.seq, cur, self.free.pop(), *cur.next_batch())
             self.seq += 1
-            self._tally(b.epoch).open += 1
+            for epoch in range(b.epoch, b.last_epoch + 1):  # one epoch, or a few with span_epochs
+                self._tally(epoch).open += 1
             self.inflight[b.seq] = b
             items = [(b, pos, s) for pos, s in enumerate(b.samples)]
             if self.plan.group == 1:  # runs of positions: a few replies per batch, not one per sample
-                self.queue.extend(Task(b.epoch, items[lo : lo + self._run]) for lo in range(0, len(items), self._run))
+                self.queue.extend(Task(items[lo : lo + self._run]) for lo in range(0, len(items), self._run))
             else:
                 self._gather(cur, items)
         if idle and not self.queue and not self._ready():
-            for epoch, groups in self._groups.items():
+            for groups in self._groups.values():
                 for g, items in groups.waiting.items():
-                    self.queue.append(Task(epoch, items))
+                    self.queue.append(Task(items))
                 groups.waiting.clear()
 
     def _ready(self) -> bool:
@@ -203,7 +225,7 @@ class Scheduler:
             return
         ready = [g for g in groups.waiting if groups.last.get(g, -1) < cur.pos]
         for g in ready:
-            self.queue.append(Task(cur.epoch, groups.waiting.pop(g)))
+            self.queue.append(Task(groups.waiting.pop(g)))
         if not cur.has_batch() and not groups.waiting:
             del self._groups[cur.epoch]
 
@@ -211,6 +233,8 @@ class Scheduler:
     def task_done(self, task: Task, failed: dict[int, str]) -> list[tuple[Task, int]]:
         """A worker answered ``task``; ``failed``: item index -> reason. Returns the failed
         items for the loader to raise on or skip (it knows the ``on_error`` policy)."""
+        if len(failed) < len(task):
+            self._failed_in_a_row = 0
         if not failed:  # the usual case, once per reply: a count per batch, not a step per sample
             items = task.items
             b = items[0][0]
@@ -233,21 +257,28 @@ class Scheduler:
     def skip(self, task: Task, i: int, reason: str) -> None:
         """Drop item ``i`` of ``task`` and refill its position from the same epoch."""
         b, pos, sample = task.items[i]
+        epoch = b.epochs[pos]
         where = self._describe(sample)
         log.warning("skipped sample %d (%s): %s", sample, where, reason)
         self._stats["skipped"] += 1
-        self._skipped.append((task.epoch, sample, reason))
-        t = self._tally(task.epoch)
+        self._skipped.append((epoch, sample, reason))
+        t = self._tally(epoch)
         t.skipped += 1
         if len(t.reasons) < _REASONS_QUOTED:
             t.reasons.append(f"sample {sample} ({where}): {reason}")
+        self._failed_in_a_row += 1
+        n = self.plan.samples_per_epoch()
+        if self.plan.span_epochs and self._failed_in_a_row >= n:
+            raise LoaderError(
+                f"every sample failed: the last {self._failed_in_a_row}, an epoch's worth, were skipped "
+                f"(on_error='skip'), nothing to deliver. First reasons: " + "; ".join(t.reasons))
         refill = b.cursor.refill()
         if refill is None:
             b.samples[pos] = -1
             self._position_done(b)
         else:
-            b.samples[pos] = refill
-            self.queue.appendleft(Task(task.epoch, [(b, pos, refill)]))
+            b.samples[pos], b.epochs[pos] = refill
+            self.queue.appendleft(Task([(b, pos, refill[0])]))
             self._release_groups(b.cursor)  # the refill may have been a group's last sample
 
     def resend(self, tasks: list[Task]) -> None:
@@ -259,7 +290,7 @@ class Scheduler:
         """Send a dead worker's task again, first in line: one sample as it was; several one by
         one, so that a sample that kills a worker again costs only itself."""
         for item in reversed(task.items):
-            self.queue.appendleft(Task(task.epoch, [item], retried=True))
+            self.queue.appendleft(Task([item], retried=True))
 
     # --------------------------------------------------------------- handing out
     def take_ready(self, compact: Callable[[Batch, list[int]], None]) -> tuple[Batch | None, int]:
@@ -282,7 +313,7 @@ class Scheduler:
             if n and self._drop_remainder and n < self.plan.batch_size:
                 self._stats["dropped"] += n
                 n = 0
-            self._batch_closed(b, len(valid))
+            self._batch_closed(b, valid)
             if n:
                 return b, n
             self.free.append(b.slot)
@@ -293,26 +324,33 @@ class Scheduler:
             t = self._tallies[epoch] = _Tally()
         return t
 
-    def _batch_closed(self, b: Batch, kept: int) -> None:
-        """Count a finished batch; at the end of its epoch, fail if the epoch delivered nothing
-        because every sample was skipped (else ``epochs=None`` would spin on it for ever), and
-        warn if most of it was skipped."""
-        t = self._tally(b.epoch)
-        t.kept += kept
-        t.open -= 1
-        if t.open or b.cursor.has_batch():
-            return
-        del self._tallies[b.epoch]
+    def _batch_closed(self, b: Batch, valid: list[int]) -> None:
+        """Count a finished batch (``valid``: its kept positions); at the end of an epoch, fail if
+        the epoch delivered nothing because every sample was skipped (else ``epochs=None`` would
+        spin on it for ever), and warn if most of it was skipped."""
+        if b.epoch == b.last_epoch and not self.plan.span_epochs:
+            self._tally(b.epoch).kept += len(valid)
+        else:
+            for pos in valid:
+                self._tally(b.epochs[pos]).kept += 1
+        for epoch in range(b.epoch, b.last_epoch + 1):
+            t = self._tally(epoch)
+            t.open -= 1
+            if not t.open and b.cursor.past(epoch):
+                del self._tallies[epoch]
+                self._epoch_closed(epoch, t)
+
+    def _epoch_closed(self, epoch: int, t: _Tally) -> None:
         if not t.skipped:
             return
         tried = t.kept + t.skipped
         if not t.kept:
             raise LoaderError(
-                f"every sample of epoch {b.epoch} failed: {tried} tried, {t.skipped} skipped "
+                f"every sample of epoch {epoch} failed: {tried} tried, {t.skipped} skipped "
                 f"(on_error='skip'), nothing to deliver. First reasons: " + "; ".join(t.reasons))
         if t.skipped * 2 > tried:
             log.warning("epoch %d: %d of %d samples (%.0f%%) were skipped; first reasons: %s",
-                        b.epoch, t.skipped, tried, 100 * t.skipped / tried, "; ".join(t.reasons))
+                        epoch, t.skipped, tried, 100 * t.skipped / tried, "; ".join(t.reasons))
 
 
 def holding(task: Task, describe: Callable[[int], str]) -> str:

@@ -7,7 +7,7 @@ This module imports numpy and shmloader's own modules only; decord comes in with
 source. The user's source and transform arrive pickled by value (cloudpickle), so callables
 defined in a notebook or a script's ``__main__`` work.
 
-Each worker: reads a task (an epoch and items (slot, position, sample)), builds each sample's
+Each worker: reads a task (items (slot, position, sample, epoch)), builds each sample's
 generator from ``(seed, epoch, sample)`` — the same whatever worker runs it — decodes straight
 into the slots (the samples of one video in one pass, when the source can), runs the transform
 in place, and answers with one DONE message (see NOTE [ Tasks and replies ] in ``_schedule``).
@@ -81,8 +81,8 @@ def main(argv: list[str]) -> int:
     import numpy as np
 
     from . import _native_log as native_log
-    from ._protocol import (DONE, FAILURE, MAX_TASK_ITEMS, OP_READ, ST_DONE, ST_READY, TASK, TASK_ITEM,
-                            write_all)
+    from ._protocol import (DONE, FAILURE, ITEMS, MAX_TASK_ITEMS, OP_READ, ST_DONE, ST_READY, TASK,
+                            TASK_ITEM, write_all)
     from ._ring import attach_views
 
     cfg = pickle.loads(payload)
@@ -101,25 +101,30 @@ def main(argv: list[str]) -> int:
         head = _read_exact(task_fd, TASK.size)
         if not head:
             return 0
-        op, count, epoch = TASK.unpack(head)
+        op, count = TASK.unpack(head)
         if op != OP_READ or not 0 < count <= MAX_TASK_ITEMS:
             return 0
         body = _read_exact(task_fd, count * TASK_ITEM.size)
         if not body:
             return 0
         items = list(TASK_ITEM.iter_unpack(body))
-        if any(slot >= nslots or pos >= batch_size for slot, pos, _ in items):
+        if any(it[0] >= nslots or it[1] >= batch_size for it in items):
             return 0  # not from our loader; it sees this worker exit
         t0 = time.perf_counter()
         native_log.take()  # forget what earlier samples printed
-        outs = Outs(slots, items)
-        if decode_spec is None:
-            decoded = outs
-        else:
+        if decode_spec is not None:
             while len(scratch) < count:
                 scratch.append({k: np.empty(shape, dtype) for k, (shape, dtype) in decode_spec.items()})
-            decoded = scratch[:count]
-        failed = _run(source, transform, items, seed, epoch, outs, decoded)
+        failed = {}
+        # Items drawn in one epoch are read together; a batch that spans epochs has a few runs.
+        epochs = np.frombuffer(body, ITEMS)["epoch"]
+        cuts = [0, *(np.flatnonzero(epochs[1:] != epochs[:-1]) + 1).tolist(), count]
+        for lo, hi in zip(cuts, cuts[1:]):
+            part = items if hi - lo == count else items[lo:hi]
+            outs = Outs(slots, part)
+            decoded = outs if decode_spec is None else scratch[lo:hi]
+            for i, err in _run(source, transform, part, seed, int(epochs[lo]), outs, decoded).items():
+                failed[lo + i] = err
         busy = time.perf_counter() - t0
         reply = [DONE.pack(ST_DONE, count, len(failed), busy)]
         for i, err in failed.items():
@@ -160,12 +165,12 @@ class Outs:
 
     __slots__ = ("_slots", "_items", "_made", "block")
 
-    def __init__(self, slots: list[dict], items: list[tuple[int, int, int]]) -> None:
+    def __init__(self, slots: list[dict], items: list[tuple[int, int, int, int]]) -> None:
         self._slots = slots
         self._items = items
         self._made: dict[int, dict] = {}
         slot, first = items[0][0], items[0][1]
-        run = all(s == slot and p == first + i for i, (s, p, _) in enumerate(items))
+        run = all(it[0] == slot and it[1] == first + i for i, it in enumerate(items))
         self.block = {k: v[first : first + len(items)] for k, v in slots[slot].items()} if run else None
 
     def __len__(self) -> int:
@@ -174,7 +179,7 @@ class Outs:
     def __getitem__(self, i: int) -> dict:
         d = self._made.get(i)
         if d is None:
-            slot, pos, _ = self._items[i]
+            slot, pos = self._items[i][:2]
             d = self._made[i] = {k: v[pos, ...] for k, v in self._slots[slot].items()}  # 0-d views too
         return d
 
@@ -187,7 +192,7 @@ def _run(source, transform, items, seed, epoch, outs, decoded) -> dict[int, byte
     fresh generator, to find which failed. Items are independent: one failure costs no other.
     """
     count = len(items)
-    samples = [sample for _, _, sample in items]
+    samples = [it[2] for it in items]
     rngs, epoch_key = Rngs(seed, epoch, samples), (seed, epoch)
     read_many = getattr(source, "read_many", None)
     failed: dict[int, bytes] = {}
