@@ -74,6 +74,13 @@ class Worker:
         return f"exited with code {code}"
 
 
+# `python -m` puts the working folder first on sys.path, before PYTHONPATH: run from a folder that
+# holds another copy of shmloader (a source checkout of another version), a worker would import
+# that one and speak another protocol. -P (Python 3.11+) leaves it out; the worker adds the
+# training process's sys.path, working folder included, only once shmloader is imported.
+_SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     # `python -m shmloader._worker` must find this very package, installed or not.
@@ -100,7 +107,8 @@ def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ..
         os.lseek(cfg_fd, 0, os.SEEK_SET)
         child_fds = (task_r, done_w, life_r, ring_fd, cfg_fd)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "shmloader._worker", *map(str, child_fds), *([str(cpu)] if cpu is not None else [])],
+            [sys.executable, *_SAFE_PATH, "-m", "shmloader._worker", *map(str, child_fds),
+             *([str(cpu)] if cpu is not None else [])],
             pass_fds=child_fds + tuple(extra_fds), stdin=subprocess.DEVNULL, env=_env(), close_fds=True,
         )
     except BaseException:

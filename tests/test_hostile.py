@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import psutil
@@ -73,8 +75,36 @@ def test_workers_are_exec_not_fork():
     with shmloader.Loader(src, batch_size=2, workers=2) as loader:
         for pid in loader.worker_pids():
             cmd = psutil.Process(pid).cmdline()
-            assert cmd[1:3] == ["-m", "shmloader._worker"]
+            assert cmd[cmd.index("-m") : cmd.index("-m") + 2] == ["-m", "shmloader._worker"]
             assert psutil.Process(pid).ppid() == os.getpid()
+
+
+DECOY = textwrap.dedent("""
+    import numpy as np
+    import shmloader
+
+    src = shmloader.FunctionSource(lambda i, rng: {"x": np.full(2, i)}, {"x": ((2,), np.int64)}, 4)
+    with shmloader.Loader(src, batch_size=2, workers=2, timeout=20) as loader:
+        print(sum(int(b["x"].sum()) for b in loader))
+""")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P (no working folder on sys.path) is 3.11+")
+def test_workers_import_the_training_process_shmloader_not_one_in_the_working_folder(tmp_path):
+    """Run from a folder holding another copy of shmloader (a checkout of another version): the
+    workers still run the package the training process imported."""
+    decoy = tmp_path / "work" / "shmloader"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise ImportError('the copy in the working folder was imported')\n")
+    (decoy / "_worker.py").write_text("raise SystemExit(3)\n")
+    script = tmp_path / "train.py"
+    script.write_text(DECOY)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(shmloader.__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path / "work", env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["12"]  # 2 * (0 + 1 + 2 + 3)
 
 
 def test_pinned_workers_run_on_one_cpu_each():
