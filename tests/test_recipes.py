@@ -13,7 +13,7 @@ import pytest
 
 import shmloader
 from shmloader._samples import frame_image, read_codes, write_video
-from shmloader._sampling import clip_frames
+from shmloader.sampling import clip_frames
 
 from ._variants import reference as libav_reference
 
