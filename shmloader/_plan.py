@@ -153,25 +153,32 @@ class StreamCursor:
         """The epoch of the next sample."""
         return self.pos // self.n
 
-    def _at(self, pos: int) -> tuple[int, int]:
-        epoch, i = divmod(pos, self.n)
+    def _order(self, epoch: int) -> np.ndarray:
         order = self._orders.get(epoch)
         if order is None:
             if len(self._orders) > 2:  # the epoch being cut, and one a late refill may still read
                 del self._orders[min(self._orders)]
             order = self._orders[epoch] = self.plan.order(epoch)
-        return int(order[i]), epoch
+        return order
+
+    def _at(self, pos: int) -> tuple[int, int]:
+        epoch, i = divmod(pos, self.n)
+        return int(self._order(epoch)[i]), epoch
 
     def has_batch(self) -> bool:
         return self.limit is None or self.pos < self.limit
 
     def next_batch(self) -> tuple[list[int], list[int]]:
-        end = self.pos + self.batch_size
+        start, end = self.pos, self.pos + self.batch_size
         if self.limit is not None:
             end = min(end, self.limit)
-        picked = [self._at(p) for p in range(self.pos, end)]
+        first, last = start // self.n, (end - 1) // self.n
+        lo = start - first * self.n
         self.pos = end
-        return [s for s, _ in picked], [e for _, e in picked]
+        if first == last:
+            return self._order(first)[lo : lo + end - start].tolist(), [first] * (end - start)
+        orders = np.concatenate([self._order(e) for e in range(first, last + 1)])
+        return orders[lo : lo + end - start].tolist(), (np.arange(start, end) // self.n).tolist()
 
     def refill(self) -> tuple[int, int] | None:
         if self.has_batch():

@@ -32,7 +32,7 @@ is how the clips of one video, placed all over a shuffle window, are decoded in 
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from typing import Callable
 
 import numpy as np
@@ -330,9 +330,10 @@ class Scheduler:
         spin on it for ever), and warn if most of it was skipped."""
         if b.epoch == b.last_epoch and not self.plan.span_epochs:
             self._tally(b.epoch).kept += len(valid)
-        else:
-            for pos in valid:
-                self._tally(b.epochs[pos]).kept += 1
+        else:  # positions' epochs, refills' included
+            kept = b.epochs if len(valid) == len(b.epochs) else [b.epochs[p] for p in valid]
+            for epoch, n in Counter(kept).items():
+                self._tally(epoch).kept += n
         for epoch in range(b.epoch, b.last_epoch + 1):
             t = self._tally(epoch)
             t.open -= 1
