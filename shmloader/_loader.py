@@ -299,9 +299,11 @@ def _usable_cpus() -> int:
 def _check_has_batches(plan: EpochPlan, epochs: int | None) -> None:
     """An epoch with no batch would make ``epochs=None`` end at once, silently: refuse it."""
     n = plan.samples_per_epoch()
-    if plan.span_epochs and n and (epochs is None or plan.batches_per_pass(epochs)):
-        return
-    if plan.batches_per_epoch() and not plan.span_epochs:
+    if plan.span_epochs:
+        has_batches = n and (epochs is None or plan.batches_per_pass(epochs))
+    else:
+        has_batches = plan.batches_per_epoch()
+    if has_batches:
         return
     index, count = plan.shard
     where = f" in shard {index} of {count}" if count > 1 else ""

@@ -11,7 +11,7 @@ TensorFlow does not copy the arrays a ``from_generator`` generator yields: the t
 the slot and TF keeps a reference to the array while the tensor lives. So a slot is free
 again only when every array handed out for it has been released, never merely at the next
 ``yield``. Each hand-out builds a fresh ``uint8`` array over the slot (the *lease*); the field
-arrays are views whose ``base`` is that lease. A weak reference to the lease (``_Lease``)
+arrays are views whose ``base`` is that lease. A weak reference to the lease (``Returns``)
 returns the slot when it dies: CPython calls ``SimpleQueue.put`` with the reference, on
 whatever thread dropped the last array (TF's, or the garbage collector's). That callback is C
 code only, and it must be: a signal handler runs between Python instructions, so a Ctrl-C

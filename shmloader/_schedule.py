@@ -162,8 +162,8 @@ class Scheduler:
         if self.plan.span_epochs:
             if cur is None:
                 start = self._start[0] * self.plan.samples_per_epoch() + self._start[1]
-                first = None if self._epochs is None else self._pass_end - self._epochs
-                cur = self._cursor = StreamCursor(self.plan, start, first or 0, self._pass_end)
+                first = 0 if self._epochs is None else self._pass_end - self._epochs
+                cur = self._cursor = StreamCursor(self.plan, start, first, self._pass_end)
             return cur if cur.has_batch() else None
         while cur is None or not cur.has_batch():
             epoch = self._start[0] if cur is None else cur.epoch + 1
@@ -267,8 +267,7 @@ class Scheduler:
         if len(t.reasons) < _REASONS_QUOTED:
             t.reasons.append(f"sample {sample} ({where}): {reason}")
         self._failed_in_a_row += 1
-        n = self.plan.samples_per_epoch()
-        if self.plan.span_epochs and self._failed_in_a_row >= n:
+        if self.plan.span_epochs and self._failed_in_a_row >= self.plan.samples_per_epoch():
             raise LoaderError(
                 f"every sample failed: the last {self._failed_in_a_row}, an epoch's worth, were skipped "
                 f"(on_error='skip'), nothing to deliver. First reasons: " + "; ".join(t.reasons))
