@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from dataclasses import replace
 
 import numpy as np
 
@@ -45,6 +46,11 @@ _REORDER_MAX = 16
 
 class DecoderLimit(Exception):
     """A decoder cannot produce this output here (not a fault of the file)."""
+
+
+class _Unordered(Exception):
+    """Decoded frames' timestamps go backwards: the file's stamps name packets in decode order
+    (AVI stores no presentation times), so they cannot find a frame."""
 
 
 def _scratch(holder, shape) -> np.ndarray:
@@ -109,6 +115,14 @@ class PyAV:
         dest = out if out is not None and out.shape == shape else _scratch(self, shape)
         # Scaled before turning: a 90-degree turn swaps the sides the scaler must produce.
         sh, sw = (w, h) if turns % 2 else (h, w)
+        try:
+            return self._decode(info, frames, dest, sw, sh, turns)
+        except _Unordered:
+            # Count frames from the start instead, as for a file without timestamps.
+            return self._decode(replace(info, pts=None, keyframes=None, decode_pos=None), frames, dest, sw, sh, turns)
+
+    def _decode(self, info: VideoInfo, frames: np.ndarray, dest: np.ndarray, sw: int, sh: int,
+                turns: int) -> np.ndarray:
         got, damaged = np.zeros(len(frames), bool), []
         with self._av.open(info.path, metadata_errors="ignore") as c:
             s = c.streams.video[0]
@@ -122,10 +136,11 @@ class PyAV:
                         dest[j] = np.rot90(img, turns) if turns else img
                         got[j] = True
             except self._av.error.FFmpegError as e:
-                raise ValueError(f"damaged data before frame {int(frames[~got][0])}: {e}") from e
+                if not got.all():  # else the data breaks off after the last wanted frame
+                    raise ValueError(f"damaged or cut-off data before frame {int(frames[~got][0])}: {e}") from e
         if not got.all():
             raise ValueError(f"frames {frames[~got].tolist()[:4]} of {info.frames} cannot be decoded: "
-                             "the stream ends early (damaged or truncated)")
+                             f"the stream ends at frame {int(frames[~got][0])} (damaged or truncated?)")
         spoiled = _spoiled(info, frames, damaged)
         if spoiled is not None:
             raise ValueError(f"frame {spoiled} is damaged, or decoded from a damaged frame "
@@ -140,7 +155,7 @@ class PyAV:
         the frame it was decoded after."""
         if info.pts is None:  # no timestamps to seek by: count frames from the start
             j, left = 0, None
-            for i, frame in enumerate(c.decode(s)):
+            for i, frame in enumerate(_decoded(c, s)):
                 hit = j < len(frames) and i == frames[j]
                 yield (j if hit else None), i, frame
                 j += hit
@@ -167,8 +182,12 @@ class PyAV:
             else:
                 c.seek(int(pts[keys[k]]), stream=s, backward=True)
             s.codec_context.flush_buffers()
-            missed, first, left = False, True, None
-            for frame in c.decode(s):
+            missed, first, left, last = False, True, None, None
+            for frame in _decoded(c, s):
+                if frame.pts is not None:
+                    if last is not None and frame.pts <= last:
+                        raise _Unordered
+                    last = frame.pts
                 i = index_of(pts, frame.pts)
                 if i is None:
                     continue  # not a shown frame
@@ -199,6 +218,23 @@ class PyAV:
                 if from_start:
                     return
                 back += 1
+
+
+def _decoded(c, s):
+    """``c.decode(s)``, except that a packet the decoder rejects (damaged, or cut off at the end
+    of a truncated file) first lets out the frames already decoded and held back for
+    reordering: they were decoded from earlier, whole packets."""
+    import av
+
+    try:
+        for p in c.demux(s):
+            yield from p.decode()
+    except av.error.FFmpegError:
+        try:
+            yield from s.codec_context.decode(None)
+        except av.error.FFmpegError:
+            pass
+        raise
 
 
 def _drain(stream) -> int:

@@ -4,15 +4,28 @@
 plus its first frame, and returns a :class:`VideoInfo`: the frames a player shows (an edit list
 that drops frames is honoured, as libavformat's ``discard`` flag says), their timestamps as
 stored, the size as shown (after the rotation the container asks for), and which decoder reads
-the file right. decord stays the decoder where it is right; PyAV (libavformat + libavcodec,
-the same code as ``ffmpeg -i``) reads the files decord counts or turns wrong:
+the file right.
 
-- MPEG-TS / M2TS: decord's index of a transport stream is off by a GOP or refuses it;
+NOTE [ Which decoder reads a file ]
+decord reads a file only where its random access has been shown exact for that kind of file:
+a (container, codec) shape in ``DECORD_SHAPES``, each backed by a test that seeks into a file
+of that shape (tests/test_shapes.py), B-frame reordering included only where the entry says
+so. Every other file goes to PyAV (libavformat + libavcodec, the same code as ``ffmpeg -i``,
+seeking by the timestamps read here): a shape nobody tested is never trusted. Measured with
+decord2 3.4.0: AVI with B-frames or H.264, MPEG program streams (``.mpg``/``.vob``), MPEG-4
+Part 2 or HEVC with B-frames in MP4/MKV, and WMV seek a GOP early or late. Inside the shapes,
+PyAV still reads what decord counts or turns wrong:
+
 - an edit list that drops frames (``ffmpeg -ss T -c copy`` cuts): decord counts and returns
   the dropped frames, freezing the last ones;
 - a size change inside the stream (joined segments, live recordings);
 - a rotation tag: decord cannot copy turned frames out at their own size;
-- a container frame count that disagrees with the stream.
+- a container frame count that disagrees with the stream (a truncated download among them);
+- damage (``check="keyframes"`` or ``"frames"``).
+
+``check="keyframes"`` and ``"frames"`` also gather evidence per file: a few seeded positions
+decoded by decord as the loader seeks (a fresh reader each) are compared with PyAV's decode by
+timestamps; a mismatch sends the file to PyAV (``decord seeks wrong at frame N; read by PyAV``).
 
 A size change is found cheaply: the sequence headers (H.264/HEVC SPS, MPEG-4 VOL, MPEG-1/2
 sequence header) carried in keyframe packets are compared, and only when they change are the
@@ -30,13 +43,36 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["VideoInfo", "probe", "index_of", "DECODERS", "CHECKS"]
+__all__ = ["VideoInfo", "probe", "index_of", "DECODERS", "CHECKS", "DECORD_SHAPES"]
 
 DECODERS = ("decord", "pyav")
 CHECKS = ("headers", "keyframes", "frames")
 
-# Containers read by PyAV alone (libavformat's format names).
-_PYAV_FORMATS = {"mpegts": "MPEG-TS"}
+# (container, codec) -> reordered frames allowed: the shapes whose random access through decord
+# has been shown exact, each by a test that seeks into a file of that shape (tests/test_shapes.py).
+# Container: libavformat's first format name ("mov" is MP4/MOV/M4V/3GP, "matroska" MKV/WebM);
+# codec: the codec's own name. False: exact only without B-frame reordering (decode order =
+# presentation order); with it, decord's seek lands a GOP early or late in these.
+DECORD_SHAPES: dict[tuple[str, str], bool] = {
+    ("mov", "h264"): True, ("matroska", "h264"): True, ("flv", "h264"): True,
+    ("mov", "hevc"): False, ("matroska", "hevc"): False,
+    ("mov", "mpeg4"): False, ("matroska", "mpeg4"): False, ("avi", "mpeg4"): False,
+    ("mov", "av1"): True, ("matroska", "av1"): True,
+    ("matroska", "vp8"): True, ("matroska", "vp9"): True, ("mov", "vp9"): True,
+    ("mov", "mjpeg"): True, ("avi", "mjpeg"): True, ("mov", "prores"): True,
+    ("mov", "h263"): False, ("flv", "flv1"): False,
+}
+
+# The random-access evidence (``check="keyframes"`` and ``"frames"``): keyframes it seeks around,
+# and how far decord's frame may be from PyAV's (grey levels; both convert with swscale at the
+# native size, measured within 1 on average): a wrong frame differs by far more in some region.
+_SEEK_KEYFRAMES = 3
+
+# Frames a probe decodes, where the decoder reorders, to see that decoded stamps follow
+# presentation order (B-frames start in the first GOP).
+_ORDER_FRAMES = 8
+_SEEK_MEAN = 3.0
+_SEEK_P99 = 32.0
 
 # Timestamps further apart than this many times the median step are a gap, not jitter.
 _GAP = 1.5
@@ -112,9 +148,16 @@ def probe(path: str, *, check: str = "headers") -> VideoInfo:
     step = r.step
     duration = kept * step if pts is None else float((pts[-1] - pts[0]) * tb) + step
     problems, pyav = [], []
-    if r.container in _PYAV_FORMATS:
-        pyav.append(_PYAV_FORMATS[r.container])
-    if r.dropped and r.container not in _PYAV_FORMATS:
+    # B-frames: stored out of presentation order, or a decoder that holds frames back to
+    # reorder them (AVI stores no presentation times: there only the decoder tells).
+    reorder = r.delay or r.decode_pos is None or bool((np.diff(r.decode_pos) < 0).any())
+    shape = DECORD_SHAPES.get((r.container, r.codec))
+    if shape is None or (reorder and not shape):
+        pyav.append("shape")  # decord's seeking is unproven for this kind of file
+    if r.truncated:
+        problems.append(f"truncated at frame {kept} of {r.declared}")
+        pyav.append("truncated")
+    if r.dropped and r.container != "mpegts":
         # The demuxer leaves out the stored frames not needed to decode the shown ones, and
         # flags the rest: the container's own count tells how many the cut dropped.
         problems.append(f"edit list drops {max(r.dropped, r.declared - kept)} frames")
@@ -133,14 +176,58 @@ def probe(path: str, *, check: str = "headers") -> VideoInfo:
         pyav.append("damage")  # PyAV marks damaged frames; decord may hand back a neighbour
     elif r.decoded is not None and r.decoded < kept:
         problems.append(f"damaged at frame {r.decoded}: {kept} frames stored, {r.decoded} decode")
-    if pts is None:
+    if r.unordered:
+        problems.append("timestamps in decode order")
+        pts = None  # they name packets, not instants: PyAV counts frames instead
+    if pts is None and not r.unordered:
         problems.append("no usable timestamps")
     else:
         problems.extend(_rate_problems(pts, tb, step))
-    return VideoInfo(path=path, frames=kept, height=shown_h, width=shown_w, fps=r.fps, duration=duration,
+    info = VideoInfo(path=path, frames=kept, height=shown_h, width=shown_w, fps=r.fps, duration=duration,
                      codec=r.codec, pix_fmt=first.format.name, rotation=rotation, container=r.container,
                      decoder="pyav" if pyav else "decord", problem="; ".join(problems), time_base=tb,
-                     pts=pts, keyframes=r.keyframes, durations=r.durations, decode_pos=r.decode_pos)
+                     pts=pts, keyframes=None if pts is None else r.keyframes,
+                     durations=None if pts is None else r.durations,
+                     decode_pos=None if pts is None else r.decode_pos)
+    if check != "headers" and not pyav:
+        return _check_seeks(info)
+    return info
+
+
+def _seek_positions(info: VideoInfo) -> np.ndarray:
+    """The frames the random-access evidence compares, seeded by the frame count (a scan
+    repeats): the frame before and at a few keyframes (where a seek that lands a GOP early or
+    late shows first), the last frame and one more anywhere."""
+    n = info.frames
+    rng = np.random.default_rng(n)
+    keys = info.keyframes[info.keyframes > 0] if info.keyframes is not None else np.zeros(0, np.int64)
+    chosen = rng.choice(keys, min(_SEEK_KEYFRAMES, len(keys)), replace=False) if len(keys) else keys
+    pos = {int(k) - 1 for k in chosen} | {int(k) for k in chosen} | {n - 1, int(rng.integers(n))}
+    return np.array(sorted(pos), np.int64)
+
+
+def _check_seeks(info: VideoInfo) -> VideoInfo:
+    """``info`` sent to PyAV when decord, opening the file afresh and seeking as the loader
+    does, gives other frames than PyAV's decode by timestamps at ``_seek_positions``."""
+    from ._decoders import Decord, DecoderLimit, PyAV
+
+    frames = _seek_positions(info)
+    try:
+        want = PyAV(1).decode(info, None, frames)
+    except Exception:
+        return info  # damage (reported by the probe) or worse: no reference to compare with
+    decord = Decord(1)
+    for i, ref in zip(frames, want):
+        try:
+            got = decord.decode(info, None, np.array([i]))[0]
+        except DecoderLimit:
+            return info  # decord cannot copy this width out here: the loader uses PyAV anyway
+        except decord.Error as e:
+            return info.with_decoder("pyav", f"decord refuses it: {str(e).splitlines()[0][:160]}")
+        diff = np.abs(got.astype(np.int16) - ref) if got.shape == ref.shape else None
+        if diff is None or diff.mean() > _SEEK_MEAN or np.percentile(diff, 99) > _SEEK_P99:
+            return info.with_decoder("pyav", f"decord seeks wrong at frame {int(i)}; read by PyAV")
+    return info
 
 
 class _Pass:
@@ -150,6 +237,9 @@ class _Pass:
     damaged: int | None = None
     decoded: int | None = None
     header_change = False
+    truncated = False
+    unordered = False
+    watching = False  # "first": decoding on to see whether decoded frames' stamps go backwards
 
     def __init__(self) -> None:
         self.sizes: list[tuple[int, int, int]] = []  # (frame index, height, width) at each size
@@ -167,24 +257,52 @@ def _read(path: str, decode: str) -> _Pass:
         s = c.streams.video[0]
         cc = s.codec_context
         cc.thread_count = 1
-        if decode == "keyframes":
-            cc.skip_frame = "NONKEY"
+        r.watching = decode != "frames"  # see _watch_order; keyframes only once it is done
         r.container = c.format.name.split(",")[0]
-        r.codec = cc.name
+        r.codec = cc.codec.canonical_name
         r.declared = int(s.frames or 0)
         r.time_base = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
-        stamps, durations, key_stamps, frame_stamps = [], [], [], []
-        headers, r.dropped, kept, n = None, 0, 0, 0
+        end = _indexed_end(s)
+        size = os.path.getsize(path)
+        stamps, durations, key_stamps, frame_stamps, dts = [], [], [], [], []
+        headers, r.dropped, kept, n, broke = None, 0, 0, 0, False
+
+        def take(p) -> bool:
+            """Decode packet ``p`` (None: flush) as ``decode`` says; False once done."""
+            nonlocal n
+            try:
+                for frame in (p.decode() if p is not None else cc.decode(None)):
+                    if r.first is None:
+                        r.first = frame
+                    if frame.is_corrupt and r.damaged is None and decode == "frames":
+                        r.damaged = n
+                    if decode != "first" and frame.pts is not None and frame_stamps and \
+                            frame_stamps[-1][1] is not None and frame.pts <= frame_stamps[-1][1]:
+                        r.unordered = True  # frames come out in presentation order, their stamps do not
+                    frame_stamps.append((n, frame.pts, frame.height, frame.width))
+                    n += 1
+                    if r.watching and not _watch_order(r, cc, n, frame_stamps):
+                        if decode == "first":
+                            return False
+                        cc.skip_frame = "NONKEY"
+            except av.error.FFmpegError:  # a damaged packet: note it, read on
+                if r.damaged is None and decode != "first":
+                    r.damaged = n if decode == "frames" else kept - 1
+            return True
+
         try:
             for p in c.demux(s):
-                if p.size == 0 and decode != "frames":
-                    continue
-                if p.size and p.is_discard:  # before an edit list's start: a reference, never shown
+                if p.size == 0:
+                    continue  # the end: flushed below, also when the container breaks off
+                if p.is_discard:  # before an edit list's start: a reference, never shown
                     r.dropped += 1
-                elif p.size:
+                    whole = True
+                else:
+                    whole = p.pos is None or p.pos < 0 or p.pos + p.size <= size
                     t = p.pts if p.pts is not None else p.dts
                     stamps.append(t)
                     durations.append(p.duration or 0)
+                    dts.append(p.dts if whole else None)
                     kept += 1
                     if p.is_corrupt and r.damaged is None:
                         r.damaged = kept - 1
@@ -196,26 +314,31 @@ def _read(path: str, decode: str) -> _Pass:
                                 headers = h
                             elif h != headers:
                                 r.header_change = True
-                if decode == "first" and r.first is not None:
+                if decode == "first" and r.first is not None and not r.watching:
                     continue
-                try:
-                    for frame in p.decode():
-                        if r.first is None:
-                            r.first = frame
-                        if frame.is_corrupt and r.damaged is None and decode == "frames":
-                            r.damaged = n
-                        frame_stamps.append((n, frame.pts, frame.height, frame.width))
-                        n += 1
-                        if decode == "first":
-                            break
-                except av.error.FFmpegError:  # a damaged packet: note it, read on
-                    if r.damaged is None and decode != "first":
-                        r.damaged = n if decode == "frames" else kept - 1
+                take(p)
         except av.error.FFmpegError:  # the container itself breaks off
-            if r.damaged is None:
-                r.damaged = kept
+            broke = True
+        r.delay = bool(cc.has_b_frames)
+        if decode != "first" or r.first is None:
+            take(None)  # frames held back for reordering: a one-keyframe file gives its only one here
+        if end is not None and end > size:
+            # The container's index points past the end of the file: a cut download. The frames
+            # shown up to the last whole packet's dts are whole (a later frame is stored later).
+            last = max((d for d in dts if d is not None), default=None)
+            keep = [i for i, t in enumerate(stamps) if last is not None and t is not None and t <= last
+                    and dts[i] is not None]
+            stamps, durations = [stamps[i] for i in keep], [durations[i] for i in keep]
+            key_stamps = [t for t in key_stamps if last is not None and t is not None and t <= last]
+            kept, r.truncated = len(keep), True
+            r.damaged = None if r.damaged is None or r.damaged >= kept else r.damaged
+            if decode == "frames":
+                n = min(n, kept)
+        if broke and not r.truncated and r.damaged is None:
+            r.damaged = kept
         if kept == 0:
-            raise ValueError("the video stream holds no frames")
+            raise ValueError("the video stream holds no frames" + (" (the file is cut off before its first frame)"
+                                                                   if r.truncated else ""))
         r.kept = kept
         r.pts, order = _timeline(stamps)
         r.durations = None if order is None else np.asarray(durations, np.int64)[order]
@@ -227,9 +350,36 @@ def _read(path: str, decode: str) -> _Pass:
             r.decoded = n if decode == "frames" else None
             for i, t, h, w in frame_stamps:
                 j = i if decode == "frames" else index_of(r.pts, t)
+                if j is not None and j >= kept:
+                    continue
                 if not r.sizes or r.sizes[-1][1:] != (h, w):
                     r.sizes.append((-1 if j is None else j, h, w))
     return r
+
+
+def _watch_order(r: _Pass, cc, n: int, frame_stamps: list) -> bool:
+    """Whether a "first" read decodes on: while the decoder reorders (it holds frames back) and
+    fewer than ``_ORDER_FRAMES`` frames are out, unless their stamps already went backwards.
+    Frames come out in presentation order; stamps that do not follow name packets in decode
+    order (AVI stores no presentation times), and cannot find a frame."""
+    s = [t for _, t, _, _ in frame_stamps if t is not None]
+    if len(s) > 1 and s[-1] <= s[-2]:
+        r.unordered, r.watching = True, False
+        return False
+    r.watching = bool(cc.has_b_frames) and n < _ORDER_FRAMES
+    return r.watching
+
+
+def _indexed_end(stream) -> int | None:
+    """Where the container's own index says the stream's data ends (None without an index)."""
+    try:
+        entries = stream.index_entries
+        if len(entries) == 0:
+            return None
+        last = entries[len(entries) - 1]
+        return max(int(last.pos) + int(last.size), int(entries[0].pos) + int(entries[0].size))
+    except (AttributeError, TypeError):
+        return None
 
 
 def _timeline(stamps: list) -> tuple[np.ndarray | None, np.ndarray | None]:
