@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from collections import Counter, OrderedDict
 from dataclasses import replace
 
@@ -39,6 +40,11 @@ _PROBED_FRAMES = 2_000_000
 # On a wanted frame missing after a seek (a seek that landed past it, as byte-based seeking in
 # MPEG-TS can), seek again this many keyframes further back before decoding from the start.
 _SEEK_RETRIES = 3
+
+# Containers in which seeking by the probe's timestamps is shown exact (tests/test_shapes.py,
+# tests/test_realworld.py); in others PyAV decodes from the start, counting frames. MPEG program
+# streams are not among them: after a seek, FFmpeg stamps the frames there a B-frame delay late.
+PYAV_SEEKS = frozenset({"mov", "matroska", "mpegts", "avi", "flv", "asf"})
 
 # H.264 and HEVC hold back at most 16 frames for reordering.
 _REORDER_MAX = 16
@@ -115,11 +121,21 @@ class PyAV:
         dest = out if out is not None and out.shape == shape else _scratch(self, shape)
         # Scaled before turning: a 90-degree turn swaps the sides the scaler must produce.
         sh, sw = (w, h) if turns % 2 else (h, w)
+        if info.container and info.container not in PYAV_SEEKS:
+            info = replace(info, pts=None, keyframes=None, decode_pos=None)  # count from the start
         try:
-            return self._decode(info, frames, dest, sw, sh, turns)
-        except _Unordered:
-            # Count frames from the start instead, as for a file without timestamps.
-            return self._decode(replace(info, pts=None, keyframes=None, decode_pos=None), frames, dest, sw, sh, turns)
+            try:
+                return self._decode(info, frames, dest, sw, sh, turns)
+            except _Unordered:
+                # Count frames from the start instead, as for a file without timestamps.
+                return self._decode(replace(info, pts=None, keyframes=None, decode_pos=None), frames, dest, sw,
+                                    sh, turns)
+        except ValueError as e:
+            cut = _truncation(info.path)
+            if cut is None:
+                raise
+            raise ValueError(f"the file ends at frame {cut[0]} of the {cut[1]} its index lists (truncated?); "
+                             f"{_first_line(e)}") from e
 
     def _decode(self, info: VideoInfo, frames: np.ndarray, dest: np.ndarray, sw: int, sh: int,
                 turns: int) -> np.ndarray:
@@ -220,6 +236,16 @@ class PyAV:
                 back += 1
 
 
+def _truncation(path: str) -> tuple[int, int] | None:
+    """(whole frames, frames the index lists) when ``path`` is cut off before its index's end."""
+    try:
+        info = probe(path)
+    except Exception:
+        return None
+    m = re.search(r"truncated at frame (\d+) of (\d+)", info.problem)
+    return (int(m[1]), int(m[2])) if m else None
+
+
 def _decoded(c, s):
     """``c.decode(s)``, except that a packet the decoder rejects (damaged, or cut off at the end
     of a truncated file) first lets out the frames already decoded and held back for
@@ -300,6 +326,7 @@ class Decoding:
         self._probed_frames = 0
         self.unsupported: set[int] = set()  # output widths decord fails to copy out on this CPU
         self.fallbacks = 0  # decodes sent to PyAV after decord refused
+        self.decodes: Counter = Counter()  # decode calls by the decoder that gave the frames
 
     def decoder(self, name: str) -> Decord | PyAV:
         d = self._decoders.get(name)
@@ -353,6 +380,7 @@ class Decoding:
             try:
                 got = self.decoder("decord").decode(info, size, frames, out)
                 if damage_seen() == seen or self._choice == "decord":
+                    self.decodes["decord"] += 1
                     return got
                 # FFmpeg complained about the bitstream inside decord, which then may return a
                 # neighbouring frame for a damaged one: PyAV, which marks damaged frames, decides.
@@ -373,7 +401,9 @@ class Decoding:
         if info.pts is None:  # a manifest row: PyAV seeks by the timestamps a probe reads
             info = self.info(info.path)
         try:
-            return self.decoder("pyav").decode(info, size, frames, out)
+            got = self.decoder("pyav").decode(info, size, frames, out)
+            self.decodes["pyav"] += 1
+            return got
         except Exception as e:
             if refused is None:
                 raise

@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import re
+from collections import Counter
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -17,7 +18,10 @@ from ._probe import DECODERS, VideoInfo
 
 __all__ = ["VIDEO_EXTENSIONS", "URL", "class_folders", "walk_folder", "iter_manifest", "known_columns", "row_info"]
 
-VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".m2ts", ".mts")
+# Every container FFmpeg reads that video datasets ship in (matched without regard to case).
+VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".vob", ".ts", ".m2ts",
+                    ".mts", ".flv", ".f4v", ".wmv", ".asf", ".3gp", ".3g2", ".ogv", ".ogg", ".mxf", ".dv",
+                    ".divx", ".ivf", ".h264", ".264", ".hevc", ".265", ".m2v", ".y4m")
 
 # A URL or an FFmpeg protocol prefix (``http:``, ``concat:``...), never a local path.
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
@@ -32,19 +36,28 @@ def class_folders(root: str) -> list[str]:
     return sorted(d.name for d in os.scandir(root) if d.is_dir() and not d.name.startswith("."))
 
 
-def walk_folder(root: str, extensions: Sequence[str] = VIDEO_EXTENSIONS,
-                loose: bool = False) -> Iterator[tuple[str, int]]:
+def walk_folder(root: str, extensions: Sequence[str] = VIDEO_EXTENSIONS, loose: bool = False,
+                passed_over: Counter | None = None) -> Iterator[tuple[str, int]]:
     """(path, label) of the videos in ``root``'s class folders, in a fixed order; with
-    ``loose``, videos directly in ``root`` come first, with label -1."""
+    ``loose``, videos directly in ``root`` come first, with label -1. Files without one of
+    ``extensions`` are counted by extension in ``passed_over`` (hidden files aside)."""
     exts = tuple(e.lower() for e in extensions)
+
+    def wanted(name: str) -> bool:
+        if name.lower().endswith(exts):
+            return True
+        if passed_over is not None and not name.startswith("."):
+            passed_over[os.path.splitext(name)[1].lower() or "(none)"] += 1
+        return False
+
     if loose:
-        for f in sorted(f.name for f in os.scandir(root) if f.is_file() and f.name.lower().endswith(exts)):
+        for f in sorted(f.name for f in os.scandir(root) if f.is_file() and wanted(f.name)):
             yield os.path.join(root, f), -1
     for label, name in enumerate(class_folders(root)):
         for dirpath, dirnames, files in os.walk(os.path.join(root, name)):
             dirnames.sort()
             for f in sorted(files):
-                if f.lower().endswith(exts):
+                if wanted(f):
                     yield os.path.join(dirpath, f), label
 
 

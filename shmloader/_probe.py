@@ -21,11 +21,12 @@ PyAV still reads what decord counts or turns wrong:
 - a size change inside the stream (joined segments, live recordings);
 - a rotation tag: decord cannot copy turned frames out at their own size;
 - a container frame count that disagrees with the stream (a truncated download among them);
-- damage (``check="keyframes"`` or ``"frames"``).
+- damage (``check="keyframes"`` or ``"frames"``);
+- more than ``_DECORD_MAX_FRAMES`` frames: decord reads its whole index for every clip.
 
 ``check="keyframes"`` and ``"frames"`` also gather evidence per file: a few seeded positions
 decoded by decord as the loader seeks (a fresh reader each) are compared with PyAV's decode by
-timestamps; a mismatch sends the file to PyAV (``decord seeks wrong at frame N; read by PyAV``).
+timestamps; a mismatch sends the file to PyAV (``decord seeks wrong at frame N (read by PyAV)``).
 
 A size change is found cheaply: the sequence headers (H.264/HEVC SPS, MPEG-4 VOL, MPEG-1/2
 sequence header) carried in keyframe packets are compared, and only when they change are the
@@ -62,6 +63,11 @@ DECORD_SHAPES: dict[tuple[str, str], bool] = {
     ("mov", "mjpeg"): True, ("avi", "mjpeg"): True, ("mov", "prores"): True,
     ("mov", "h263"): False, ("flv", "flv1"): False,
 }
+
+# Longer videos go to PyAV: decord's reader reads its whole index on every open (a reader per
+# clip: 38 ms for 30 000 frames, growing with length), PyAV opens an MP4 in ~1-3 ms and seeks
+# by the probe's timeline, which a worker keeps.
+_DECORD_MAX_FRAMES = 1500
 
 # The random-access evidence (``check="keyframes"`` and ``"frames"``): keyframes it seeks around,
 # and how far decord's frame may be from PyAV's (grey levels; both convert with swscale at the
@@ -154,6 +160,8 @@ def probe(path: str, *, check: str = "headers") -> VideoInfo:
     shape = DECORD_SHAPES.get((r.container, r.codec))
     if shape is None or (reorder and not shape):
         pyav.append("shape")  # decord's seeking is unproven for this kind of file
+    if kept > _DECORD_MAX_FRAMES:
+        pyav.append("long")
     if r.truncated:
         problems.append(f"truncated at frame {kept} of {r.declared}")
         pyav.append("truncated")
@@ -179,8 +187,9 @@ def probe(path: str, *, check: str = "headers") -> VideoInfo:
     if r.unordered:
         problems.append("timestamps in decode order")
         pts = None  # they name packets, not instants: PyAV counts frames instead
-    if pts is None and not r.unordered:
-        problems.append("no usable timestamps")
+    if pts is None:
+        if not r.unordered:
+            problems.append("no usable timestamps")
     else:
         problems.extend(_rate_problems(pts, tb, step))
     info = VideoInfo(path=path, frames=kept, height=shown_h, width=shown_w, fps=r.fps, duration=duration,
@@ -226,7 +235,7 @@ def _check_seeks(info: VideoInfo) -> VideoInfo:
             return info.with_decoder("pyav", f"decord refuses it: {str(e).splitlines()[0][:160]}")
         diff = np.abs(got.astype(np.int16) - ref) if got.shape == ref.shape else None
         if diff is None or diff.mean() > _SEEK_MEAN or np.percentile(diff, 99) > _SEEK_P99:
-            return info.with_decoder("pyav", f"decord seeks wrong at frame {int(i)}; read by PyAV")
+            return info.with_decoder("pyav", f"decord seeks wrong at frame {int(i)} (read by PyAV)")
     return info
 
 

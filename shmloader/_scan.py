@@ -9,9 +9,13 @@ change is found in any codec) and written as one CSV row, in input order:
     path, label, frames, width, height, fps, duration, codec, pix_fmt, rotation, decoder,
     problem, bytes, mtime_ns
 
-``decoder`` is the one the loader will use; ``problem`` is empty when the file is fine, else
-``unreadable: ...``, ``damaged at frame N``, ``size change at frame N``, ``edit list drops N
-frames``, ``timestamp gap at frame N``, ``variable frame rate``... (``; `` between several).
+``decoder`` is the one the loader will use (see NOTE [ Which decoder reads a file ] in
+``_probe``: with ``--check keyframes`` or ``frames`` a file decord would read is checked by
+seeking into it); ``problem`` is empty when the file is fine, else ``unreadable: ...``,
+``damaged at frame N``, ``truncated at frame N of M``, ``size change at frame N``, ``edit list
+drops N frames``, ``timestamp gap at frame N``, ``variable frame rate``, ``decord seeks wrong
+at frame N (read by PyAV)``... (``; `` between several). Files in the folders given without a
+video extension are passed over and counted in the summary.
 ``VideoClips.from_csv`` reads the manifest and spares its workers the probes.
 
 Memory stays flat in the number of files: inputs are walked lazily, at most a few probes per
@@ -42,12 +46,14 @@ COLUMNS = ("path", "label", "frames", "width", "height", "fps", "duration", "cod
 _IN_FLIGHT = 4
 
 
-def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS) -> Iterator[tuple[str, int]]:
-    """(absolute path, label or -1) of every video the inputs name, in a fixed order."""
+def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS,
+                passed_over: collections.Counter | None = None) -> Iterator[tuple[str, int]]:
+    """(absolute path, label or -1) of every video the inputs name, in a fixed order; files in
+    folders without a video extension are counted by extension in ``passed_over``."""
     for item in inputs:
         item = os.path.abspath(os.fspath(item))
         if os.path.isdir(item):
-            yield from walk_folder(item, extensions, loose=True)
+            yield from walk_folder(item, extensions, loose=True, passed_over=passed_over)
         elif item.lower().endswith((".csv", ".json")):
             for path, _, row in iter_manifest(item, label_column=None):
                 label = row.get("label")
@@ -110,17 +116,19 @@ def _resume(out: str, inputs: Iterator[tuple[str, int]]) -> int:
 def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: str = "keyframes",
          timeout: float = 120.0, overwrite: bool = False, progress: bool = True) -> dict:
     """Probe every video the inputs name into the CSV manifest ``out``; returns a summary:
-    ``{"rows", "resumed", "decoders": {...}, "problems": {...}, "unreadable"}``."""
+    ``{"rows", "resumed", "decoders": {...}, "problems": {...}, "unreadable", "passed_over":
+    {extension: files}}`` (files in the folders given that have no video extension)."""
     if check not in CHECKS:
         raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
     workers = workers or len(os.sched_getaffinity(0))
-    todo = iter_inputs(inputs)
+    passed_over: collections.Counter = collections.Counter()
+    todo = iter_inputs(inputs, passed_over=passed_over)
     resumed = 0
     if os.path.exists(out) and not overwrite:
         resumed = _resume(out, todo)
     mode = "a" if resumed else "w"
     summary = {"rows": resumed, "resumed": resumed, "decoders": collections.Counter(),
-               "problems": collections.Counter(), "unreadable": 0}
+               "problems": collections.Counter(), "unreadable": 0, "passed_over": passed_over}
     from tqdm import tqdm
 
     with open(out, mode, newline="") as f, tqdm(unit="file", desc="scan", disable=not progress,
@@ -155,7 +163,8 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                 bar.update(1)
         finally:
             _kill(pool)
-    summary["decoders"], summary["problems"] = dict(summary["decoders"]), dict(summary["problems"])
+    for k in ("decoders", "problems", "passed_over"):
+        summary[k] = dict(summary[k])
     return summary
 
 
@@ -196,4 +205,8 @@ def main(args) -> int:
         print(f"  decoder {name}: {n}", file=sys.stderr)
     for name, n in sorted(summary["problems"].items(), key=lambda kv: -kv[1]):
         print(f"  {name}: {n}", file=sys.stderr)
+    skipped = summary["passed_over"]
+    if skipped:
+        kinds = ", ".join(f"{ext} {n}" for ext, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
+        print(f"passed over {sum(skipped.values())} files without a video extension ({kinds})", file=sys.stderr)
     return 0

@@ -1,0 +1,307 @@
+"""Which decoder reads which file, on evidence (NOTE [ Which decoder reads a file ] in _probe).
+
+Every (container, codec) shape decord is trusted with is written here and seeked into: random
+clips, each through a fresh reader as a worker reads it, must be the frames a sequential
+libavformat decode shows at the reported index. Every other shape goes to PyAV and must come out
+as exactly. The seek evidence of ``check="keyframes"`` is shown to catch a decoder that seeks
+wrong; truncated downloads and one-keyframe B-frame clips read as what they hold.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import av
+import numpy as np
+import pytest
+
+import shmloader
+from shmloader import _probe
+from shmloader._decoders import Decord, Decoding
+from shmloader._probe import DECORD_SHAPES, probe
+from shmloader._samples import frame_image
+
+from ._variants import codes, reference
+
+pytestmark = pytest.mark.timeout(180)
+
+FRAMES, GOP, CLIP = 72, 12, 6
+
+
+def scan(inputs, out) -> tuple[list[dict], str]:
+    """``shmloader scan`` in its own process: (rows, what it printed)."""
+    r = subprocess.run([sys.executable, "-m", "shmloader", "scan", *map(str, inputs), "--out", str(out),
+                        "--workers", "1", "--quiet"], capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, r.stderr
+    with open(out, newline="") as f:
+        return list(csv.DictReader(f)), r.stderr
+
+
+def write(path, codec: str, *, bframes: int = 0, fmt: str | None = None, frames: int = FRAMES, gop: int = GOP,
+          size=(96, 128), pix: str = "yuv420p", options: dict | None = None, container_options=None) -> str:
+    """A frame-code video of ``codec`` in the container ``path``'s extension (or ``fmt``) names,
+    one keyframe every ``gop`` frames and up to ``bframes`` B-frames between references."""
+    h, w = size
+    with av.open(os.fspath(path), "w", format=fmt, options=container_options or {}) as c:
+        s = c.add_stream(codec, rate=25)
+        s.width, s.height, s.pix_fmt = w, h, pix
+        if codec == "libx264":
+            s.options = {"crf": "18", "preset": "veryfast", "g": str(gop), "keyint_min": str(gop),
+                         "sc_threshold": "0", "bf": str(bframes)}
+        elif codec == "libx265":
+            s.options = {"x265-params": f"keyint={gop}:min-keyint={gop}:bframes={bframes}:scenecut=0:log-level=error"}
+        elif codec in ("libvpx", "libvpx-vp9", "libsvtav1"):
+            s.options = {"g": str(gop), "keyint_min": str(gop)}
+        else:
+            s.bit_rate = 4_000_000
+            s.codec_context.gop_size = gop
+            if bframes:
+                s.codec_context.max_b_frames = bframes
+        for i in range(frames):
+            for p in s.encode(av.VideoFrame.from_ndarray(frame_image(1, i, h, w), format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return os.fspath(path)
+
+
+# One writer per shape decord is trusted with: B-frames wherever the shape admits them.
+DECORD_WRITERS = {
+    ("mov", "h264"): ("mp4", dict(codec="libx264", bframes=2)),
+    ("matroska", "h264"): ("mkv", dict(codec="libx264", bframes=2)),
+    ("flv", "h264"): ("flv", dict(codec="libx264", bframes=2)),
+    ("mov", "hevc"): ("mp4", dict(codec="libx265")),
+    ("matroska", "hevc"): ("mkv", dict(codec="libx265")),
+    ("mov", "mpeg4"): ("mp4", dict(codec="mpeg4")),
+    ("matroska", "mpeg4"): ("mkv", dict(codec="mpeg4")),
+    ("avi", "mpeg4"): ("avi", dict(codec="mpeg4")),
+    ("mov", "av1"): ("mp4", dict(codec="libsvtav1")),
+    ("matroska", "av1"): ("mkv", dict(codec="libsvtav1")),
+    ("matroska", "vp8"): ("webm", dict(codec="libvpx")),
+    ("matroska", "vp9"): ("webm", dict(codec="libvpx-vp9")),
+    ("mov", "vp9"): ("mp4", dict(codec="libvpx-vp9")),
+    ("mov", "mjpeg"): ("mov", dict(codec="mjpeg", pix="yuvj420p")),
+    ("avi", "mjpeg"): ("avi", dict(codec="mjpeg", pix="yuvj420p")),
+    ("mov", "prores"): ("mov", dict(codec="prores_ks", pix="yuv422p10le")),
+    ("mov", "h263"): ("3gp", dict(codec="h263", size=(144, 176))),
+    ("flv", "flv1"): ("flv", dict(codec="flv")),
+}
+
+# Shapes outside the list, as datasets ship them: PyAV reads them.
+PYAV_WRITERS = {
+    "avi_mpeg4_bframes": ("avi", dict(codec="mpeg4", bframes=2)),  # XviD, UCF-101 / HMDB-51
+    "avi_h264_bframes": ("avi", dict(codec="libx264", bframes=2)),  # camera and CCTV exports
+    "avi_h264": ("avi", dict(codec="libx264")),
+    "mpg_mpeg1_bframes": ("mpg", dict(codec="mpeg1video", bframes=2, fmt="mpeg")),
+    "mpg_mpeg2_bframes": ("mpg", dict(codec="mpeg2video", bframes=2, fmt="mpeg")),
+    "vob_mpeg2_bframes": ("vob", dict(codec="mpeg2video", bframes=2, fmt="vob")),
+    "mp4_mpeg4_bframes": ("mp4", dict(codec="mpeg4", bframes=2)),
+    "mp4_hevc_bframes": ("mp4", dict(codec="libx265", bframes=2)),
+    "wmv_wmv2": ("wmv", dict(codec="wmv2")),
+}
+
+
+def _make(folder, name: str, ext: str, kw: dict) -> str:
+    kw = dict(kw)
+    return write(os.path.join(folder, f"{name}.{ext}"), kw.pop("codec"), **kw)
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("shapes")
+    made = {k: _make(folder, "_".join(k), ext, kw) for k, (ext, kw) in DECORD_WRITERS.items()}
+    made.update({k: _make(folder, k, ext, kw) for k, (ext, kw) in PYAV_WRITERS.items()})
+    return made
+
+
+def random_clips(n: int, rng) -> list[np.ndarray]:
+    starts = rng.permutation(np.arange(0, n - CLIP + 1, 5))
+    return [np.arange(s, s + CLIP) for s in starts]
+
+
+def test_every_trusted_shape_has_a_test():
+    assert set(DECORD_WRITERS) == set(DECORD_SHAPES)
+
+
+@pytest.mark.parametrize("shape", sorted(DECORD_SHAPES), ids="_".join)
+def test_decord_seeks_exactly_in_every_trusted_shape(shapes, shape):
+    path = shapes[shape]
+    info = probe(path)
+    assert (info.container, info.codec, info.decoder, info.problem) == (*shape, "decord", "")
+    if DECORD_SHAPES[shape] and shape[1] == "h264":
+        assert (np.diff(info.decode_pos) < 0).any()  # B-frames stored out of order: the case is tested
+    ref = reference(path)
+    assert info.frames == len(ref) == FRAMES
+    _, numbers = codes(ref)
+    decoding = Decoding(1)
+    for frames in random_clips(FRAMES, np.random.default_rng(0)):
+        got = decoding.decode(info, None, frames)  # a fresh decord reader, as a worker reads a clip
+        np.testing.assert_array_equal(codes(got)[1], numbers[frames], err_msg=f"{shape} clip {frames[0]}")
+        assert np.abs(got.astype(np.int16) - ref[frames]).mean() < 2.0
+    assert decoding.decodes == {"decord": len(random_clips(FRAMES, np.random.default_rng(0)))}
+
+
+@pytest.mark.parametrize("name", sorted(PYAV_WRITERS) + sorted("_".join(k) for k in DECORD_WRITERS))
+def test_a_shape_outside_the_list_is_read_by_pyav_exactly(shapes, name):
+    """Outside the list PyAV reads; inside it, PyAV (decoder="pyav") reads as exactly."""
+    path = shapes[name if name in PYAV_WRITERS else next(k for k in DECORD_WRITERS if "_".join(k) == name)]
+    info = probe(path)
+    if name in PYAV_WRITERS:
+        assert info.decoder == "pyav"
+        assert not DECORD_SHAPES.get((info.container, info.codec), False) or "bframes" in name
+    else:
+        info = info.with_decoder("pyav")
+    assert "no usable timestamps" not in info.problem
+    ref = reference(path)
+    assert info.frames == len(ref) == FRAMES
+    _, numbers = codes(ref)
+    decoding = Decoding(1)
+    for frames in random_clips(FRAMES, np.random.default_rng(1)):
+        got = decoding.decode(info, (64, 80), frames)
+        np.testing.assert_array_equal(codes(got)[1], numbers[frames], err_msg=f"{name} clip {frames[0]}")
+    assert set(decoding.decodes) == {"pyav"} and decoding.fallbacks == 0
+
+
+def test_the_loader_delivers_every_shape_exactly(shapes):
+    """Through real workers, shuffled, both routes in one loader."""
+    paths = [shapes[k] for k in sorted(shapes, key=str)]
+    clips = shmloader.VideoClips(paths, clip_len=CLIP, clips_per_video=4, sampling="random", size=(48, 64))
+    refs = {}
+    with shmloader.Loader(clips, batch_size=8, workers=2, shuffle=True, seed=3, timeout=60) as loader:
+        seen = 0
+        for b in loader:
+            for i in range(len(b["index"])):
+                path = paths[int(b["index"][i])]
+                if path not in refs:
+                    refs[path] = codes(reference(path))[1]
+                frames = np.asarray(b["frames"][i])
+                ids, numbers = codes(b["video"][i])
+                assert (ids == 1).all()
+                np.testing.assert_array_equal(numbers, refs[path][frames], err_msg=path)
+                seen += 1
+    assert seen == len(clips)
+
+
+def _fake_seek_one_frame_early(monkeypatch):
+    """Our decord wrapper made to return, for one-frame requests, the frame before: a stand-in
+    for a decoder whose seek lands early, to show the evidence catches one."""
+    real = Decord.decode
+
+    def decode(self, info, size, frames, out=None):
+        if len(frames) == 1 and frames[0] > 0:
+            return real(self, info, size, frames - 1, out)
+        return real(self, info, size, frames, out)
+
+    monkeypatch.setattr(Decord, "decode", decode)
+
+
+def test_seek_evidence_sends_a_file_decord_misreads_to_pyav(shapes, monkeypatch):
+    path = shapes[("mov", "h264")]
+    assert probe(path, check="keyframes").decoder == "decord"
+    _fake_seek_one_frame_early(monkeypatch)
+    info = probe(path, check="keyframes")
+    first = int(_probe._seek_positions(probe(path))[0])
+    assert (info.decoder, info.problem) == ("pyav", f"decord seeks wrong at frame {first} (read by PyAV)")
+    assert probe(path, check="frames").decoder == "pyav"
+    assert probe(path).decoder == "decord"  # the workers' quick probe gathers no evidence
+
+
+@pytest.mark.parametrize("name", ["avi_h264_bframes", "mpg_mpeg2_bframes", "mp4_mpeg4_bframes"])
+def test_seek_evidence_agrees_with_what_decord_delivers(shapes, monkeypatch, name):
+    """Admit an untested shape: the evidence sends it to PyAV exactly when decord, seeking
+    afresh, gives another frame than the sequential decode at one of the checked positions."""
+    path = shapes[name]
+    base = probe(path)
+    monkeypatch.setitem(DECORD_SHAPES, (base.container, base.codec), True)
+    trusted = probe(path)
+    if trusted.decoder != "decord":
+        pytest.skip(f"{name} goes to PyAV for another reason: {trusted.problem}")
+    _, numbers = codes(reference(path))
+    wrong = [int(i) for i in _probe._seek_positions(trusted)
+             if codes(Decord(1).decode(trusted, None, np.array([i])))[1][0] != numbers[i]]
+    info = probe(path, check="keyframes")
+    if wrong:
+        why = f"decord seeks wrong at frame {wrong[0]} (read by PyAV)"
+        assert (info.decoder, info.problem) == ("pyav", "; ".join(filter(None, [trusted.problem, why])))
+    else:
+        assert (info.decoder, info.problem) == ("decord", trusted.problem)
+
+
+def test_one_keyframe_b_frame_clip_is_readable(tmp_path):
+    """Most short clips: one keyframe (GOP 250 > the clip) held back by B-frame reordering."""
+    path = write(tmp_path / "short.mp4", "libx264", bframes=3, frames=60, gop=250)
+    ref = reference(path)
+    for check in ("headers", "keyframes", "frames"):
+        info = probe(path, check=check)
+        assert (info.frames, info.problem) == (len(ref), ""), check
+        assert list(info.keyframes) == [0]
+    (row,), _ = scan([path], tmp_path / "scan.csv")
+    assert (row["frames"], row["problem"], row["decoder"]) == (str(len(ref)), "", "decord")
+
+
+def _cut(src: str, dst, share: float) -> str:
+    data = open(src, "rb").read()
+    with open(dst, "wb") as f:
+        f.write(data[: int(len(data) * share)])
+    return os.fspath(dst)
+
+
+def test_a_truncated_download_reads_what_it_holds(tmp_path):
+    whole = write(tmp_path / "whole.mp4", "libx264", bframes=2, container_options={"movflags": "faststart"})
+    with av.open(whole) as c:
+        assert c.streams.video[0].frames == FRAMES
+    path = _cut(whole, tmp_path / "cut.mp4", 0.6)
+    whole_ref = reference(whole)
+    info = probe(path)
+    n = info.frames
+    assert 0 < n < FRAMES and info.problem == f"truncated at frame {n} of {FRAMES}" and info.decoder == "pyav"
+    for check in ("keyframes", "frames"):
+        assert probe(path, check=check).problem == info.problem
+    _, numbers = codes(whole_ref)
+    clips = shmloader.VideoClips([path], clip_len=4, clips_per_video=n - 3, sampling="uniform")
+    with shmloader.Loader(clips, batch_size=n - 3, workers=1, timeout=60) as loader:
+        (b,) = list(loader)
+    assert sorted(int(s) for s in b["start"]) == list(range(n - 3))  # every clip of the part that exists
+    np.testing.assert_array_equal(codes(b["video"])[1], numbers[np.asarray(b["frames"])])
+    diff = np.abs(b["video"].astype(np.int16) - whole_ref[np.asarray(b["frames"])])
+    assert diff.mean() < 1.0
+    (row,), printed = scan([path], tmp_path / "scan.csv")
+    assert (row["frames"], row["problem"], row["decoder"]) == (str(n), info.problem, "pyav")
+    assert "  truncated at frame of: 1" in printed.splitlines()
+
+
+def test_a_truncated_file_past_its_probe_names_the_frame_it_ends_at(tmp_path):
+    """A manifest row (or an old probe) that promises more frames than the file now holds:
+    the SampleError names the file and the frame the stream ends at."""
+    whole = write(tmp_path / "whole.mp4", "libx264", bframes=2, container_options={"movflags": "faststart"})
+    info = probe(whole)
+    path = _cut(whole, tmp_path / "cut.mp4", 0.6)
+    stale = info.__class__(**{**{f: getattr(info, f) for f in info.__dataclass_fields__}, "path": path,
+                              "decoder": "pyav"})
+    decoding = Decoding(1)
+    n = probe(path).frames
+    with pytest.raises(ValueError, match=rf"^the file ends at frame {n} of the {FRAMES} its index lists \(truncated\?\)"):
+        decoding.decode(stale, None, np.arange(FRAMES - CLIP, FRAMES))
+    np.testing.assert_array_equal(codes(decoding.decode(stale, None, np.arange(n - CLIP, n)))[1], np.arange(n - CLIP, n))
+
+
+def test_every_dataset_container_is_found_and_the_rest_counted(tmp_path):
+    exts = [".flv", ".wmv", ".asf", ".3gp", ".3g2", ".ogv", ".vob", ".mxf", ".MP4", ".avi", ".mpg"]
+    src = write(tmp_path / "src.mp4", "libx264")
+    for i, ext in enumerate(exts):
+        d = tmp_path / "data" / f"class{i % 2}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"v{i}{ext}").write_bytes(open(src, "rb").read())
+    (tmp_path / "data" / "class0" / "notes.txt").write_text("x")
+    (tmp_path / "data" / "class1" / "cover.jpg").write_bytes(b"x")
+    (tmp_path / "data" / "class1" / "more.jpg").write_bytes(b"x")
+    clips = shmloader.VideoClips.from_folder(tmp_path / "data", clip_len=4, size=(32, 32))
+    assert sorted(os.path.splitext(p)[1] for p in clips.paths) == sorted(exts)
+    only = shmloader.VideoClips.from_folder(tmp_path / "data", extensions=(".flv",), clip_len=4, size=(32, 32))
+    assert [os.path.basename(p) for p in only.paths] == ["v0.flv"]
+    rows, printed = scan([tmp_path / "data"], tmp_path / "scan.csv")
+    assert sorted(os.path.splitext(r["path"])[1] for r in rows) == sorted(exts)
+    assert printed.splitlines()[-1] == "passed over 3 files without a video extension (.jpg 2, .txt 1)"
