@@ -54,6 +54,11 @@ class DecoderLimit(Exception):
     """A decoder cannot produce this output here (not a fault of the file)."""
 
 
+class OffTimeline(Exception):
+    """A decoded frame's timestamp is not on the timeline a probe read from the container's
+    index (``VideoInfo.indexed``): probe the file fully and decode again."""
+
+
 class _Unordered(Exception):
     """Decoded frames' timestamps go backwards: the file's stamps name packets in decode order
     (AVI stores no presentation times), so they cannot find a frame."""
@@ -206,6 +211,8 @@ class PyAV:
                     last = frame.pts
                 i = index_of(pts, frame.pts)
                 if i is None:
+                    if info.indexed and frame.pts is not None:
+                        raise OffTimeline(f"{info.path!r}: a frame at {frame.pts} is off the index's timeline")
                     continue  # not a shown frame
                 if left is not None:  # draining after the stretch
                     yield None, i, frame
@@ -327,6 +334,7 @@ class Decoding:
         self.unsupported: set[int] = set()  # output widths decord fails to copy out on this CPU
         self.fallbacks = 0  # decodes sent to PyAV after decord refused
         self.decodes: Counter = Counter()  # decode calls by the decoder that gave the frames
+        self.reprobes = 0  # index-read timelines found wrong while decoding
 
     def decoder(self, name: str) -> Decord | PyAV:
         d = self._decoders.get(name)
@@ -359,6 +367,15 @@ class Decoding:
     def _forget(self, path: str) -> None:
         _, info = self._probes.pop(path)
         self._probed_frames -= info.frames if info.pts is not None else 0
+
+    def _full_probe(self, info: VideoInfo) -> VideoInfo:
+        """``info`` read again from every packet (its index-read timeline proved wrong), kept."""
+        full = probe(info.path, index=False)
+        if full.decoder == "decord" and info.decoder == "pyav":
+            full = full.with_decoder("pyav")
+        self.reprobes += 1
+        self._remember(full)
+        return full
 
     def _remember(self, info: VideoInfo) -> None:
         if info.path in self._probes:
@@ -401,7 +418,11 @@ class Decoding:
         if info.pts is None:  # a manifest row: PyAV seeks by the timestamps a probe reads
             info = self.info(info.path)
         try:
-            got = self.decoder("pyav").decode(info, size, frames, out)
+            try:
+                got = self.decoder("pyav").decode(info, size, frames, out)
+            except OffTimeline:
+                info = self._full_probe(info)
+                got = self.decoder("pyav").decode(info, size, frames, out)
             self.decodes["pyav"] += 1
             return got
         except Exception as e:

@@ -22,7 +22,7 @@ PyAV still reads what decord counts or turns wrong:
 - a rotation tag: decord cannot copy turned frames out at their own size;
 - a container frame count that disagrees with the stream (a truncated download among them);
 - damage (``check="keyframes"`` or ``"frames"``);
-- more than ``_DECORD_MAX_FRAMES`` frames: decord reads its whole index for every clip.
+- ``_LONG`` frames or more: decord reads its whole index for every clip.
 
 ``check="keyframes"`` and ``"frames"`` also gather evidence per file: a few seeded positions
 decoded by decord as the loader seeks (a fresh reader each) are compared with PyAV's decode by
@@ -64,10 +64,14 @@ DECORD_SHAPES: dict[tuple[str, str], bool] = {
     ("mov", "h263"): False, ("flv", "flv1"): False,
 }
 
-# Longer videos go to PyAV: decord's reader reads its whole index on every open (a reader per
-# clip: 38 ms for 30 000 frames, growing with length), PyAV opens an MP4 in ~1-3 ms and seeks
-# by the probe's timeline, which a worker keeps.
-_DECORD_MAX_FRAMES = 1500
+
+# A long video: from this many frames, an MP4/MOV is timed from its own index (``_from_index``;
+# shorter ones by reading every packet, a few ms), and PyAV reads it: decord's reader reads its
+# whole index on every open, which is once per clip (38 ms for 30 000 frames, growing with
+# length), where PyAV opens an MP4 in 1-3 ms and seeks by the probe's timeline.
+_INDEXED_MIN_FRAMES = _LONG = 1000
+# A GOP longer than this (packets) is read by the full pass instead.
+_INDEXED_GOP_MAX = 1200
 
 # The random-access evidence (``check="keyframes"`` and ``"frames"``): keyframes it seeks around,
 # and how far decord's frame may be from PyAV's (grey levels; both convert with swscale at the
@@ -109,6 +113,9 @@ class VideoInfo:
     durations: np.ndarray | None = field(default=None, repr=False, compare=False)
     # Position in decode order of every frame (presentation order): what a damaged frame can spoil.
     decode_pos: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # The timeline was read from the container's index, checked at both ends (see _from_index):
+    # a decoded frame off it sends the decoder back to a full probe.
+    indexed: bool = field(default=False, repr=False, compare=False)
 
     def times(self) -> np.ndarray | None:
         """``[frames, 2]`` (start, end) seconds of every frame, or None without timestamps.
@@ -130,8 +137,11 @@ class VideoInfo:
         return replace(self, decoder=decoder, problem="; ".join(p for p in (self.problem, why) if p))
 
 
-def probe(path: str, *, check: str = "headers") -> VideoInfo:
+def probe(path: str, *, check: str = "headers", index: bool = True) -> VideoInfo:
     """The frames of ``path`` as libavformat presents them, and the decoder that reads them right.
+
+    ``index``: with ``check="headers"``, a long MP4/MOV's timeline comes from its own index
+    (``_from_index``: a few GOPs read, not every packet) where that index shows a constant rate.
 
     Raises FileNotFoundError, ValueError (no video stream, no frames) or PyAV's error for a file
     FFmpeg cannot open.
@@ -140,7 +150,9 @@ def probe(path: str, *, check: str = "headers") -> VideoInfo:
         raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such file: {path!r}" if not os.path.exists(path) else f"not a file: {path!r}")
-    r = _read(path, "first" if check == "headers" else check)
+    r = _from_index(path) if index and check == "headers" else None
+    if r is None:
+        r = _read(path, "first" if check == "headers" else check)
     if check == "headers" and r.header_change:  # new sequence headers: did the size change?
         k = _read(path, "keyframes")
         r.sizes, r.damaged = k.sizes, r.damaged if r.damaged is not None else k.damaged
@@ -160,7 +172,7 @@ def probe(path: str, *, check: str = "headers") -> VideoInfo:
     shape = DECORD_SHAPES.get((r.container, r.codec))
     if shape is None or (reorder and not shape):
         pyav.append("shape")  # decord's seeking is unproven for this kind of file
-    if kept > _DECORD_MAX_FRAMES:
+    if kept >= _LONG:
         pyav.append("long")
     if r.truncated:
         problems.append(f"truncated at frame {kept} of {r.declared}")
@@ -197,7 +209,7 @@ def probe(path: str, *, check: str = "headers") -> VideoInfo:
                      decoder="pyav" if pyav else "decord", problem="; ".join(problems), time_base=tb,
                      pts=pts, keyframes=None if pts is None else r.keyframes,
                      durations=None if pts is None else r.durations,
-                     decode_pos=None if pts is None else r.decode_pos)
+                     decode_pos=None if pts is None else r.decode_pos, indexed=r.indexed)
     if check != "headers" and not pyav:
         return _check_seeks(info)
     return info
@@ -248,6 +260,8 @@ class _Pass:
     header_change = False
     truncated = False
     unordered = False
+    indexed = False
+    delay = False
     watching = False  # "first": decoding on to see whether decoded frames' stamps go backwards
 
     def __init__(self) -> None:
@@ -389,6 +403,110 @@ def _indexed_end(stream) -> int | None:
         return max(int(last.pos) + int(last.size), int(entries[0].pos) + int(entries[0].size))
     except (AttributeError, TypeError):
         return None
+
+
+def _from_index(path: str) -> _Pass | None:
+    """What ``_read(path, "first")`` finds, from a long MP4/MOV's own sample index instead of a
+    pass over every packet (which costs ~3 us a frame: 100 ms for 20 minutes at 25 fps, on
+    every open of every file); None where the index cannot show it, and ``_read`` runs.
+
+    The index lists every sample's decode time, position and keyframe flag; presentation times
+    it lacks (B-frames). Taken where the decode times run at one constant step from the first
+    sample to the last, no frame is cut by an edit list, and the first and last GOPs, demuxed,
+    show every frame's presentation time on the grid ``first + i * step``: then, with the frame
+    count, the timeline is that grid. A decoder that meets a frame off it anywhere (PyAV checks
+    every frame it decodes) probes the file fully (``_decoders``). Keyframes are found by
+    searching the index from the end (one search per keyframe), their sequence headers read by
+    position (a size change needs the full read)."""
+    import av
+
+    with av.open(path, metadata_errors="ignore") as c:
+        if not c.streams.video or c.format.name.split(",")[0] != "mov":
+            return None
+        s = c.streams.video[0]
+        entries = s.index_entries
+        n = len(entries)
+        if n < _INDEXED_MIN_FRAMES or n != s.frames or not s.time_base:
+            return None
+        first_e, last_e = entries[0], entries[n - 1]
+        if last_e.pos + last_e.size > os.path.getsize(path) or first_e.is_discard:
+            return None  # cut off, or an edit list: the full read says what is shown
+        cc = s.codec_context
+        cc.thread_count = 1
+        r = _Pass()
+        r.container, r.codec, r.declared = "mov", cc.codec.canonical_name, n
+        r.time_base = Fraction(s.time_base)
+        head = _gop(c, s, r, first=True)
+        if head is None or len(head) < 2:
+            return None
+        step = head[1][1] - head[0][1]
+        if step <= 0 or any(b[1] - a[1] != step for a, b in zip(head, head[1:])):
+            return None
+        if last_e.timestamp - first_e.timestamp != (n - 1) * step:
+            return None
+        start = min(t for t, _ in head)
+        shift = head[0][0] - head[0][1]  # presentation minus decode time of a keyframe
+        if sorted(t for t, _ in head) != [start + i * step for i in range(len(head))]:
+            return None
+        keys, headers = [], None
+        with open(path, "rb") as f:
+            t = last_e.timestamp
+            while True:
+                i = entries.search_timestamp(t, backward=True)
+                if i < 0:
+                    break
+                e = entries[i]
+                pos = (e.timestamp + shift - start) / step
+                if pos != int(pos) or not 0 <= pos < n:
+                    return None
+                keys.append(int(pos))
+                h = _sequence_headers(os.pread(f.fileno(), e.size, e.pos), r.codec)
+                if h and headers is not None and h != headers:
+                    return None  # new sequence headers: did the size change? The full read tells.
+                headers = h or headers
+                if i == 0:
+                    break
+                t = e.timestamp - 1
+        if not keys or keys[-1] != 0:
+            return None
+        c.seek(entries[entries.search_timestamp(last_e.timestamp, backward=True)].timestamp + shift,
+               stream=s, backward=True)
+        tail = _gop(c, s, r, first=False)
+        end = start + (n - 1) * step
+        if not tail or max(t for t, _ in tail) != end or \
+                sorted(t for t, _ in tail) != [end - i * step for i in range(len(tail))][::-1]:
+            return None
+        r.kept, r.dropped, r.indexed, r.delay = n, 0, True, True
+        r.pts = start + np.arange(n, dtype=np.int64) * step
+        r.keyframes = np.array(keys[::-1], np.int64)
+        r.durations = np.full(n, step, np.int64)
+        r.decode_pos = None
+        r.step = float(step * r.time_base)
+        r.fps = float(s.average_rate) if s.average_rate else 1.0 / r.step
+        return r
+
+
+def _gop(c, s, r: _Pass, first: bool) -> list[tuple[int, int]] | None:
+    """(pts, dts) of the packets from here to the next keyframe (``first``: decoding the first
+    frame into ``r.first`` on the way) or to the end; None if any is unstamped or discarded."""
+    out = []
+    for p in c.demux(s):
+        if p.size == 0:
+            break
+        if p.pts is None or p.dts is None or p.is_discard:
+            return None
+        if first and p.is_keyframe and out:
+            break
+        out.append((p.pts, p.dts))
+        if first and r.first is None:
+            for frame in p.decode():
+                r.first = frame
+                break
+        if len(out) > _INDEXED_GOP_MAX:
+            return None
+    if first and r.first is None:
+        return None
+    return out
 
 
 def _timeline(stamps: list) -> tuple[np.ndarray | None, np.ndarray | None]:
