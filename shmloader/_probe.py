@@ -77,6 +77,7 @@ _INDEXED_GOP_MAX = 1200
 # and how far decord's frame may be from PyAV's (grey levels; both convert with swscale at the
 # native size, measured within 1 on average): a wrong frame differs by far more in some region.
 _SEEK_KEYFRAMES = 3
+_SEEK_ONE_KEYFRAME = 12
 
 # Frames a probe decodes, where the decoder reorders, to see that decoded stamps follow
 # presentation order (B-frames start in the first GOP).
@@ -217,14 +218,15 @@ def probe(path: str, *, check: str = "headers", index: bool = True) -> VideoInfo
 
 def _seek_positions(info: VideoInfo) -> np.ndarray:
     """The frames the random-access evidence compares, seeded by the frame count (a scan
-    repeats): the frame before and at a few keyframes (where a seek that lands a GOP early or
-    late shows first), the last frame and one more anywhere."""
+    repeats): the keyframe and the frame after it at a few keyframes past the first (where a
+    seek that lands a GOP early or late shows, at the cost of decoding a frame or two); in a
+    file with one keyframe, where nothing is seeked, a frame past the decoder's reorder delay."""
     n = info.frames
-    rng = np.random.default_rng(n)
     keys = info.keyframes[info.keyframes > 0] if info.keyframes is not None else np.zeros(0, np.int64)
-    chosen = rng.choice(keys, min(_SEEK_KEYFRAMES, len(keys)), replace=False) if len(keys) else keys
-    pos = {int(k) - 1 for k in chosen} | {int(k) for k in chosen} | {n - 1, int(rng.integers(n))}
-    return np.array(sorted(pos), np.int64)
+    if not len(keys):
+        return np.array([min(n - 1, _SEEK_ONE_KEYFRAME)], np.int64)
+    chosen = np.random.default_rng(n).choice(keys, min(_SEEK_KEYFRAMES, len(keys)), replace=False)
+    return np.unique(np.minimum(np.concatenate([chosen, chosen + 1]), n - 1))
 
 
 def _check_seeks(info: VideoInfo) -> VideoInfo:

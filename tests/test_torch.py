@@ -263,6 +263,9 @@ RANK = textwrap.dedent("""
     import torch, torch.distributed as dist
     import shmloader
 
+    # One compute thread per rank: two ranks' OpenMP teams spin-wait for each other's threads on
+    # a busy 2-core machine (a DDP step took minutes, past the test's deadline).
+    torch.set_num_threads(1)
     port, rank, paths = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     torch.manual_seed(0)
