@@ -160,8 +160,11 @@ def test_conv3d_sgd_step(videos):
     model, loss = namespace["model"], namespace["loss"]
     assert torch.isfinite(loss)
     # One more SGD step on one batch lowers the loss on that batch: gradients reach the Conv3d.
+    # The example moved the model to CUDA where there is one: the batch goes where the model is.
+    device = next(model.parameters()).device
+    assert device.type == ("cuda" if torch.cuda.is_available() else "cpu")
     with shmloader.Loader(namespace["clips"], batch_size=4, seed=1) as loader:
-        batch = next(iter(loader.as_torch()))
+        batch = {k: v.to(device) for k, v in next(iter(loader.as_torch())).items()}
     video = batch["video"].permute(0, 4, 1, 2, 3).float() / 255
     conv_before = model[0].weight.detach().clone()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -262,6 +265,35 @@ def test_explicit_shard_and_device(videos):
         with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
             with pytest.raises(ValueError, match="CUDA is not available"):
                 loader.as_torch(device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (tests/gpu_check.py's checks)")
+@pytest.mark.parametrize("pin_memory", [False, True])
+def test_cuda_batches_equal_the_host_batches_behind_a_busy_stream(videos, pin_memory):
+    """``device="cuda"``: tensors on the GPU hold the frame codes of the host batch, even when the
+    stream is busy so that the non-blocking copies run long after ``to()`` returned (a host batch
+    freed or reused before its copy is done would show as wrong codes). Kept device batches keep
+    what they arrived with."""
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(48, 64))
+    kw = dict(batch_size=2, workers=2, slots=3, shuffle=True, seed=4, epochs=4)
+    with shmloader.Loader(clips, **kw) as loader:
+        expected = [key(b) for b in loader.as_torch()]
+    with shmloader.Loader(clips, **kw) as loader:
+        batches = loader.as_torch(pin_memory=pin_memory, device="cuda")
+        kept = []
+        for b in batches:
+            assert all(t.is_cuda for t in b.values())
+            torch.cuda._sleep(50_000_000)  # the copies queued next wait behind this
+            kept.append(b)  # no host synchronisation until the end
+        torch.cuda.synchronize()
+        got = []
+        for b in kept:
+            host = {k: v.cpu() for k, v in b.items()}
+            check(host)
+            got.append(key(host))
+        assert got == expected
+        batches.close()
 
 
 RANK = textwrap.dedent("""
