@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import threading
 import time
 
@@ -114,22 +115,26 @@ def test_stats_says_input_bound_and_recommends_more_workers(caplog, four_cpus):
 
 
 def test_stats_says_compute_bound_with_slow_consumer(tmp_path, four_cpus):
-    done = tmp_path / "done"
-    done.mkdir()
+    """Workers well ahead of a consumer that trains: no next() waits for a worker, so the wait
+    share is the loader's bookkeeping alone and training is compute-bound."""
+    log = str(tmp_path / "decoded")
 
-    def decode(i, rng):  # leaves a mark when sample i is decoded
-        (done / str(i)).touch()
+    def decode(i, rng):  # one byte per sample a worker begins
+        with open(log, "ab") as f:
+            f.write(b"x")
         return {"x": np.int64(i)}
 
     src = shmloader.FunctionSource(decode, {"x": ((), np.int64)}, 40, check=False)
-    with shmloader.Loader(src, batch_size=4, workers=2, slots=11) as loader:  # the ring holds the epoch
+    # 12 slots: epoch 1's ten batches and the first two of epoch 2, one task each. Tasks alternate
+    # between the two workers, and a worker sends a task's reply before it reads the next, so once
+    # both epoch-2 tasks have begun (48 samples begun), every reply of epoch 1 is in its pipe.
+    with shmloader.Loader(src, batch_size=4, workers=2, slots=12, epochs=2) as loader:
         it = iter(loader)
         next(it)
-        # The workers decode the whole epoch while the consumer trains, so no next() below
-        # waits for a worker, however slow the machine: only the loader's own bookkeeping.
         deadline = time.monotonic() + 60
-        while len(list(done.iterdir())) < 40 and time.monotonic() < deadline:
+        while os.path.getsize(log) < 48 and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert os.path.getsize(log) >= 48
         for _ in range(9):
             time.sleep(0.1)  # a slow training step
             next(it)
