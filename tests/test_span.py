@@ -176,3 +176,44 @@ def test_video_clips_spanning_epochs_equal_the_epochs_back_to_back(videos):
     assert [len(v) for v, _ in got] == [8, 4]
     np.testing.assert_array_equal(np.concatenate([v for v, _ in got]), np.concatenate([v for v, _ in expected]))
     np.testing.assert_array_equal(np.concatenate([y for _, y in got]), np.concatenate([y for _, y in expected]))
+
+
+def test_shards_split_every_epoch_of_the_stream():
+    """Two shards of a spanning run: each gets whole batches across its epochs' ends, the two are
+    disjoint, and together they are the unsharded run (each sample with its epoch's draw)."""
+    kw = dict(batch_size=6, workers=1, shuffle=True, seed=2, epochs=6, span_epochs=True)
+    with shmloader.Loader(source(), **kw) as whole:
+        expected, _ = stream(whole)
+    shards = []
+    for rank in range(2):
+        with shmloader.Loader(source(), **kw, shard=(rank, 2)) as loader:
+            got, sizes = stream(loader)
+        assert sizes == [6, 6, 6, 6], sizes  # 6 epochs x 4 samples of this shard, cut across epochs
+        shards.append(got)
+    assert set(shards[0]).isdisjoint(shards[1])
+    assert sorted(shards[0] + shards[1]) == sorted(expected)
+    for got in shards:  # each shard's own part of epoch k, in the epoch's order
+        for k in range(6):
+            assert len({i for i, _ in got[4 * k : 4 * k + 4]}) == 4
+
+
+def slow_on_0(index, rng):
+    if index == 0:
+        import time
+        time.sleep(0.3)  # the batches holding it (the first three) are late
+    return ident(index, rng)
+
+
+def test_unordered_delivers_the_same_batches_as_they_come():
+    """ordered=False with span_epochs: the same batches as the ordered stream, whole, each as
+    planned, in the order they are ready (a batch held up by a slow sample comes later)."""
+    kw = dict(batch_size=12, workers=2, seed=4, epochs=5, span_epochs=True)
+    with shmloader.Loader(source(), **kw) as ordered:
+        expected = [tuple(b["i"].tolist()) + tuple(b["r"].tolist()) for b in ordered]
+    src = shmloader.FunctionSource(slow_on_0, SPEC, 8, check=False)
+    with shmloader.Loader(src, **kw, ordered=False) as loader:
+        got = [tuple(b["i"].tolist()) + tuple(b["r"].tolist()) for b in loader]
+        with pytest.raises(LoaderError, match="ordered"):
+            loader.state()
+    assert sorted(got) == sorted(expected) and len(expected) == 4
+    assert got != expected  # the short last batch, without sample 0, did not wait for the others
