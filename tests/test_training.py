@@ -52,6 +52,60 @@ def test_state_from_other_settings_is_refused():
             loader.state()
 
 
+def test_state_from_another_shard_batch_size_or_drop_remainder_is_refused():
+    src = shmloader.FunctionSource(lambda i, rng: {"x": np.int64(i)}, {"x": ((), np.int64)}, 20)
+    kw = dict(batch_size=4, workers=1, shuffle=True, seed=1, shard=(0, 2))
+    with shmloader.Loader(src, **kw) as loader:
+        next(iter(loader))
+        state = loader.state()
+    for other, said in ((dict(shard=(1, 2)), r"shard=\[0, 2\] \(now \[1, 2\]\)"),
+                        (dict(batch_size=5), r"batch_size=4 \(now 5\)"),
+                        (dict(drop_remainder=True), r"drop_remainder=False \(now True\)")):
+        with pytest.raises(ValueError, match=said):
+            shmloader.Loader(src, **{**kw, **other}, state=state)
+    with shmloader.Loader(src, **kw, state=state) as loader:  # the same settings resume
+        assert loader.state()["batch"] == 1
+
+
+def fails_on_5(i, rng):
+    if i == 5:
+        raise ValueError("row 5 is damaged")
+    return {"x": np.int64(i)}
+
+
+def test_state_is_exact_until_a_sample_is_skipped():
+    """README: after skipped samples, ``state()["exact"]`` is false (a skip pulls a later sample
+    forward, so a resumed run cannot repeat the stream to the sample)."""
+    src = shmloader.FunctionSource(fails_on_5, {"x": ((), np.int64)}, 12, check=False)
+    with shmloader.Loader(src, batch_size=4, workers=1, on_error="skip") as loader:
+        assert loader.state()["exact"] is True
+        it = iter(loader)
+        assert next(it)["x"].tolist() == [0, 1, 2, 3]
+        assert loader.stats()["skipped"] == 0 or loader.state()["exact"] is False
+        rest = [b["x"].tolist() for b in it]
+        assert loader.stats()["skipped"] == 1 and loader.state()["exact"] is False
+    assert sorted(sum(rest, [])) == [4, 6, 7, 8, 9, 10, 11]
+    ok = shmloader.FunctionSource(lambda i, rng: {"x": np.int64(i)}, {"x": ((), np.int64)}, 12)
+    with shmloader.Loader(ok, batch_size=4, workers=1, on_error="skip") as loader:
+        assert sum(len(b["x"]) for b in loader) == 12 and loader.state()["exact"] is True
+
+
+def test_dropped_counts_the_samples_of_a_batch_a_skip_left_short():
+    """drop_remainder=True keeps every batch whole: when a skip leaves a batch short and no
+    sample of the epoch is left to refill it (the ring had planned the whole epoch), the batch
+    is dropped and its samples counted in ``stats()["dropped"]``."""
+    src = shmloader.FunctionSource(fails_on_5, {"x": ((), np.int64)}, 12, check=False)
+    with shmloader.Loader(src, batch_size=4, workers=1, slots=4, drop_remainder=True, on_error="skip") as loader:
+        got = [b["x"].tolist() for b in loader]
+        s = loader.stats()
+    assert got == [[0, 1, 2, 3], [8, 9, 10, 11]]
+    assert (s["skipped"], s["dropped"], s["samples"]) == (1, 3, 8)
+    with shmloader.Loader(src, batch_size=4, workers=1, slots=4, on_error="skip") as loader:
+        got = [b["x"].tolist() for b in loader]  # without drop_remainder the short batch comes
+        assert loader.stats()["dropped"] == 0
+    assert got == [[0, 1, 2, 3], [4, 6, 7], [8, 9, 10, 11]]
+
+
 def test_eval_loader_every_clip_once_in_order_beside_training(videos):
     paths, labels = videos
     clips = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=2, size=(32, 40))
