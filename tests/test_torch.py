@@ -135,6 +135,51 @@ def test_pin_memory_loop_left_early_is_continued(videos):
         pinned.close()
 
 
+def test_loop_left_early_is_continued_by_the_next_one(videos):
+    """Without pin_memory too: a loop left early and a new ``for`` over the same adapter go on
+    with the same pass, nothing lost or repeated; after the pass, the loader's next pass."""
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(32, 40))
+    kw = dict(batch_size=2, workers=2, shuffle=True, seed=2, epochs=2)
+    with shmloader.Loader(clips, **kw) as loader:
+        expected = [key(b) for b in loader.as_torch()]
+        after = [key(b) for b in loader.as_torch()]  # the loader's next pass, as iterating again runs it
+    assert len(after) == len(expected) and after != expected
+    with shmloader.Loader(clips, **kw) as loader:
+        batches = loader.as_torch()
+        got = []
+        for b in batches:
+            got.append(key(b))
+            if len(got) == 3:
+                break
+        for b in batches:
+            got.append(key(b))
+            if len(got) == 7:
+                break
+        got += [key(b) for b in batches]
+        assert got == expected
+        assert [key(b) for b in batches] == after
+        assert batches.state_dict()["epoch"] == 4  # every batch handed out was counted once
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_pin_memory_without_cuda_warns_and_copies_into_ordinary_buffers(videos):
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(32, 40))
+    with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
+        with pytest.warns(RuntimeWarning, match="pin_memory=True but CUDA is not available"):
+            pinned = loader.as_torch(pin_memory=True)
+        batch = next(iter(pinned))
+        check(batch)
+        assert not loader._ring.contains(batch["video"].data_ptr()) and not batch["video"].is_pinned()
+        del batch
+        pinned.close()
+    with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no warning without pin_memory
+            assert len(list(loader.as_torch())) == len(loader)
+
+
 def test_pin_memory_raises_the_sample_error_with_its_cause():
     def fn(i, rng):
         if i == 5:
