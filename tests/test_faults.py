@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import shmloader
+from shmloader._engine import _POLL_S
+from shmloader._pool import _GRACE_S
 from shmloader._samples import read_codes
 
 pytestmark = pytest.mark.timeout(60)
@@ -58,12 +60,42 @@ def hangs_holding_gil_on_7(i, rng):
     return {"i": np.int64(i)}
 
 
-def test_worker_raises_sampleerror_fast():
-    t0 = time.monotonic()
-    with shmloader.Loader(source(raises_on_7), batch_size=4, workers=2) as loader:
+def gated(fault, gate):
+    """``fault`` on sample 7 once the file ``gate`` exists: the test opens the gate after its first
+    batch, so that its clock starts with the workers up and the fault not yet happened. Samples
+    4-6 share sample 7's task (one task per batch for 2 workers) and go through at once."""
+
+    def fn(i, rng):
+        if i == 7:
+            while not os.path.exists(gate):
+                time.sleep(0.01)
+            fault(i, rng)
+        return {"i": np.int64(i)}
+    return fn
+
+
+def first_batch_then_open(loader, gate):
+    """Take batch 0 (samples 0-3, the other worker's task), open the gate; returns (iterator, t)."""
+    it = iter(loader)
+    assert next(it)["i"].tolist() == [0, 1, 2, 3]
+    open(gate, "w").close()
+    return it, time.monotonic()
+
+
+def test_worker_raises_sampleerror_fast(tmp_path):
+    """The worker reports the failure in its reply, which wakes the loader at once: the error is
+    in the consumer long before even one sample's ``timeout`` (a lost report would surface, if at
+    all, as a timeout after 4 x timeout for the 4-sample task). At once: within the liveness
+    poll's period, twice over for a busy machine."""
+    gate = str(tmp_path / "gate")
+    timeout = 30.0
+    with shmloader.Loader(source(gated(raises_on_7, gate)), batch_size=4, workers=2, timeout=timeout) as loader:
+        it, t0 = first_batch_then_open(loader, gate)
         with pytest.raises(shmloader.SampleError, match=r"sample 7 .*ValueError: cannot read row 7") as info:
-            delivered(loader)
-    assert time.monotonic() - t0 < 10
+            next(it)
+        elapsed = time.monotonic() - t0
+        assert loader.worker_pids() == []  # the workers were stopped
+    assert elapsed < 2 * _POLL_S
     assert info.value.exc_type == "ValueError" and "raises_on_7" in info.value.__cause__.tb
 
 
@@ -94,14 +126,20 @@ def test_skipped_position_refilled_from_later_in_the_same_epoch():
 
 @pytest.mark.parametrize("fn, how", [(segfaults_on_7, "SIGSEGV"), (aborts_on_7, "SIGABRT"),
                                      (oom_killed_on_7, "SIGKILL")])
-def test_worker_dies_raises_worker_died(fn, how):
-    t0 = time.monotonic()
-    with shmloader.Loader(source(fn), batch_size=4, workers=2) as loader:
+def test_worker_dies_raises_worker_died(fn, how, tmp_path):
+    """A death is seen when the worker's reply pipe closes, at the latest at the next liveness
+    poll (``_POLL_S``); the other worker is then given ``_GRACE_S`` to leave before it is killed.
+    The clock starts once the workers are up (the first batch) and the gate lets sample 7 die."""
+    gate = str(tmp_path / "gate")
+    with shmloader.Loader(source(gated(fn, gate)), batch_size=4, workers=2, timeout=30) as loader:
         pids = loader.worker_pids()
+        it, t0 = first_batch_then_open(loader, gate)
         with pytest.raises(shmloader.WorkerDiedError, match=how) as info:
-            delivered(loader)
+            for _ in it:
+                pass
+        elapsed = time.monotonic() - t0
         assert loader.worker_pids() == []  # the others were stopped too
-    assert time.monotonic() - t0 < 10
+    assert elapsed < _POLL_S + _GRACE_S + _POLL_S  # the last term: slack for a busy machine
     assert info.value.pid in pids and "sample 7" in info.value.holding
 
 
@@ -151,11 +189,19 @@ def test_worker_killed_from_outside_skip_mode_loses_nothing():
 
 
 def test_worker_hang_holding_gil_times_out():
-    t0 = time.monotonic()
-    with shmloader.Loader(source(hangs_holding_gil_on_7), batch_size=4, workers=2, timeout=1.5) as loader:
-        with pytest.raises(shmloader.WorkerDiedError, match=r"timeout=1.5 s") as info:
-            delivered(loader)
-    assert time.monotonic() - t0 < 10
+    """One worker: its second task, samples 4-7, begins when it answers the first, before the
+    first batch is handed out. A run of n samples gets n x timeout, so the kill comes 4 x 1.5 s
+    after that: no sooner than 3 timeouts after the first batch (one timeout per task would fire
+    after 1.5 s), no later than 4 timeouts and a liveness poll."""
+    timeout, n = 1.5, 4
+    with shmloader.Loader(source(hangs_holding_gil_on_7), batch_size=4, workers=1, timeout=timeout) as loader:
+        it = iter(loader)
+        assert next(it)["i"].tolist() == [0, 1, 2, 3]
+        t0 = time.monotonic()
+        with pytest.raises(shmloader.WorkerDiedError, match=r"timeout=1.5 s per sample on a task of 4") as info:
+            next(it)
+        elapsed = time.monotonic() - t0
+    assert (n - 1) * timeout < elapsed < n * timeout + _POLL_S
     assert "sample 7" in info.value.holding
 
 

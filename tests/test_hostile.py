@@ -107,10 +107,20 @@ def test_workers_import_the_training_process_shmloader_not_one_in_the_working_fo
     assert proc.stdout.split() == ["12"]  # 2 * (0 + 1 + 2 + 3)
 
 
-def test_pinned_workers_run_on_one_cpu_each():
-    src = shmloader.FunctionSource(lambda i, rng: {"x": np.zeros(2)}, {"x": ((2,), np.float64)}, 4)
+def test_pinned_workers_run_on_one_cpu_each(videos):
+    """Worker i runs on the i-th CPU, every thread of it: its lifeline thread and the decoder's
+    threads too (a mask set on the main thread alone after they started would not reach them)."""
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(32, 40))
     cpus = sorted(os.sched_getaffinity(0))
-    with shmloader.Loader(src, batch_size=2, workers=2, pin_workers=True) as loader:
-        assert sum(len(b["x"]) for b in loader) == 4
-        masks = [psutil.Process(pid).cpu_affinity() for pid in loader.worker_pids()]
-    assert masks == [[cpus[0]], [cpus[1 % len(cpus)]]]
+    with shmloader.Loader(clips, batch_size=2, workers=2, pin_workers=True) as loader:
+        it = iter(loader)
+        assert len(next(it)["video"]) == 2  # both workers have opened and decoded videos
+        assert sum(len(b["video"]) for b in it) == len(paths) - 2
+        masks, threads = [], []
+        for pid in loader.worker_pids():
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            masks.append({tuple(sorted(os.sched_getaffinity(t))) for t in tids})
+            threads.append(len(tids))
+    assert masks == [{(cpus[0],)}, {(cpus[1 % len(cpus)],)}]
+    assert min(threads) >= 2  # the main thread and the lifeline thread at least

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import socket
 import textwrap
@@ -58,6 +59,71 @@ def test_array_held_across_many_batches_never_changes(videos):
             assert (np.asarray(held[k]) == snapshot[k]).all()
         check(held)
         assert loader.stats()["copied"] == 0
+
+
+def codes(i, rng):
+    return {"x": np.full(1024, i % 256, np.uint8), "i": np.int32(i)}  # dtypes JAX keeps on the CPU
+
+
+def code_loader(**kw):
+    src = shmloader.FunctionSource(codes, {"x": ((1024,), np.uint8), "i": ((), np.int32)}, 40)
+    return shmloader.Loader(src, batch_size=4, workers=1, **kw)
+
+
+def test_cpu_puts_nothing_ahead_and_holds_one_slot_more():
+    """On the CPU backend nothing is put ahead by default (the arrays are the slots); JAX lets
+    go of a slot one batch after its array is gone: a loop holds at most 2 slots, the batch in
+    hand and the one before; once the arrays are gone, no slot is held."""
+    with code_loader(slots=6, shuffle=True, epochs=2) as loader:
+        batches = shmloader.jax.batches(loader)
+        first = next(batches)
+        assert loader.stats()["batches"] == 1  # nothing delivered ahead of the consumer
+        assert loader._ring.contains(first["x"].unsafe_buffer_pointer())  # the slot itself
+        assert loader.stats()["leased"] == 1
+        del first
+        second = next(batches)
+        assert loader.stats()["batches"] == 2 and loader.stats()["leased"] == 1  # the first came back
+        del second
+        peak, n = 0, 2
+        for b in batches:
+            assert loader.stats()["batches"] == n + 1
+            peak = max(peak, loader.stats()["leased"])
+            n += 1
+        assert n == 2 * len(loader) and 1 <= peak <= 2
+        assert loader.stats()["copied"] == 0
+        del b
+        gc.collect()
+        assert loader.stats()["leased"] == 0
+
+
+@pytest.mark.parametrize("prefetch", [1, 2, 3])
+def test_prefetch_puts_batches_ahead_and_state_counts_steps(prefetch):
+    """``prefetch=k`` delivers k batches ahead of the one in hand (what an accelerator gets by
+    default, k=2); ``loader.state(consumed=steps)`` taken mid-stream resumes exactly after the
+    steps really taken, not after what was put ahead."""
+    kw = dict(shuffle=True, seed=3, epochs=2)
+    with code_loader(**kw) as loader:
+        expected = [np.asarray(b["i"]).tolist() for b in shmloader.jax.batches(loader)]
+    steps = 5
+    with code_loader(**kw) as loader:
+        batches = shmloader.jax.batches(loader, prefetch=prefetch)
+        head = []
+        for b in batches:
+            head.append(np.asarray(b["i"]).tolist())
+            assert loader.stats()["batches"] == min(len(head) + prefetch, len(expected))
+            if len(head) == steps:
+                break
+        state = loader.state(consumed=steps)
+        del b, batches
+    assert head == expected[:steps]
+    with code_loader(**kw, state=state) as loader:
+        assert [np.asarray(b["i"]).tolist() for b in shmloader.jax.batches(loader, prefetch=prefetch)] == expected[steps:]
+
+
+def test_prefetch_below_zero_is_refused():
+    with code_loader() as loader:
+        with pytest.raises(ValueError, match="prefetch must be >= 0, got -1"):
+            shmloader.jax.batches(loader, prefetch=-1)
 
 
 def test_jax_grad_training_step(videos):

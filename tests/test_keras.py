@@ -17,31 +17,92 @@ pytestmark = pytest.mark.timeout(240)
 
 FIT = textwrap.dedent("""
     import json, sys
+    import numpy as np
     import shmloader
     from shmloader._keras import KerasDataset
+    from shmloader._samples import read_codes
 
-    calls = []
-    getitem = KerasDataset.__getitem__
-    def counting(self, index):  # what Keras asks for, probes included
-        calls.append(index)
-        return getitem(self, index)
-    KerasDataset.__getitem__ = counting
+    # What Keras asks each dataset for, probes included, and when: ["begin"], ["end"], or the
+    # (video, clip start) pairs of a batch, read from the frame codes of the pixels Keras got.
+    events = {}
+    def log(self, event):
+        events.setdefault(id(self.loader), []).append(event)
+    getitem, begin, end = KerasDataset.__getitem__, KerasDataset.on_epoch_begin, KerasDataset.on_epoch_end
+    def logged_getitem(self, index):
+        batch = getitem(self, index)
+        ids, frames = read_codes(np.asarray(batch[0]))
+        log(self, [[int(i), int(f)] for i, f in zip(ids[:, 0], frames[:, 0])])
+        return batch
+    def logged_begin(self):
+        log(self, "begin")
+        begin(self)
+    def logged_end(self):
+        log(self, "end")
+        end(self)
+    KerasDataset.__getitem__ = logged_getitem
+    KerasDataset.on_epoch_begin, KerasDataset.on_epoch_end = logged_begin, logged_end
+
+    def stream(loader, passes=1):
+        out = []
+        for _ in range(passes):
+            for b in loader:
+                out.append([[int(i), int(s)] for i, s in zip(b["index"], b["start"])])
+        return out
 
     paths = json.loads(sys.argv[1])
     labels = [i % 3 for i in range(len(paths))]
     clips = shmloader.VideoClips(paths, labels, clip_len=8, frame_step=2, size=(64, 64))
     namespace = {"paths": paths, "labels": labels, "clips": clips, "shmloader": shmloader}
     exec(sys.argv[2], namespace)
-    train, val, history = namespace["train"], namespace["val"], namespace["history"].history
+    train, val, history, model = namespace["train"], namespace["val"], namespace["history"].history, namespace["model"]
     import keras
-    print(json.dumps({"backend": keras.backend.backend(), "loss": history["loss"], "val_loss": history["val_loss"],
-                      "train_batches": train.stats()["batches"], "val_batches": val.stats()["batches"],
-                      "train_len": len(train), "val_len": len(val), "calls": len(calls)}))
+    out = {"backend": keras.backend.backend(), "loss": history["loss"], "val_loss": history["val_loss"],
+           "train_batches": train.stats()["batches"], "val_batches": val.stats()["batches"],
+           "train_len": len(train), "val_len": len(val),
+           "train_events": events.pop(id(train)), "val_events": events.pop(id(val))}
+    with shmloader.Loader(clips, batch_size=4, shuffle=True, seed=0, epochs=2) as plain:
+        out["train_stream"] = stream(plain)  # what the example's two Keras epochs must have trained
+    with shmloader.eval_loader(clips, batch_size=4) as plain:
+        out["val_stream"] = stream(plain)
+        x = np.concatenate([b["video"] for b in plain])
+    out["expected_predictions"] = keras.ops.convert_to_numpy(model(x)).tolist()  # the same model, all clips in order
+
+    # predict and a standalone evaluate, each on a fresh evaluation loader
+    with shmloader.eval_loader(clips, batch_size=4) as ev:
+        out["predictions"] = np.asarray(model.predict(ev.as_keras(y=None), verbose=0)).tolist()
+        out["predict_batches"], out["predict_events"] = ev.stats()["batches"], events.pop(id(ev))
+    with shmloader.eval_loader(clips, batch_size=4) as ev:
+        out["evaluate_loss"] = float(model.evaluate(ev.as_keras(), verbose=0))
+        out["evaluate_batches"], out["evaluate_events"] = ev.stats()["batches"], events.pop(id(ev))
+    logits = np.asarray(out["expected_predictions"])
+    logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(1, keepdims=True)
+    out["expected_loss"] = float(-logp[np.arange(len(labels)), labels].mean())
+    print(json.dumps(out))
 """)
 
 
+def windows(events):
+    """Split what a dataset served into (inside an epoch?, [batches]) runs, in order."""
+    out, inside, current = [], False, []
+    for e in events:
+        if e in ("begin", "end"):
+            if current:
+                out.append((inside, current))
+            inside, current = e == "begin", []
+        else:
+            current.append(e)
+    if current:
+        out.append((inside, current))
+    return out
+
+
+def trained(events, n):
+    """The epochs Keras ran through: windows of exactly ``n`` batches (a probe takes fewer)."""
+    return [w for inside, w in windows(events) if inside and len(w) == n]
+
+
 @pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
-def test_fit_on_each_backend(videos, backend):
+def test_fit_predict_evaluate_on_each_backend(videos, backend):
     paths, _ = videos
     example = readme_example("keras-fit").replace("epochs=2)", "epochs=2, verbose=0)")
     r = run_child(FIT, json.dumps(paths), example, env={"KERAS_BACKEND": backend})
@@ -50,7 +111,23 @@ def test_fit_on_each_backend(videos, backend):
     # Each Keras epoch took one loader epoch, and the batches Keras probed before training were
     # served again rather than lost: the loaders delivered exactly what the epochs hold.
     assert r["train_batches"] == 2 * r["train_len"] and r["val_batches"] == 2 * r["val_len"]
-    assert r["calls"] > 2 * (r["train_len"] + r["val_len"])  # Keras did probe
+    n = r["train_len"]
+    assert sum(len(w) for _, w in windows(r["train_events"])) > 2 * n  # Keras did probe
+    # The two epochs Keras trained are the loader's two epochs, in order: each has every video
+    # once, and they differ (another order, other clip starts).
+    epochs = trained(r["train_events"], n)
+    assert len(epochs) == 2 and epochs[0] + epochs[1] == r["train_stream"]
+    for e in epochs:
+        assert sorted(v for batch in e for v, _ in batch) == list(range(len(paths)))
+    assert epochs[0] != epochs[1]
+    # Validation: the whole evaluation pass, the same every epoch.
+    assert trained(r["val_events"], r["val_len"]) == [r["val_stream"]] * 2
+    # predict and a standalone evaluate: one pass each, every clip once, in order.
+    assert r["predict_batches"] == r["evaluate_batches"] == r["val_len"]
+    assert trained(r["predict_events"], r["val_len"]) == [r["val_stream"]]
+    assert trained(r["evaluate_events"], r["val_len"]) == [r["val_stream"]]
+    assert np.allclose(r["predictions"], r["expected_predictions"], atol=1e-4)
+    assert r["evaluate_loss"] == pytest.approx(r["expected_loss"], rel=1e-4, abs=1e-5)
 
 
 def test_batches_are_the_loaders_views_and_fields_are_chosen(videos):

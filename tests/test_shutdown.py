@@ -38,7 +38,8 @@ SCRIPT = textwrap.dedent("""
         return {"x": np.full((LEN,), i, np.int64)}
 
     loader = shmloader.Loader(shmloader.FunctionSource(fn, {"x": ((LEN,), np.int64)}, 1000, check=False),
-                              batch_size=4, workers=2, epochs=None, shm_dir=os.environ.get("SHM_DIR") or None)
+                              batch_size=4, workers=2, epochs=None, shm_dir=os.environ.get("SHM_DIR") or None,
+                              slots=int(os.environ["SLOTS"]) if os.environ.get("SLOTS") else None)
     print(" ".join(map(str, loader.worker_pids())), flush=True)
     it = iter(loader)
     next(it)
@@ -209,30 +210,83 @@ def test_parent_killed_workers_exit(tmp_path, sample_s):
     assert wait_gone(pids, 5) < 5
 
 
-def shmem() -> int:
-    """Bytes of shared memory in use on this machine (tmpfs files, memfds, shared anonymous)."""
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("Shmem:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no Shmem line in /proc/meminfo")
+def segments(pid: int | str) -> dict[tuple[int, int], tuple[str, int, int]]:
+    """The unnamed segments process ``pid`` holds open: {(device, inode): (link, size, bytes
+    allocated)}: memfds and O_TMPFILEs, which /proc shows as "... (deleted)"."""
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        path = f"/proc/{pid}/fd/{fd}"
+        try:
+            target, st = os.readlink(path), os.stat(path)
+        except OSError:
+            continue
+        if target.endswith(" (deleted)") and (target.startswith("/memfd:") or "/#" in target):
+            out[st.st_dev, st.st_ino] = (target, st.st_size, st.st_blocks * 512)
+    return out
+
+
+def holders(dev: int, ino: int) -> list[str]:
+    """Every process (of those this user may read) that holds the file (dev, ino) open or mapped."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) == (dev, ino):
+                    found.append(f"pid {pid} fd {fd}")
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    fields = line.split(maxsplit=5)
+                    major, minor = (int(x, 16) for x in fields[3].split(":"))
+                    if int(fields[4]) == ino and os.makedev(major, minor) == dev:
+                        found.append(f"pid {pid} maps {fields[-1].strip()}")
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+    return found
 
 
 @pytest.mark.parametrize("shm_dir", ["", "/dev/shm"])
 def test_process_group_killed_leaves_nothing(tmp_path, shm_dir):
-    """The ring has no name: killing the training process and its workers at once frees it. A
-    ring of hundreds of MiB makes that visible in the machine's shared memory, whatever else
-    runs beside."""
-    before = shmem()
-    # 16 MiB samples, 4 to a batch: the default 12 slots take 768 MiB
-    proc, pids, slots = start(tmp_path, SHM_DIR=shm_dir, MODE="iterate", SAMPLE_LEN=str(2 << 20))
-    ring = slots * 4 * (16 << 20)
-    assert ring >= 512 << 20
-    wait_for(lambda: shmem() - before > ring * 3 // 4, what="ring counted in Shmem")  # reserved up front
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    """The ring has no name: once the training process and its workers are killed at once, no
+    process holds or maps it and no name of it is left, so the kernel has freed it. The ring is
+    found by what it is - the training process's unnamed segment of the ring's size -
+    and followed by its inode, whatever else runs on the machine."""
+    slots, sample_bytes = 2, 1 << 20  # 4 samples a batch: an 8 MiB ring
+    ring = slots * 4 * sample_bytes
+    room = psutil.virtual_memory().available
+    if shm_dir:
+        st = os.statvfs(shm_dir)
+        room = min(room, st.f_bavail * st.f_frsize)
+    if room < 4 * ring:
+        pytest.skip(f"{room >> 20} MiB free: no room for a {ring >> 20} MiB ring here")
+    names_before = set(os.listdir(shm_dir or "/dev/shm"))
+    proc, pids, got_slots = start(tmp_path, SHM_DIR=shm_dir, MODE="iterate", SLOTS=str(slots),
+                                  SAMPLE_LEN=str(sample_bytes // 8))
+    try:
+        assert got_slots == slots
+        rings = {k: v for k, v in segments(proc.pid).items() if v[1] >= ring}
+        assert len(rings) == 1, segments(proc.pid)
+        (dev, ino), (target, _, _) = next(iter(rings.items()))
+        if shm_dir:
+            assert target.startswith(f"{shm_dir}/#"), target  # an O_TMPFILE there
+        else:
+            assert target.startswith("/memfd:shmloader"), target
+        wait_for(lambda: all(any(h.startswith(f"pid {p} maps") for h in holders(dev, ino)) for p in pids),
+                 what="ring mapped by both workers")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     wait_gone(pids, 5)
-    wait_for(lambda: shmem() - before < ring // 4, seconds=10, what="ring freed")
+    assert holders(dev, ino) == []
+    # No name was ever made for it: no entry in the folder has its inode.
+    for name in set(os.listdir(shm_dir or "/dev/shm")) - names_before:
+        try:
+            assert os.stat(os.path.join(shm_dir or "/dev/shm", name)).st_ino != ino, name
+        except FileNotFoundError:
+            pass
 
 
 def open_in(folder: str) -> list[str]:

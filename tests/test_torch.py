@@ -91,16 +91,22 @@ def test_pin_memory_thread_copies_into_reused_buffers(videos):
         pinned = pinned_loader(loader)
         addresses, n = set(), 0
         batches = iter(pinned)
-        held = next(batches)
-        snapshot = {k: v.clone() for k, v in held.items()}
+        first = next(batches)
+        # One view of one field survives; the dict and every other tensor of its batch are gone.
+        held = first["video"][1]
+        held_index, held_start = int(first["index"][1]), int(first["start"][1])
+        snapshot = held.clone()
+        del first
+        gc.collect()
         for batch in batches:
             assert not loader._ring.contains(batch["video"].data_ptr())  # a copy, not the slot
             check(batch)
             addresses.add(batch["video"].data_ptr())
             n += 1
         assert n == 6 * len(loader) - 1
-        for k in held:
-            assert torch.equal(held[k], snapshot[k])  # its buffer was not reused while held
+        assert torch.equal(held, snapshot)  # its buffer was not reused while the view lived
+        ids, frames = read_codes(held.numpy()[None])
+        assert (ids == held_index).all() and (frames[0] == held_start + np.arange(4)).all()
         # 23 batches through a handful of buffers: reused, never one per batch.
         assert pinned._pin.buffers.allocated <= 6 and len(addresses) <= 5
         assert loader.stats()["leased"] == 0  # the ring is not held by what the consumer keeps
@@ -129,6 +135,51 @@ def test_pin_memory_loop_left_early_is_continued(videos):
         pinned.close()
 
 
+def test_loop_left_early_is_continued_by_the_next_one(videos):
+    """Without pin_memory too: a loop left early and a new ``for`` over the same adapter go on
+    with the same pass, nothing lost or repeated; after the pass, the loader's next pass."""
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(32, 40))
+    kw = dict(batch_size=2, workers=2, shuffle=True, seed=2, epochs=2)
+    with shmloader.Loader(clips, **kw) as loader:
+        expected = [key(b) for b in loader.as_torch()]
+        after = [key(b) for b in loader.as_torch()]  # the loader's next pass, as iterating again runs it
+    assert len(after) == len(expected) and after != expected
+    with shmloader.Loader(clips, **kw) as loader:
+        batches = loader.as_torch()
+        got = []
+        for b in batches:
+            got.append(key(b))
+            if len(got) == 3:
+                break
+        for b in batches:
+            got.append(key(b))
+            if len(got) == 7:
+                break
+        got += [key(b) for b in batches]
+        assert got == expected
+        assert [key(b) for b in batches] == after
+        assert batches.state_dict()["epoch"] == 4  # every batch handed out was counted once
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_pin_memory_without_cuda_warns_and_copies_into_ordinary_buffers(videos):
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(32, 40))
+    with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
+        with pytest.warns(RuntimeWarning, match="pin_memory=True but CUDA is not available"):
+            pinned = loader.as_torch(pin_memory=True)
+        batch = next(iter(pinned))
+        check(batch)
+        assert not loader._ring.contains(batch["video"].data_ptr()) and not batch["video"].is_pinned()
+        del batch
+        pinned.close()
+    with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no warning without pin_memory
+            assert len(list(loader.as_torch())) == len(loader)
+
+
 def test_pin_memory_raises_the_sample_error_with_its_cause():
     def fn(i, rng):
         if i == 5:
@@ -154,8 +205,11 @@ def test_conv3d_sgd_step(videos):
     model, loss = namespace["model"], namespace["loss"]
     assert torch.isfinite(loss)
     # One more SGD step on one batch lowers the loss on that batch: gradients reach the Conv3d.
+    # The example moved the model to CUDA where there is one: the batch goes where the model is.
+    device = next(model.parameters()).device
+    assert device.type == ("cuda" if torch.cuda.is_available() else "cpu")
     with shmloader.Loader(namespace["clips"], batch_size=4, seed=1) as loader:
-        batch = next(iter(loader.as_torch()))
+        batch = {k: v.to(device) for k, v in next(iter(loader.as_torch())).items()}
     video = batch["video"].permute(0, 4, 1, 2, 3).float() / 255
     conv_before = model[0].weight.detach().clone()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -256,6 +310,35 @@ def test_explicit_shard_and_device(videos):
         with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
             with pytest.raises(ValueError, match="CUDA is not available"):
                 loader.as_torch(device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (tests/gpu_check.py's checks)")
+@pytest.mark.parametrize("pin_memory", [False, True])
+def test_cuda_batches_equal_the_host_batches_behind_a_busy_stream(videos, pin_memory):
+    """``device="cuda"``: tensors on the GPU hold the frame codes of the host batch, even when the
+    stream is busy so that the non-blocking copies run long after ``to()`` returned (a host batch
+    freed or reused before its copy is done would show as wrong codes). Kept device batches keep
+    what they arrived with."""
+    paths, _ = videos
+    clips = shmloader.VideoClips(paths, clip_len=4, size=(48, 64))
+    kw = dict(batch_size=2, workers=2, slots=3, shuffle=True, seed=4, epochs=4)
+    with shmloader.Loader(clips, **kw) as loader:
+        expected = [key(b) for b in loader.as_torch()]
+    with shmloader.Loader(clips, **kw) as loader:
+        batches = loader.as_torch(pin_memory=pin_memory, device="cuda")
+        kept = []
+        for b in batches:
+            assert all(t.is_cuda for t in b.values())
+            torch.cuda._sleep(50_000_000)  # the copies queued next wait behind this
+            kept.append(b)  # no host synchronisation until the end
+        torch.cuda.synchronize()
+        got = []
+        for b in kept:
+            host = {k: v.cpu() for k, v in b.items()}
+            check(host)
+            got.append(key(host))
+        assert got == expected
+        batches.close()
 
 
 RANK = textwrap.dedent("""

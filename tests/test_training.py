@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import threading
 import time
 
@@ -49,6 +50,60 @@ def test_state_from_other_settings_is_refused():
     with pytest.raises(shmloader.LoaderError, match="ordered"):
         with shmloader.Loader(src, batch_size=4, workers=1, ordered=False) as loader:
             loader.state()
+
+
+def test_state_from_another_shard_batch_size_or_drop_remainder_is_refused():
+    src = shmloader.FunctionSource(lambda i, rng: {"x": np.int64(i)}, {"x": ((), np.int64)}, 20)
+    kw = dict(batch_size=4, workers=1, shuffle=True, seed=1, shard=(0, 2))
+    with shmloader.Loader(src, **kw) as loader:
+        next(iter(loader))
+        state = loader.state()
+    for other, said in ((dict(shard=(1, 2)), r"shard=\[0, 2\] \(now \[1, 2\]\)"),
+                        (dict(batch_size=5), r"batch_size=4 \(now 5\)"),
+                        (dict(drop_remainder=True), r"drop_remainder=False \(now True\)")):
+        with pytest.raises(ValueError, match=said):
+            shmloader.Loader(src, **{**kw, **other}, state=state)
+    with shmloader.Loader(src, **kw, state=state) as loader:  # the same settings resume
+        assert loader.state()["batch"] == 1
+
+
+def fails_on_5(i, rng):
+    if i == 5:
+        raise ValueError("row 5 is damaged")
+    return {"x": np.int64(i)}
+
+
+def test_state_is_exact_until_a_sample_is_skipped():
+    """README: after skipped samples, ``state()["exact"]`` is false (a skip pulls a later sample
+    forward, so a resumed run cannot repeat the stream to the sample)."""
+    src = shmloader.FunctionSource(fails_on_5, {"x": ((), np.int64)}, 12, check=False)
+    with shmloader.Loader(src, batch_size=4, workers=1, on_error="skip") as loader:
+        assert loader.state()["exact"] is True
+        it = iter(loader)
+        assert next(it)["x"].tolist() == [0, 1, 2, 3]
+        assert loader.stats()["skipped"] == 0 or loader.state()["exact"] is False
+        rest = [b["x"].tolist() for b in it]
+        assert loader.stats()["skipped"] == 1 and loader.state()["exact"] is False
+    assert sorted(sum(rest, [])) == [4, 6, 7, 8, 9, 10, 11]
+    ok = shmloader.FunctionSource(lambda i, rng: {"x": np.int64(i)}, {"x": ((), np.int64)}, 12)
+    with shmloader.Loader(ok, batch_size=4, workers=1, on_error="skip") as loader:
+        assert sum(len(b["x"]) for b in loader) == 12 and loader.state()["exact"] is True
+
+
+def test_dropped_counts_the_samples_of_a_batch_a_skip_left_short():
+    """drop_remainder=True keeps every batch whole: when a skip leaves a batch short and no
+    sample of the epoch is left to refill it (the ring had planned the whole epoch), the batch
+    is dropped and its samples counted in ``stats()["dropped"]``."""
+    src = shmloader.FunctionSource(fails_on_5, {"x": ((), np.int64)}, 12, check=False)
+    with shmloader.Loader(src, batch_size=4, workers=1, slots=4, drop_remainder=True, on_error="skip") as loader:
+        got = [b["x"].tolist() for b in loader]
+        s = loader.stats()
+    assert got == [[0, 1, 2, 3], [8, 9, 10, 11]]
+    assert (s["skipped"], s["dropped"], s["samples"]) == (1, 3, 8)
+    with shmloader.Loader(src, batch_size=4, workers=1, slots=4, on_error="skip") as loader:
+        got = [b["x"].tolist() for b in loader]  # without drop_remainder the short batch comes
+        assert loader.stats()["dropped"] == 0
+    assert got == [[0, 1, 2, 3], [4, 6, 7], [8, 9, 10, 11]]
 
 
 def test_eval_loader_every_clip_once_in_order_beside_training(videos):
@@ -114,22 +169,26 @@ def test_stats_says_input_bound_and_recommends_more_workers(caplog, four_cpus):
 
 
 def test_stats_says_compute_bound_with_slow_consumer(tmp_path, four_cpus):
-    done = tmp_path / "done"
-    done.mkdir()
+    """Workers well ahead of a consumer that trains: no next() waits for a worker, so the wait
+    share is the loader's bookkeeping alone and training is compute-bound."""
+    log = str(tmp_path / "decoded")
 
-    def decode(i, rng):  # leaves a mark when sample i is decoded
-        (done / str(i)).touch()
+    def decode(i, rng):  # one byte per sample a worker begins
+        with open(log, "ab") as f:
+            f.write(b"x")
         return {"x": np.int64(i)}
 
     src = shmloader.FunctionSource(decode, {"x": ((), np.int64)}, 40, check=False)
-    with shmloader.Loader(src, batch_size=4, workers=2, slots=11) as loader:  # the ring holds the epoch
+    # 12 slots: epoch 1's ten batches and the first two of epoch 2, one task each. Tasks alternate
+    # between the two workers, and a worker sends a task's reply before it reads the next, so once
+    # both epoch-2 tasks have begun (48 samples begun), every reply of epoch 1 is in its pipe.
+    with shmloader.Loader(src, batch_size=4, workers=2, slots=12, epochs=2) as loader:
         it = iter(loader)
         next(it)
-        # The workers decode the whole epoch while the consumer trains, so no next() below
-        # waits for a worker, however slow the machine: only the loader's own bookkeeping.
         deadline = time.monotonic() + 60
-        while len(list(done.iterdir())) < 40 and time.monotonic() < deadline:
+        while os.path.getsize(log) < 48 and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert os.path.getsize(log) >= 48
         for _ in range(9):
             time.sleep(0.1)  # a slow training step
             next(it)
