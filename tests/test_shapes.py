@@ -305,3 +305,19 @@ def test_every_dataset_container_is_found_and_the_rest_counted(tmp_path):
     rows, printed = scan([tmp_path / "data"], tmp_path / "scan.csv")
     assert sorted(os.path.splitext(r["path"])[1] for r in rows) == sorted(exts)
     assert printed.splitlines()[-1] == "passed over 3 files without a video extension (.jpg 2, .txt 1)"
+
+
+def test_a_truncated_matroska_reads_as_the_frames_it_holds(tmp_path):
+    """Matroska states no frame count, and its index (cues) is at the end, cut off with the rest:
+    the file reads as the frames a sequential decode gives, every clip of them exact."""
+    whole = write(tmp_path / "whole.mkv", "libx264", bframes=2)
+    path = _cut(whole, tmp_path / "cut.mkv", 0.6)
+    ref = reference(path)
+    info = probe(path, check="frames")
+    assert 0 < info.frames == len(ref) < FRAMES and "no usable timestamps" not in info.problem
+    _, numbers = codes(ref)
+    clips = shmloader.VideoClips([path], clip_len=4, clips_per_video=info.frames - 3, sampling="uniform")
+    with shmloader.Loader(clips, batch_size=info.frames - 3, workers=1, timeout=60) as loader:
+        (b,) = list(loader)
+    assert sorted(int(s) for s in b["start"]) == list(range(info.frames - 3))
+    np.testing.assert_array_equal(codes(b["video"])[1], numbers[np.asarray(b["frames"])])
