@@ -5,7 +5,8 @@ GOP (one keyframe every ``--gop`` frames), so the decoding work of a random clip
 what differs is what opening and probing a file reads. Two ways to use them:
 
 * ``one``: one file, every clip from it (``clips_per_video=64``): a worker may keep what it
-  learnt about the file;
+  learnt about the file. Batches of one clip: a worker decodes the clips of one video in a batch
+  in one pass, which on a 250-frame file would share most of the decoding between them;
 * ``many``: ``--names`` names of the file (hard links), one clip each, in a shuffled order:
   every clip from another file, as in a large dataset, where no reader or probe is reused.
 
@@ -47,7 +48,7 @@ def options(p) -> None:
     p.add_argument("--names", type=int, default=4000, help="names (hard links) of each file in the 'many' use")
     p.add_argument("--side", type=int, default=112)
     p.add_argument("--clip-len", type=int, default=16)
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=8, help="of the 'many' use ('one': 1)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds measured per run, at least")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--decoders", type=harness.names(DECODERS), default=list(DECODERS))
@@ -97,9 +98,9 @@ def run(cell, rep: int, args, ctx: dict) -> dict:
     clips, wl = ctx["files"][length][use], ctx["wl"]
     res = Result(f"{use}/{length}/{decoder}", length, str(args.workers), rep)
     res.extra.update(use=use, length=length, decoder=decoder)
-    per_video = 64 if use == "one" else 1
+    per_video, batch = (64, 1) if use == "one" else (1, args.batch_size)
     try:
-        run_pipeline(lambda: loaders.shm(clips, wl, args.workers, args.batch_size, decoder=decoder,
+        run_pipeline(lambda: loaders.shm(clips, wl, args.workers, batch, decoder=decoder,
                                          clips_per_video=per_video),
                      res, clip_len=wl.clip_len, clip_bytes=wl.clip_bytes, duration=args.duration,
                      warmup=args.warmup)
@@ -134,8 +135,8 @@ def markdown(doc: dict) -> str:
     lines = report.header(doc, "Long videos: a clip of a 20-minute file against a clip of a 10-second file")
     c = doc["config"]
     lines += [f"W={c['workers']}, random {c['clip_len']}-frame clips at {c['side']}x{c['side']}, batch "
-              f"{c['batch_size']}, through `Loader.as_dataset()`; medians (min-max) over {c['reps']} "
-              "interleaved repetitions.", ""]
+              f"{c['batch_size']} (`many`) and 1 (`one`), through `Loader.as_dataset()`; medians (min-max) over "
+              f"{c['reps']} interleaved repetitions.", ""]
     rows = []
     for use in USES:
         for d in c["decoders"]:

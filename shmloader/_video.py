@@ -59,9 +59,11 @@ class VideoClips:
     loader's shuffle window, see ``Loader``). Paths are local files: URLs and FFmpeg protocol
     strings (``http:``, ``concat:``...) are refused unless ``allow_urls=True``.
 
-    Which decoder: ``decoder="auto"`` lets each file's probe choose — decord where it reads the
-    file right, PyAV for MPEG-TS, edit lists that drop frames, size changes, rotation, a frame
-    count the container contradicts, and any file decord refuses (see ``_probe``); ``"decord"``
+    Which decoder: ``decoder="auto"`` lets each file's probe choose — decord only in the
+    (container, codec) shapes whose random access is shown exact, and there not for long videos,
+    edit lists that drop frames, size changes, rotation, a frame count the container
+    contradicts, and any file decord refuses; PyAV for everything else (NOTE [ Which decoder
+    reads a file ] in ``_probe``); ``"decord"``
     or ``"pyav"`` forces one. Frame counts, indices and timestamps are the probe's whichever
     decoder runs. ``decode_threads``: threads each worker's decoder uses (1: the workers are the
     parallelism).

@@ -120,3 +120,22 @@ def test_the_loader_reads_long_videos_exactly(long_mp4, tmp_path):
                 n += 1
     assert n == len(clips)
     assert os.path.getsize(long_mp4) > 0
+
+
+def test_pyav_keeps_a_container_per_file_until_the_file_changes(tmp_path):
+    from shmloader._samples import write_video
+
+    path = write_video(tmp_path / "v.mp4", 1, frames=40, size=(48, 64), gop=10)
+    decoding = Decoding(1, "pyav")
+    got = decoding.decode(decoding.info(path), None, np.arange(20, 24))
+    assert (codes(got)[0] == 1).all()
+    kept = decoding.decoder("pyav")._open[path][1]
+    decoding.decode(decoding.info(path), None, np.arange(3, 6))
+    assert decoding.decoder("pyav")._open[path][1] is kept  # the next clip reuses it
+    os.replace(write_video(tmp_path / "w.mp4", 2, frames=50, size=(48, 64), gop=10), path)
+    ids, numbers = codes(decoding.decode(decoding.info(path), None, np.arange(40, 44)))
+    assert (ids == 2).all() and list(numbers) == [40, 41, 42, 43]  # the new file, not the kept container
+    for i in range(6):  # a worker keeps at most a few
+        other = write_video(tmp_path / f"o{i}.mp4", 3 + i, frames=12, size=(48, 64))
+        decoding.decode(decoding.info(other), None, np.arange(2, 4))
+    assert len(decoding.decoder("pyav")._open) == 4
