@@ -46,7 +46,7 @@ from ._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
 from ._interrupts import Deferred
 from ._plan import EpochPlan
 from ._pool import Pool, Worker, stop_workers
-from ._protocol import ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
+from ._protocol import COUNTS, ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
 from ._ring import Layout, Ring
 from ._schedule import Batch, Scheduler, Task, holding
 from ._source import Source
@@ -328,7 +328,7 @@ class Engine:
             self._worker_lost(w, w.how_it_ended())
 
     def _on_message(self, w: Worker, status: int, count: int, failures: dict[int, bytes],
-                    busy: float) -> None:
+                    busy: float, counts: tuple[int, ...] = ()) -> None:
         if status == ST_READY and not w.ready and not count:
             w.ready = True
             w.head_since = time.monotonic()
@@ -343,6 +343,9 @@ class Engine:
         self._stats["worker_busy_s"] += busy
         self._stats["decoded"] += count
         self._stats["tasks"] += 1
+        for name, n in zip(COUNTS, counts):
+            if n:
+                self._stats[name] = self._stats.get(name, 0) + n
         for task, i in self._sched.task_done(task, failures):
             self._sample_failed(task, i, failures[i])
         self._feed()

@@ -151,9 +151,7 @@ def probe(path: str, *, check: str = "headers", index: bool = True) -> VideoInfo
         raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such file: {path!r}" if not os.path.exists(path) else f"not a file: {path!r}")
-    r = _from_index(path) if index and check == "headers" else None
-    if r is None:
-        r = _read(path, "first" if check == "headers" else check)
+    r = _read(path, "first" if check == "headers" else check, index=index)
     if check == "headers" and r.header_change:  # new sequence headers: did the size change?
         k = _read(path, "keyframes")
         r.sizes, r.damaged = k.sizes, r.damaged if r.damaged is not None else k.damaged
@@ -264,135 +262,167 @@ class _Pass:
     unordered = False
     indexed = False
     delay = False
-    watching = False  # "first": decoding on to see whether decoded frames' stamps go backwards
 
     def __init__(self) -> None:
         self.sizes: list[tuple[int, int, int]] = []  # (frame index, height, width) at each size
 
 
-def _read(path: str, decode: str) -> _Pass:
+def _read(path: str, decode: str, index: bool = False) -> _Pass:
     """Demux every packet of the first video stream once, decoding as ``decode`` says:
-    ``"first"`` until the first frame, ``"keyframes"`` keyframes only, ``"frames"`` all."""
+    ``"first"`` until the first frame, ``"keyframes"`` keyframes only, ``"frames"`` all.
+    ``index``: a "first" read of a long MP4/MOV is taken from its index (``_from_index``)."""
+    import av
+
+    if index and decode == "first":
+        touched: list = []
+        with av.open(path, metadata_errors="ignore") as c:
+            if not c.streams.video:
+                raise ValueError("no video stream")
+            fast = _from_index(c, path, touched)
+            if fast is not None:
+                return fast
+            if not touched:  # nothing read yet: the full read goes on with this container
+                return _read_open(c, path, decode)
+    with av.open(path, metadata_errors="ignore") as c:
+        return _read_open(c, path, decode)
+
+
+def _read_open(c, path: str, decode: str) -> _Pass:
+    """``_read`` in the open container ``c``."""
     import av
 
     r = _Pass()
-    with av.open(path, metadata_errors="ignore") as c:
-        if not c.streams.video:
-            raise ValueError("no video stream")
-        s = c.streams.video[0]
-        cc = s.codec_context
-        cc.thread_count = 1
-        r.watching = decode != "frames"  # see _watch_order; keyframes only once it is done
-        r.container = c.format.name.split(",")[0]
-        r.codec = cc.codec.canonical_name
-        r.declared = int(s.frames or 0)
-        r.time_base = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
-        end = _indexed_end(s)
-        size = os.path.getsize(path)
-        stamps, durations, key_stamps, frame_stamps, dts = [], [], [], [], []
-        headers, r.dropped, kept, n, broke = None, 0, 0, 0, False
+    if not c.streams.video:
+        raise ValueError("no video stream")
+    s = c.streams.video[0]
+    cc = s.codec_context
+    cc.thread_count = 1
+    if decode == "keyframes":
+        cc.skip_frame = "NONKEY"
+    r.container = c.format.name.split(",")[0]
+    r.codec = cc.codec.canonical_name
+    r.declared = int(s.frames or 0)
+    r.time_base = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
+    end = _indexed_end(s)
+    size = os.path.getsize(path)
+    stamps, durations, key_stamps, frame_stamps, dts = [], [], [], [], []
+    headers, r.dropped, kept, n, broke = None, 0, 0, 0, False
 
-        def take(p) -> bool:
-            """Decode packet ``p`` (None: flush) as ``decode`` says; False once done."""
-            nonlocal n
-            try:
-                for frame in (p.decode() if p is not None else cc.decode(None)):
-                    if r.first is None:
-                        r.first = frame
-                    if frame.is_corrupt and r.damaged is None and decode == "frames":
-                        r.damaged = n
-                    if decode != "first" and frame.pts is not None and frame_stamps and \
-                            frame_stamps[-1][1] is not None and frame.pts <= frame_stamps[-1][1]:
-                        r.unordered = True  # frames come out in presentation order, their stamps do not
-                    frame_stamps.append((n, frame.pts, frame.height, frame.width))
-                    n += 1
-                    if r.watching and not _watch_order(r, cc, n, frame_stamps):
-                        if decode == "first":
-                            return False
-                        cc.skip_frame = "NONKEY"
-            except av.error.FFmpegError:  # a damaged packet: note it, read on
-                if r.damaged is None and decode != "first":
-                    r.damaged = n if decode == "frames" else kept - 1
-            return True
-
+    def take(p) -> bool:
+        """Decode packet ``p`` (None: flush) as ``decode`` says; False once done."""
+        nonlocal n
         try:
-            for p in c.demux(s):
-                if p.size == 0:
-                    continue  # the end: flushed below, also when the container breaks off
-                if p.is_discard:  # before an edit list's start: a reference, never shown
-                    r.dropped += 1
-                    whole = True
-                else:
-                    whole = p.pos is None or p.pos < 0 or p.pos + p.size <= size
-                    t = p.pts if p.pts is not None else p.dts
-                    stamps.append(t)
-                    durations.append(p.duration or 0)
-                    dts.append(p.dts if whole else None)
-                    kept += 1
-                    if p.is_corrupt and r.damaged is None:
-                        r.damaged = kept - 1
-                    if p.is_keyframe:
-                        key_stamps.append(t)
-                        h = _sequence_headers(bytes(p), r.codec)
-                        if h:
-                            if headers is None:
-                                headers = h
-                            elif h != headers:
-                                r.header_change = True
-                if decode == "first" and r.first is not None and not r.watching:
-                    continue
-                take(p)
-        except av.error.FFmpegError:  # the container itself breaks off
-            broke = True
-        r.delay = bool(cc.has_b_frames)
-        if decode != "first" or r.first is None:
-            take(None)  # frames held back for reordering: a one-keyframe file gives its only one here
-        if end is not None and end > size:
-            # The container's index points past the end of the file: a cut download. The frames
-            # shown up to the last whole packet's dts are whole (a later frame is stored later).
-            last = max((d for d in dts if d is not None), default=None)
-            keep = [i for i, t in enumerate(stamps) if last is not None and t is not None and t <= last
-                    and dts[i] is not None]
-            stamps, durations = [stamps[i] for i in keep], [durations[i] for i in keep]
-            key_stamps = [t for t in key_stamps if last is not None and t is not None and t <= last]
-            kept, r.truncated = len(keep), True
-            r.damaged = None if r.damaged is None or r.damaged >= kept else r.damaged
-            if decode == "frames":
-                n = min(n, kept)
-        if broke and not r.truncated and r.damaged is None:
-            r.damaged = kept
-        if kept == 0:
-            raise ValueError("the video stream holds no frames" + (" (the file is cut off before its first frame)"
-                                                                   if r.truncated else ""))
-        r.kept = kept
-        r.pts, order = _timeline(stamps)
-        r.durations = None if order is None else np.asarray(durations, np.int64)[order]
-        r.decode_pos = order
-        r.keyframes = None if r.pts is None else np.unique(np.searchsorted(r.pts, key_stamps))
-        r.step = _median_step(r.pts, r.time_base, s)
-        r.fps = float(s.average_rate) if s.average_rate else (1.0 / r.step if r.step > 0 else 0.0)
-        if decode != "first":
-            r.decoded = n if decode == "frames" else None
-            for i, t, h, w in frame_stamps:
-                j = i if decode == "frames" else index_of(r.pts, t)
-                if j is not None and j >= kept:
-                    continue
-                if not r.sizes or r.sizes[-1][1:] != (h, w):
-                    r.sizes.append((-1 if j is None else j, h, w))
+            for frame in (p.decode() if p is not None else cc.decode(None)):
+                if r.first is None:
+                    r.first = frame
+                if frame.is_corrupt and r.damaged is None and decode == "frames":
+                    r.damaged = n
+                if decode != "first" and frame.pts is not None and frame_stamps and \
+                        frame_stamps[-1][1] is not None and frame.pts <= frame_stamps[-1][1]:
+                    r.unordered = True  # frames come out in presentation order, their stamps do not
+                frame_stamps.append((n, frame.pts, frame.height, frame.width))
+                n += 1
+                if decode == "first":
+                    return False
+        except av.error.FFmpegError:  # a damaged packet: note it, read on
+            if r.damaged is None and decode != "first":
+                r.damaged = n if decode == "frames" else kept - 1
+        return True
+
+    try:
+        for p in c.demux(s):
+            if p.size == 0:
+                continue  # the end: flushed below, also when the container breaks off
+            if p.is_discard:  # before an edit list's start: a reference, never shown
+                r.dropped += 1
+                whole = True
+            else:
+                whole = p.pos is None or p.pos < 0 or p.pos + p.size <= size
+                t = p.pts if p.pts is not None else p.dts
+                stamps.append(t)
+                durations.append(p.duration or 0)
+                dts.append(p.dts if whole else None)
+                kept += 1
+                if p.is_corrupt and r.damaged is None:
+                    r.damaged = kept - 1
+                if p.is_keyframe:
+                    key_stamps.append(t)
+                    h = _sequence_headers(bytes(p), r.codec)
+                    if h:
+                        if headers is None:
+                            headers = h
+                        elif h != headers:
+                            r.header_change = True
+            if decode == "first" and r.first is not None:
+                continue
+            take(p)
+    except av.error.FFmpegError:  # the container itself breaks off
+        broke = True
+    r.delay = bool(cc.has_b_frames)
+    if decode != "first" or r.first is None:
+        take(None)  # frames held back for reordering: a one-keyframe file gives its only one here
+    if decode != "frames" and not r.unordered:  # "frames" saw every decoded stamp above
+        r.unordered = _stamps_in_decode_order(path, stamps, r.delay)
+    if end is not None and end > size:
+        # The container's index points past the end of the file: a cut download. The frames
+        # shown up to the last whole packet's dts are whole (a later frame is stored later).
+        last = max((d for d in dts if d is not None), default=None)
+        keep = [i for i, t in enumerate(stamps) if last is not None and t is not None and t <= last
+                and dts[i] is not None]
+        stamps, durations = [stamps[i] for i in keep], [durations[i] for i in keep]
+        key_stamps = [t for t in key_stamps if last is not None and t is not None and t <= last]
+        kept, r.truncated = len(keep), True
+        r.damaged = None if r.damaged is None or r.damaged >= kept else r.damaged
+        if decode == "frames":
+            n = min(n, kept)
+    if broke and not r.truncated and r.damaged is None:
+        r.damaged = kept
+    if kept == 0:
+        raise ValueError("the video stream holds no frames" + (" (the file is cut off before its first frame)"
+                                                               if r.truncated else ""))
+    r.kept = kept
+    r.pts, order = _timeline(stamps)
+    r.durations = None if order is None else np.asarray(durations, np.int64)[order]
+    r.decode_pos = order
+    r.keyframes = None if r.pts is None else np.unique(np.searchsorted(r.pts, key_stamps))
+    r.step = _median_step(r.pts, r.time_base, s)
+    r.fps = float(s.average_rate) if s.average_rate else (1.0 / r.step if r.step > 0 else 0.0)
+    if decode != "first":
+        r.decoded = n if decode == "frames" else None
+        for i, t, h, w in frame_stamps:
+            j = i if decode == "frames" else index_of(r.pts, t)
+            if j is not None and j >= kept:
+                continue
+            if not r.sizes or r.sizes[-1][1:] != (h, w):
+                r.sizes.append((-1 if j is None else j, h, w))
     return r
 
 
-def _watch_order(r: _Pass, cc, n: int, frame_stamps: list) -> bool:
-    """Whether a "first" read decodes on: while the decoder reorders (it holds frames back) and
-    fewer than ``_ORDER_FRAMES`` frames are out, unless their stamps already went backwards.
-    Frames come out in presentation order; stamps that do not follow name packets in decode
-    order (AVI stores no presentation times), and cannot find a frame."""
-    s = [t for _, t, _, _ in frame_stamps if t is not None]
-    if len(s) > 1 and s[-1] <= s[-2]:
-        r.unordered, r.watching = True, False
+def _stamps_in_decode_order(path: str, stamps: list, delay: bool) -> bool:
+    """Whether the stamps of a file whose decoder reorders frames (``delay``) name packets in
+    decode order, not instants: stored in decode order (never going back over the first
+    ``_ORDER_FRAMES`` packets) while the first frames the decoder puts out, in presentation
+    order, carry stamps that go back. AVI stores no presentation times: there it is so."""
+    head = [t for t in stamps[: _ORDER_FRAMES + 16] if t is not None]
+    if not delay or len(head) < 3 or any(b <= a for a, b in zip(head, head[1:])):
         return False
-    r.watching = bool(cc.has_b_frames) and n < _ORDER_FRAMES
-    return r.watching
+    import av
+
+    out = []
+    with av.open(path, metadata_errors="ignore") as c:
+        s = c.streams.video[0]
+        s.codec_context.thread_count = 1
+        try:
+            for frame in c.decode(s):
+                if frame.pts is not None:
+                    if out and frame.pts <= out[-1]:
+                        return True
+                    out.append(frame.pts)
+                if len(out) >= _ORDER_FRAMES:
+                    break
+        except av.error.FFmpegError:
+            pass
+    return False
 
 
 def _indexed_end(stream) -> int | None:
@@ -407,7 +437,7 @@ def _indexed_end(stream) -> int | None:
         return None
 
 
-def _from_index(path: str) -> _Pass | None:
+def _from_index(c, path: str, touched: list) -> _Pass | None:
     """What ``_read(path, "first")`` finds, from a long MP4/MOV's own sample index instead of a
     pass over every packet (which costs ~3 us a frame: 100 ms for 20 minutes at 25 fps, on
     every open of every file); None where the index cannot show it, and ``_read`` runs.
@@ -419,73 +449,72 @@ def _from_index(path: str) -> _Pass | None:
     count, the timeline is that grid. A decoder that meets a frame off it anywhere (PyAV checks
     every frame it decodes) probes the file fully (``_decoders``). Keyframes are found by
     searching the index from the end (one search per keyframe), their sequence headers read by
-    position (a size change needs the full read)."""
-    import av
-
-    with av.open(path, metadata_errors="ignore") as c:
-        if not c.streams.video or c.format.name.split(",")[0] != "mov":
-            return None
-        s = c.streams.video[0]
-        entries = s.index_entries
-        n = len(entries)
-        if n < _INDEXED_MIN_FRAMES or n != s.frames or not s.time_base:
-            return None
-        first_e, last_e = entries[0], entries[n - 1]
-        if last_e.pos + last_e.size > os.path.getsize(path) or first_e.is_discard:
-            return None  # cut off, or an edit list: the full read says what is shown
-        cc = s.codec_context
-        cc.thread_count = 1
-        r = _Pass()
-        r.container, r.codec, r.declared = "mov", cc.codec.canonical_name, n
-        r.time_base = Fraction(s.time_base)
-        head = _gop(c, s, r, first=True)
-        if head is None or len(head) < 2:
-            return None
-        step = head[1][1] - head[0][1]
-        if step <= 0 or any(b[1] - a[1] != step for a, b in zip(head, head[1:])):
-            return None
-        if last_e.timestamp - first_e.timestamp != (n - 1) * step:
-            return None
-        start = min(t for t, _ in head)
-        shift = head[0][0] - head[0][1]  # presentation minus decode time of a keyframe
-        if sorted(t for t, _ in head) != [start + i * step for i in range(len(head))]:
-            return None
-        keys, headers = [], None
-        with open(path, "rb") as f:
-            t = last_e.timestamp
-            while True:
-                i = entries.search_timestamp(t, backward=True)
-                if i < 0:
-                    break
-                e = entries[i]
-                pos = (e.timestamp + shift - start) / step
-                if pos != int(pos) or not 0 <= pos < n:
-                    return None
-                keys.append(int(pos))
-                h = _sequence_headers(os.pread(f.fileno(), e.size, e.pos), r.codec)
-                if h and headers is not None and h != headers:
-                    return None  # new sequence headers: did the size change? The full read tells.
-                headers = h or headers
-                if i == 0:
-                    break
-                t = e.timestamp - 1
-        if not keys or keys[-1] != 0:
-            return None
-        c.seek(entries[entries.search_timestamp(last_e.timestamp, backward=True)].timestamp + shift,
-               stream=s, backward=True)
-        tail = _gop(c, s, r, first=False)
-        end = start + (n - 1) * step
-        if not tail or max(t for t, _ in tail) != end or \
-                sorted(t for t, _ in tail) != [end - i * step for i in range(len(tail))][::-1]:
-            return None
-        r.kept, r.dropped, r.indexed, r.delay = n, 0, True, True
-        r.pts = start + np.arange(n, dtype=np.int64) * step
-        r.keyframes = np.array(keys[::-1], np.int64)
-        r.durations = np.full(n, step, np.int64)
-        r.decode_pos = None
-        r.step = float(step * r.time_base)
-        r.fps = float(s.average_rate) if s.average_rate else 1.0 / r.step
-        return r
+    position (a size change needs the full read). ``c`` is the open container; ``touched``
+    gets True once it has been read from (the full read must then open the file again)."""
+    if not c.streams.video or c.format.name.split(",")[0] != "mov":
+        return None
+    s = c.streams.video[0]
+    entries = s.index_entries
+    n = len(entries)
+    if n < _INDEXED_MIN_FRAMES or n != s.frames or not s.time_base:
+        return None
+    first_e, last_e = entries[0], entries[n - 1]
+    if last_e.pos + last_e.size > os.path.getsize(path) or first_e.is_discard:
+        return None  # cut off, or an edit list: the full read says what is shown
+    cc = s.codec_context
+    cc.thread_count = 1
+    r = _Pass()
+    r.container, r.codec, r.declared = "mov", cc.codec.canonical_name, n
+    r.time_base = Fraction(s.time_base)
+    touched.append(True)
+    head = _gop(c, s, r, first=True)
+    if head is None or len(head) < 2:
+        return None
+    step = head[1][1] - head[0][1]
+    if step <= 0 or any(b[1] - a[1] != step for a, b in zip(head, head[1:])):
+        return None
+    if last_e.timestamp - first_e.timestamp != (n - 1) * step:
+        return None
+    start = min(t for t, _ in head)
+    shift = head[0][0] - head[0][1]  # presentation minus decode time of a keyframe
+    if sorted(t for t, _ in head) != [start + i * step for i in range(len(head))]:
+        return None
+    keys, headers = [], None
+    with open(path, "rb") as f:
+        t = last_e.timestamp
+        while True:
+            i = entries.search_timestamp(t, backward=True)
+            if i < 0:
+                break
+            e = entries[i]
+            pos = (e.timestamp + shift - start) / step
+            if pos != int(pos) or not 0 <= pos < n:
+                return None
+            keys.append(int(pos))
+            h = _sequence_headers(os.pread(f.fileno(), e.size, e.pos), r.codec)
+            if h and headers is not None and h != headers:
+                return None  # new sequence headers: did the size change? The full read tells.
+            headers = h or headers
+            if i == 0:
+                break
+            t = e.timestamp - 1
+    if not keys or keys[-1] != 0:
+        return None
+    c.seek(entries[entries.search_timestamp(last_e.timestamp, backward=True)].timestamp + shift,
+           stream=s, backward=True)
+    tail = _gop(c, s, r, first=False)
+    end = start + (n - 1) * step
+    if not tail or max(t for t, _ in tail) != end or \
+            sorted(t for t, _ in tail) != [end - i * step for i in range(len(tail))][::-1]:
+        return None
+    r.kept, r.dropped, r.indexed, r.delay = n, 0, True, True
+    r.pts = start + np.arange(n, dtype=np.int64) * step
+    r.keyframes = np.array(keys[::-1], np.int64)
+    r.durations = np.full(n, step, np.int64)
+    r.decode_pos = None
+    r.step = float(step * r.time_base)
+    r.fps = float(s.average_rate) if s.average_rate else 1.0 / r.step
+    return r
 
 
 def _gop(c, s, r: _Pass, first: bool) -> list[tuple[int, int]] | None:

@@ -22,8 +22,11 @@ TASK_ITEM = struct.Struct("<IIqq")
 # Items in one task: a whole window of grouped clips fits, a runaway count does not.
 MAX_TASK_ITEMS = 1 << 16
 
-# worker -> loader: status, items in the task it answers, failure records that follow, busy seconds
-DONE = struct.Struct("<B3xIId")
+# worker -> loader: status, items in the task it answers, failure records that follow, busy seconds,
+# then what the source counted while reading them (``COUNTS``, e.g. decodes by decord and by PyAV)
+DONE = struct.Struct("<B3xIId4I")
+# The source counters a reply carries, in DONE's order (a source's ``counters()`` gives them).
+COUNTS = ("decord", "pyav", "decoder_fallbacks", "reprobes")
 ST_DONE = 0
 ST_READY = 2
 # one failure record: item index, error payload length; then the payload
@@ -38,13 +41,13 @@ class ProtocolError(Exception):
     """What a worker wrote is not a valid reply; the message says what it was."""
 
 
-def take_reply(buf: bytearray) -> tuple[int, int, dict[int, bytes], float] | None:
-    """The first whole reply in ``buf`` as (status, item count, failures, busy seconds), removed
+def take_reply(buf: bytearray) -> tuple[int, int, dict[int, bytes], float, tuple[int, ...]] | None:
+    """The first whole reply in ``buf`` as (status, item count, failures, busy seconds, counts), removed
     from ``buf``; None while it is still incomplete. Raises ProtocolError on anything malformed
     (counts out of range, an oversized error report), before buffering what it announces."""
     if len(buf) < DONE.size:
         return None
-    status, count, nfail, busy = DONE.unpack_from(buf)
+    status, count, nfail, busy, *counts = DONE.unpack_from(buf)
     if nfail > count:
         raise ProtocolError(f"a reply with {nfail} failures for {count} items")
     off, failures = DONE.size, {}
@@ -61,7 +64,7 @@ def take_reply(buf: bytearray) -> tuple[int, int, dict[int, bytes], float] | Non
         failures[i] = bytes(buf[off + FAILURE.size : off + FAILURE.size + plen])
         off += FAILURE.size + plen
     del buf[:off]
-    return status, count, failures, busy
+    return status, count, failures, busy, tuple(counts)
 
 
 ITEMS = np.dtype([("slot", "<u4"), ("pos", "<u4"), ("sample", "<i8"), ("epoch", "<i8")])  # TASK_ITEM as an array

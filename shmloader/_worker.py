@@ -95,7 +95,9 @@ def main(argv: list[str]) -> int:
     scratch: list[dict] = []  # one decode buffer per item of the largest task so far
     native_log.capture()
     source.worker_init()
-    write_all(done_fd, DONE.pack(ST_READY, 0, 0, 0.0))
+    write_all(done_fd, DONE.pack(ST_READY, 0, 0, 0.0, 0, 0, 0, 0))
+    counters = getattr(source, "counters", None)  # cumulative; each reply carries the task's share
+    counted = (0, 0, 0, 0)
 
     while True:
         head = _read_exact(task_fd, TASK.size)
@@ -126,7 +128,10 @@ def main(argv: list[str]) -> int:
             for i, err in _run(source, transform, part, seed, int(epochs[lo]), outs, decoded).items():
                 failed[lo + i] = err
         busy = time.perf_counter() - t0
-        reply = [DONE.pack(ST_DONE, count, len(failed), busy)]
+        now = counters() if counters is not None else counted
+        delta = [max(0, min(a - b, 0xFFFFFFFF)) for a, b in zip(now, counted)]
+        counted = now
+        reply = [DONE.pack(ST_DONE, count, len(failed), busy, *delta)]
         for i, err in failed.items():
             reply.append(FAILURE.pack(i, len(err)) + err)
         write_all(done_fd, b"".join(reply))
