@@ -178,3 +178,25 @@ def test_native_size_of_unreadable_first_file(tmp_path):
     bad.write_bytes(b"nope")
     with pytest.raises(ValueError, match="bad.mp4"):
         shmloader.VideoClips([str(bad)], clip_len=4)
+
+
+def test_over_reported_file_loads_the_frames_it_holds(tmp_path):
+    """The index lists 40 frames, the cut file holds fewer: the probe names it truncated, PyAV
+    reads it (decord would trust the index), and every clip inside what remains is exact."""
+    from shmloader._probe import probe
+    from shmloader.samples import read_codes
+
+    path = tmp_path / "over_reported.mp4"
+    over_reported(path)
+    info = probe(str(path))
+    n = info.frames
+    assert 4 <= n < 40 and info.problem == f"truncated at frame {n} of 40" and info.decoder == "pyav"
+    clips = shmloader.VideoClips([str(path)], clip_len=4, clips_per_video=n - 3, sampling="uniform", size=(96, 128))
+    with shmloader.Loader(clips, batch_size=n - 3, workers=1, timeout=30) as loader:
+        (b,) = list(loader)
+        stats = loader.stats()
+    assert sorted(int(s) for s in b["start"]) == list(range(n - 3))
+    ids, numbers = read_codes(b["video"])
+    assert (ids == 9).all()
+    np.testing.assert_array_equal(numbers, b["frames"])
+    assert stats.get("pyav") and not stats.get("decord") and not stats.get("decoder_fallbacks")
