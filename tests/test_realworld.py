@@ -134,8 +134,11 @@ def test_probe_names_the_decoder_and_the_problem(variants):
 @pytest.mark.parametrize("decoder", ["auto", "pyav"])
 def test_damaged_bytes_never_give_a_wrong_frame(variants, tmp_path, at, decoder):
     """Clips over the damage fail with a SampleError naming the file, or are skipped and
-    counted; every clip delivered holds the frames it says."""
-    bad = damage(variants["plain"][0], str(tmp_path / "damaged.mp4"), at=at)
+    counted; every clip delivered holds the frames it says, in every pixel close to the clean
+    file's frames (a frame smeared by the damage would keep its code cells' centres)."""
+    clean = variants["plain"][0]
+    bad = damage(clean, str(tmp_path / "damaged.mp4"), at=at)
+    ref = reference(clean)
     clips = shmloader.VideoClips([bad], clip_len=CLIP_LEN, clips_per_video=7, sampling="uniform", decoder=decoder)
     got, stats = samples(clips, on_error="skip")
     assert stats["skipped"] >= 1 and stats["skipped"] + len(got) == 7
@@ -143,6 +146,8 @@ def test_damaged_bytes_never_give_a_wrong_frame(variants, tmp_path, at, decoder)
         ids, numbers = codes(s["video"])
         assert (ids == 1).all()
         np.testing.assert_array_equal(numbers, s["frames"])
+        diff = np.abs(s["video"].astype(np.int16) - ref[s["frames"]])
+        assert diff.mean() < 1.0 and np.percentile(diff, 99) <= 4, (s["frames"], diff.mean())
     with shmloader.Loader(clips, batch_size=7, workers=1, timeout=60) as loader:
         with pytest.raises(shmloader.SampleError) as info:
             list(loader)
