@@ -135,11 +135,15 @@ class PyAV:
             return hit[1]
         if hit is not None:
             hit[1].close()
-        c = self._av.open(path, metadata_errors="ignore")
-        c.streams.video[0].codec_context.thread_count = self._threads
+        c = self._open_file(path)
         self._open[path] = (stamp, c)
         while len(self._open) > _OPEN_CONTAINERS:
             self._open.popitem(last=False)[1][1].close()
+        return c
+
+    def _open_file(self, path: str):
+        c = self._av.open(path, metadata_errors="ignore")
+        c.streams.video[0].codec_context.thread_count = self._threads
         return c
 
     def _forget(self, path: str) -> None:
@@ -156,14 +160,12 @@ class PyAV:
         # Scaled before turning: a 90-degree turn swaps the sides the scaler must produce.
         sh, sw = (w, h) if turns % 2 else (h, w)
         if info.container and info.container not in PYAV_SEEKS:
-            info = replace(info, pts=None, keyframes=None, decode_pos=None)  # count from the start
+            info = _by_count(info)
         try:
             try:
                 return self._decode(info, frames, dest, sw, sh, turns)
             except _Unordered:
-                # Count frames from the start instead, as for a file without timestamps.
-                return self._decode(replace(info, pts=None, keyframes=None, decode_pos=None), frames, dest, sw,
-                                    sh, turns)
+                return self._decode(_by_count(info), frames, dest, sw, sh, turns)
         except ValueError as e:
             cut = _truncation(info.path)
             if cut is None:
@@ -177,10 +179,9 @@ class PyAV:
         # Seeking by timestamps, a container is kept open for the next clip: opening parses the
         # whole index (2.7 ms for a 30 000-frame MP4). Counting from the start needs a fresh one.
         keep = info.pts is not None
-        c = self._container(info.path) if keep else self._av.open(info.path, metadata_errors="ignore")
+        c = self._container(info.path) if keep else self._open_file(info.path)
         s = c.streams.video[0]
-        if not keep:
-            s.codec_context.thread_count = self._threads
+        whole = False  # the pass ended as it meant to: a kept container is left where it can seek on
         try:
             for j, i, frame in self._frames(c, s, info, frames):
                 if frame.is_corrupt:
@@ -189,18 +190,15 @@ class PyAV:
                     img = self._scale(frame, sw, sh)
                     dest[j] = np.rot90(img, turns) if turns else img
                     got[j] = True
+            whole = True
         except self._av.error.FFmpegError as e:
-            if keep:
-                self._forget(info.path)  # its demuxer and decoder may be left anywhere
             if not got.all():  # else the data breaks off after the last wanted frame
                 raise ValueError(f"damaged or cut-off data before frame {int(frames[~got][0])}: {e}") from e
-        except BaseException:
-            if keep:
-                self._forget(info.path)
-            raise
         finally:
             if not keep:
                 c.close()
+            elif not whole:
+                self._forget(info.path)  # its demuxer and decoder may be left anywhere
         if not got.all():
             raise ValueError(f"frames {frames[~got].tolist()[:4]} of {info.frames} cannot be decoded: "
                              f"the stream ends at frame {int(frames[~got][0])} (damaged or truncated?)")
@@ -283,6 +281,11 @@ class PyAV:
                 if from_start:
                     return
                 back += 1
+
+
+def _by_count(info: VideoInfo) -> VideoInfo:
+    """``info`` without timestamps to seek by: PyAV counts frames from the start."""
+    return replace(info, pts=None, keyframes=None, decode_pos=None)
 
 
 def _truncation(path: str) -> tuple[int, int] | None:

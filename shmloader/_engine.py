@@ -328,7 +328,7 @@ class Engine:
             self._worker_lost(w, w.how_it_ended())
 
     def _on_message(self, w: Worker, status: int, count: int, failures: dict[int, bytes],
-                    busy: float, counts: tuple[int, ...] = ()) -> None:
+                    busy: float, counts: tuple[int, ...]) -> None:
         if status == ST_READY and not w.ready and not count:
             w.ready = True
             w.head_since = time.monotonic()

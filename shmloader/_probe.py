@@ -78,12 +78,12 @@ _INDEXED_GOP_MAX = 1200
 # native size, measured within 1 on average): a wrong frame differs by far more in some region.
 _SEEK_KEYFRAMES = 3
 _SEEK_ONE_KEYFRAME = 12
+_SEEK_MEAN = 3.0
+_SEEK_P99 = 32.0
 
 # Frames a probe decodes, where the decoder reorders, to see that decoded stamps follow
 # presentation order (B-frames start in the first GOP).
 _ORDER_FRAMES = 8
-_SEEK_MEAN = 3.0
-_SEEK_P99 = 32.0
 
 # Timestamps further apart than this many times the median step are a gap, not jitter.
 _GAP = 1.5
@@ -276,8 +276,6 @@ def _read(path: str, decode: str, index: bool = False) -> _Pass:
     if index and decode == "first":
         touched: list = []
         with av.open(path, metadata_errors="ignore") as c:
-            if not c.streams.video:
-                raise ValueError("no video stream")
             fast = _from_index(c, path, touched)
             if fast is not None:
                 return fast
@@ -459,7 +457,7 @@ def _from_index(c, path: str, touched: list) -> _Pass | None:
     if n < _INDEXED_MIN_FRAMES or n != s.frames or not s.time_base:
         return None
     first_e, last_e = entries[0], entries[n - 1]
-    if last_e.pos + last_e.size > os.path.getsize(path) or first_e.is_discard:
+    if _indexed_end(s) > os.path.getsize(path) or first_e.is_discard:
         return None  # cut off, or an edit list: the full read says what is shown
     cc = s.codec_context
     cc.thread_count = 1
@@ -507,11 +505,11 @@ def _from_index(c, path: str, touched: list) -> _Pass | None:
     if not tail or max(t for t, _ in tail) != end or \
             sorted(t for t, _ in tail) != [end - i * step for i in range(len(tail))][::-1]:
         return None
-    r.kept, r.dropped, r.indexed, r.delay = n, 0, True, True
+    r.kept, r.dropped, r.indexed = n, 0, True
     r.pts = start + np.arange(n, dtype=np.int64) * step
     r.keyframes = np.array(keys[::-1], np.int64)
     r.durations = np.full(n, step, np.int64)
-    r.decode_pos = None
+    r.decode_pos = None  # unknown: counted as reordered, and any damage spoils the whole decode
     r.step = float(step * r.time_base)
     r.fps = float(s.average_rate) if s.average_rate else 1.0 / r.step
     return r

@@ -265,14 +265,15 @@ class VideoClips:
             self._known = {k: self.paths.column(f"known_{k}") for k in self._known}
         self._decoding = Decoding(self.decode_threads, self.decoder)
 
-    def counters(self) -> tuple[int, int, int, int]:
+    def counters(self) -> dict[str, int]:
         """In a worker: decodes by decord and by PyAV, decodes decord handed to PyAV, and probes
         read again (an index-read timeline found wrong) so far; the loader's ``stats()`` sums
         them over its workers (``_protocol.COUNTS``)."""
         d = self._decoding
         if d is None:
-            return (0, 0, 0, 0)
-        return (d.decodes["decord"], d.decodes["pyav"], d.fallbacks, d.reprobes)
+            return {}
+        return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
+                "reprobes": d.reprobes}
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""

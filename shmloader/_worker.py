@@ -81,8 +81,8 @@ def main(argv: list[str]) -> int:
     import numpy as np
 
     from . import _native_log as native_log
-    from ._protocol import (DONE, FAILURE, ITEMS, MAX_TASK_ITEMS, OP_READ, ST_DONE, ST_READY, TASK,
-                            TASK_ITEM, write_all)
+    from ._protocol import (COUNTS, DONE, FAILURE, ITEMS, MAX_TASK_ITEMS, NO_COUNTS, OP_READ, ST_DONE,
+                            ST_READY, TASK, TASK_ITEM, write_all)
     from ._ring import attach_views
 
     cfg = pickle.loads(payload)
@@ -95,9 +95,9 @@ def main(argv: list[str]) -> int:
     scratch: list[dict] = []  # one decode buffer per item of the largest task so far
     native_log.capture()
     source.worker_init()
-    write_all(done_fd, DONE.pack(ST_READY, 0, 0, 0.0, 0, 0, 0, 0))
-    counters = getattr(source, "counters", None)  # cumulative; each reply carries the task's share
-    counted = (0, 0, 0, 0)
+    write_all(done_fd, DONE.pack(ST_READY, 0, 0, 0.0, *NO_COUNTS))
+    counters = getattr(source, "counters", None)  # cumulative, by name; each reply carries the task's share
+    counted = NO_COUNTS
 
     while True:
         head = _read_exact(task_fd, TASK.size)
@@ -128,7 +128,7 @@ def main(argv: list[str]) -> int:
             for i, err in _run(source, transform, part, seed, int(epochs[lo]), outs, decoded).items():
                 failed[lo + i] = err
         busy = time.perf_counter() - t0
-        now = counters() if counters is not None else counted
+        now = counted if counters is None else tuple(counters().get(name, 0) for name in COUNTS)
         delta = [max(0, min(a - b, 0xFFFFFFFF)) for a, b in zip(now, counted)]
         counted = now
         reply = [DONE.pack(ST_DONE, count, len(failed), busy, *delta)]

@@ -35,17 +35,17 @@ def test_local_paths_are_made_absolute(tmp_path, monkeypatch):
 def forge(kind):
     def fn(i, rng):
         if i == 3:
-            from shmloader._protocol import DONE, FAILURE, ST_DONE
+            from shmloader._protocol import DONE, FAILURE, NO_COUNTS, ST_DONE
 
             done_fd = int(sys.argv[2])  # the worker's result pipe
             if kind == "count":  # a reply for a task it was not given
-                os.write(done_fd, DONE.pack(ST_DONE, 10**6, 0, 0.0, 0, 0, 0, 0))
+                os.write(done_fd, DONE.pack(ST_DONE, 10**6, 0, 0.0, *NO_COUNTS))
             elif kind == "failures":  # more failures than items
-                os.write(done_fd, DONE.pack(ST_DONE, 1, 5, 0.0, 0, 0, 0, 0))
+                os.write(done_fd, DONE.pack(ST_DONE, 1, 5, 0.0, *NO_COUNTS))
             elif kind == "index":  # a failure of an item the task does not have
-                os.write(done_fd, DONE.pack(ST_DONE, 1, 1, 0.0, 0, 0, 0, 0) + FAILURE.pack(7, 2) + b"{}")
+                os.write(done_fd, DONE.pack(ST_DONE, 1, 1, 0.0, *NO_COUNTS) + FAILURE.pack(7, 2) + b"{}")
             elif kind == "huge":
-                os.write(done_fd, DONE.pack(ST_DONE, 1, 1, 0.0, 0, 0, 0, 0) + FAILURE.pack(0, 2**31))
+                os.write(done_fd, DONE.pack(ST_DONE, 1, 1, 0.0, *NO_COUNTS) + FAILURE.pack(0, 2**31))
             else:
                 os.write(done_fd, os.urandom(64))
         return {"x": np.zeros(2)}

@@ -6,11 +6,8 @@ frame a sequential libavformat decode shows at the reported index."""
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,6 +16,7 @@ import shmloader
 from shmloader._probe import probe
 
 from ._variants import reference
+from .test_scan import rows_of, scan
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -39,10 +37,8 @@ def refs(files):
 
 def test_scan_reads_every_sample_file_with_its_frame_count(files, refs, tmp_path):
     out = tmp_path / "scan.csv"
-    r = subprocess.run([sys.executable, "-m", "shmloader", "scan", *files.values(), "--out", str(out),
-                        "--workers", "2", "--quiet"], capture_output=True, text=True, timeout=200)
-    assert r.returncode == 0, r.stderr
-    rows = list(csv.DictReader(open(out, newline="")))
+    scan(files.values(), out)
+    rows = rows_of(out)
     assert [row["path"] for row in rows] == list(files.values())
     for name, row in zip(NAMES, rows):
         assert (row["problem"], row["frames"]) == ("", str(len(refs[name]))), name

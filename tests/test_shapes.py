@@ -9,10 +9,7 @@ wrong; truncated downloads and one-keyframe B-frame clips read as what they hold
 
 from __future__ import annotations
 
-import csv
 import os
-import subprocess
-import sys
 
 import av
 import numpy as np
@@ -25,6 +22,8 @@ from shmloader._probe import DECORD_SHAPES, probe
 from shmloader._samples import frame_image
 
 from ._variants import codes, reference
+from .test_scan import rows_of
+from .test_scan import scan as run_scan
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -32,12 +31,9 @@ FRAMES, GOP, CLIP = 72, 12, 6
 
 
 def scan(inputs, out) -> tuple[list[dict], str]:
-    """``shmloader scan`` in its own process: (rows, what it printed)."""
-    r = subprocess.run([sys.executable, "-m", "shmloader", "scan", *map(str, inputs), "--out", str(out),
-                        "--workers", "1", "--quiet"], capture_output=True, text=True, timeout=150)
-    assert r.returncode == 0, r.stderr
-    with open(out, newline="") as f:
-        return list(csv.DictReader(f)), r.stderr
+    """``shmloader scan`` in its own process (test_scan's runner): (rows, what it printed)."""
+    r = run_scan(inputs, out, workers=1)
+    return rows_of(out), r.stderr
 
 
 def write(path, codec: str, *, bframes: int = 0, fmt: str | None = None, frames: int = FRAMES, gop: int = GOP,
