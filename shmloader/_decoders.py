@@ -21,7 +21,6 @@ decord's at every size where decord works (the same scaler and flags).
 from __future__ import annotations
 
 import ctypes
-import os
 import re
 from collections import Counter, OrderedDict
 from dataclasses import replace
@@ -30,6 +29,7 @@ import numpy as np
 
 from ._native_log import damage_seen
 from ._probe import VideoInfo, index_of, probe
+from ._storage import LOCAL, Storage, is_remote
 
 __all__ = ["Decord", "PyAV", "Decoding", "DecoderLimit"]
 
@@ -116,10 +116,11 @@ class PyAV:
 
     name = "pyav"
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, storage: Storage = LOCAL) -> None:
         import av
         self._av = av
         self._threads = threads
+        self._storage = storage
         self._scale = _Scaler()
         self._buf: np.ndarray | None = None
         self._open: OrderedDict[str, tuple[tuple[int, int], object]] = OrderedDict()  # path -> (stamp, container)
@@ -127,8 +128,7 @@ class PyAV:
     def _container(self, path: str):
         """An open container of ``path`` kept from an earlier clip while the file is unchanged,
         else a new one (kept, the least recent closed beyond ``_OPEN_CONTAINERS``)."""
-        st = os.stat(path)
-        stamp = (st.st_size, st.st_mtime_ns)
+        stamp = self._storage.stamp(path)
         hit = self._open.pop(path, None)
         if hit is not None and hit[0] == stamp:
             self._open[path] = hit
@@ -142,7 +142,7 @@ class PyAV:
         return c
 
     def _open_file(self, path: str):
-        c = self._av.open(path, metadata_errors="ignore")
+        c = self._av.open(self._storage.media(path), metadata_errors="ignore")
         c.streams.video[0].codec_context.thread_count = self._threads
         return c
 
@@ -161,13 +161,15 @@ class PyAV:
         sh, sw = (w, h) if turns % 2 else (h, w)
         if info.container and info.container not in PYAV_SEEKS:
             info = _by_count(info)
+        if info.spans is not None:
+            self._storage.prefetch(info.path, _byte_ranges(info, frames))
         try:
             try:
                 return self._decode(info, frames, dest, sw, sh, turns)
             except _Unordered:
                 return self._decode(_by_count(info), frames, dest, sw, sh, turns)
         except ValueError as e:
-            cut = _truncation(info.path)
+            cut = _truncation(info.path, self._storage)
             if cut is None:
                 raise
             raise ValueError(f"the file ends at frame {cut[0]} of the {cut[1]} its index lists (truncated?); "
@@ -288,10 +290,32 @@ def _by_count(info: VideoInfo) -> VideoInfo:
     return replace(info, pts=None, keyframes=None, decode_pos=None)
 
 
-def _truncation(path: str) -> tuple[int, int] | None:
+def _byte_ranges(info: VideoInfo, frames: np.ndarray) -> list[tuple[int, int]]:
+    """The bytes a decode of ``frames`` reads: from the packet of the keyframe before each
+    wanted frame to the wanted frame's packet, ``_REORDER_MAX`` packets of reordering either
+    side where the decode order of frames is not known (a timeline read from the index)."""
+    spans, n = info.spans, len(info.spans)
+    keys = info.keyframes if info.keyframes is not None and len(info.keyframes) else np.zeros(1, np.int64)
+    at = np.clip(np.searchsorted(keys, frames, side="right") - 1, 0, None)
+    first = np.minimum(keys[at], frames)
+    if info.decode_pos is not None and len(info.decode_pos) == n:
+        lo, hi = info.decode_pos[first], info.decode_pos[frames] + _REORDER_MAX
+    else:
+        lo, hi = first - _REORDER_MAX, frames + _REORDER_MAX
+    lo, hi = np.clip(lo, 0, n - 1), np.clip(hi, 0, n - 1)
+    out = []
+    for a, b in zip(lo.tolist(), hi.tolist()):
+        if not out or a > out[-1][1]:
+            out.append([a, b])
+        else:
+            out[-1][1] = max(out[-1][1], b)
+    return [(int(spans[a:b + 1, 0].min()), int(spans[a:b + 1, 1].max())) for a, b in out]
+
+
+def _truncation(path: str, storage: Storage = LOCAL) -> tuple[int, int] | None:
     """(whole frames, frames the index lists) when ``path`` is cut off before its index's end."""
     try:
-        info = probe(path)
+        info = probe(path, storage=storage)
     except Exception:
         return None
     m = re.search(r"truncated at frame (\d+) of (\d+)", info.problem)
@@ -370,9 +394,10 @@ class Decoding:
     """A worker's decoders: the probe of each file (cached), the choice per file, and the
     sizes decord was found unable to produce on this CPU (sent to PyAV from then on)."""
 
-    def __init__(self, threads: int, choice: str = "auto") -> None:
+    def __init__(self, threads: int, choice: str = "auto", storage: Storage = LOCAL) -> None:
         self._threads = threads
         self._choice = choice
+        self.storage = storage
         self._decoders: dict[str, Decord | PyAV] = {}
         self._probes: OrderedDict[str, tuple[tuple[int, int], VideoInfo]] = OrderedDict()
         self._probed_frames = 0
@@ -384,21 +409,20 @@ class Decoding:
     def decoder(self, name: str) -> Decord | PyAV:
         d = self._decoders.get(name)
         if d is None:
-            d = self._decoders[name] = (Decord if name == "decord" else PyAV)(self._threads)
+            d = self._decoders[name] = Decord(self._threads) if name == "decord" else PyAV(self._threads, self.storage)
         return d
 
     def info(self, path: str, known: VideoInfo | None = None, stamp: tuple[int, int] | None = None) -> VideoInfo:
         """The probe of ``path``: ``known`` (a manifest row) while the file's (size, mtime_ns)
         is still ``stamp``, else read once per worker while the file stays unchanged."""
-        st = os.stat(path)
-        now = (st.st_size, st.st_mtime_ns)
+        now = self.storage.stamp(path)
         if known is not None and stamp == now:
             return known
         hit = self._probes.get(path)
         if hit is not None and hit[0] == now:
             self._probes.move_to_end(path)
             return hit[1]
-        info = probe(path)
+        info = probe(path, storage=self.storage)
         if hit is not None:
             self._forget(path)
         n = info.frames if info.pts is not None else 0
@@ -415,7 +439,7 @@ class Decoding:
 
     def _full_probe(self, info: VideoInfo) -> VideoInfo:
         """``info`` read again from every packet (its index-read timeline proved wrong), kept."""
-        full = probe(info.path, index=False)
+        full = probe(info.path, index=False, storage=self.storage)
         if full.decoder == "decord" and info.decoder == "pyav":
             full = full.with_decoder("pyav")
         self.reprobes += 1
@@ -431,6 +455,8 @@ class Decoding:
                out: np.ndarray | None = None) -> np.ndarray:
         """Frames ``frames`` (ascending, unique) of the video at ``size`` (None: as shown)."""
         name = info.decoder if self._choice == "auto" else self._choice
+        if is_remote(info.path):
+            name = "pyav"  # decord reads whole local files only (refused up front for decoder="decord")
         hit = self._probes.get(info.path)
         if hit is not None and hit[1].decoder != info.decoder and self._choice == "auto":
             info = hit[1]  # decord refused this file earlier: PyAV reads it

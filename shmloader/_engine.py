@@ -142,7 +142,7 @@ class Engine:
         self._clock = _Clock()
         self._stats = dict(batches=0, samples=0, skipped=0, dropped=0, copied=0,
                            consumer_wait_s=0.0, worker_busy_s=0.0, worker_restarts=0, epoch=0,
-                           decoded=0, tasks=0)
+                           decoded=0, tasks=0, **dict.fromkeys(COUNTS, 0))
         self._last_liveness = time.monotonic()
         # (epoch, sample, reason) of the most recent skips; the count of all is in stats().
         self.skipped: deque[tuple[int, int, str]] = deque(maxlen=_SKIPS_KEPT)
@@ -344,8 +344,7 @@ class Engine:
         self._stats["decoded"] += count
         self._stats["tasks"] += 1
         for name, n in zip(COUNTS, counts):
-            if n:
-                self._stats[name] = self._stats.get(name, 0) + n
+            self._stats[name] += n
         for task, i in self._sched.task_done(task, failures):
             self._sample_failed(task, i, failures[i])
         self._feed()

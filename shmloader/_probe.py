@@ -37,12 +37,15 @@ keyframes decoded to see whether the size did. ``check="keyframes"`` decodes eve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
+
+from ._storage import LOCAL, Storage, is_remote
 
 __all__ = ["VideoInfo", "probe", "index_of", "DECODERS", "CHECKS", "DECORD_SHAPES"]
 
@@ -117,6 +120,9 @@ class VideoInfo:
     # The timeline was read from the container's index, checked at both ends (see _from_index):
     # a decoded frame off it sends the decoder back to a full probe.
     indexed: bool = field(default=False, repr=False, compare=False)
+    # Remote files only: [packets, 2] byte (start, end) of every packet in decode order, what a
+    # clip's bytes are fetched by before it is decoded (NOTE [ Reading remote files ]).
+    spans: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def times(self) -> np.ndarray | None:
         """``[frames, 2]`` (start, end) seconds of every frame, or None without timestamps.
@@ -138,22 +144,26 @@ class VideoInfo:
         return replace(self, decoder=decoder, problem="; ".join(p for p in (self.problem, why) if p))
 
 
-def probe(path: str, *, check: str = "headers", index: bool = True) -> VideoInfo:
+def probe(path: str, *, check: str = "headers", index: bool = True, storage: Storage | None = None) -> VideoInfo:
     """The frames of ``path`` as libavformat presents them, and the decoder that reads them right.
 
     ``index``: with ``check="headers"``, a long MP4/MOV's timeline comes from its own index
     (``_from_index``: a few GOPs read, not every packet) where that index shows a constant rate.
+
+    ``storage``: how remote paths (fsspec URLs, tar members) are read; a remote file's timeline
+    comes from its index at any length (its packets are not all fetched) and PyAV reads it.
 
     Raises FileNotFoundError, ValueError (no video stream, no frames) or PyAV's error for a file
     FFmpeg cannot open.
     """
     if check not in CHECKS:
         raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
-    if not os.path.isfile(path):
+    storage = storage or LOCAL
+    if not is_remote(path) and not os.path.isfile(path):
         raise FileNotFoundError(f"no such file: {path!r}" if not os.path.exists(path) else f"not a file: {path!r}")
-    r = _read(path, "first" if check == "headers" else check, index=index)
+    r = _read(path, "first" if check == "headers" else check, index=index, storage=storage)
     if check == "headers" and r.header_change:  # new sequence headers: did the size change?
-        k = _read(path, "keyframes")
+        k = _read(path, "keyframes", storage=storage)
         r.sizes, r.damaged = k.sizes, r.damaged if r.damaged is not None else k.damaged
     first = r.first
     if first is None:
@@ -173,6 +183,8 @@ def probe(path: str, *, check: str = "headers", index: bool = True) -> VideoInfo
         pyav.append("shape")  # decord's seeking is unproven for this kind of file
     if kept >= _LONG:
         pyav.append("long")
+    if is_remote(path):
+        pyav.append("remote")  # decord reads whole files only
     if r.truncated:
         problems.append(f"truncated at frame {kept} of {r.declared}")
         pyav.append("truncated")
@@ -208,7 +220,8 @@ def probe(path: str, *, check: str = "headers", index: bool = True) -> VideoInfo
                      decoder="pyav" if pyav else "decord", problem="; ".join(problems), time_base=tb,
                      pts=pts, keyframes=None if pts is None else r.keyframes,
                      durations=None if pts is None else r.durations,
-                     decode_pos=None if pts is None else r.decode_pos, indexed=r.indexed)
+                     decode_pos=None if pts is None else r.decode_pos, indexed=r.indexed,
+                     spans=r.spans if is_remote(path) else None)
     if check != "headers" and not pyav:
         return _check_seeks(info)
     return info
@@ -262,12 +275,13 @@ class _Pass:
     unordered = False
     indexed = False
     delay = False
+    spans = None
 
     def __init__(self) -> None:
         self.sizes: list[tuple[int, int, int]] = []  # (frame index, height, width) at each size
 
 
-def _read(path: str, decode: str, index: bool = False) -> _Pass:
+def _read(path: str, decode: str, index: bool = False, storage: Storage = LOCAL) -> _Pass:
     """Demux every packet of the first video stream once, decoding as ``decode`` says:
     ``"first"`` until the first frame, ``"keyframes"`` keyframes only, ``"frames"`` all.
     ``index``: a "first" read of a long MP4/MOV is taken from its index (``_from_index``)."""
@@ -275,17 +289,17 @@ def _read(path: str, decode: str, index: bool = False) -> _Pass:
 
     if index and decode == "first":
         touched: list = []
-        with av.open(path, metadata_errors="ignore") as c:
-            fast = _from_index(c, path, touched)
+        with av.open(storage.media(path), metadata_errors="ignore") as c:
+            fast = _from_index(c, path, touched, storage)
             if fast is not None:
                 return fast
             if not touched:  # nothing read yet: the full read goes on with this container
-                return _read_open(c, path, decode)
-    with av.open(path, metadata_errors="ignore") as c:
-        return _read_open(c, path, decode)
+                return _read_open(c, path, decode, storage)
+    with av.open(storage.media(path), metadata_errors="ignore") as c:
+        return _read_open(c, path, decode, storage)
 
 
-def _read_open(c, path: str, decode: str) -> _Pass:
+def _read_open(c, path: str, decode: str, storage: Storage = LOCAL) -> _Pass:
     """``_read`` in the open container ``c``."""
     import av
 
@@ -302,8 +316,8 @@ def _read_open(c, path: str, decode: str) -> _Pass:
     r.declared = int(s.frames or 0)
     r.time_base = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
     end = _indexed_end(s)
-    size = os.path.getsize(path)
-    stamps, durations, key_stamps, frame_stamps, dts = [], [], [], [], []
+    size = storage.size(path)
+    stamps, durations, key_stamps, frame_stamps, dts, spans = [], [], [], [], [], []
     headers, r.dropped, kept, n, broke = None, 0, 0, 0, False
 
     def take(p) -> bool:
@@ -340,6 +354,7 @@ def _read_open(c, path: str, decode: str) -> _Pass:
                 stamps.append(t)
                 durations.append(p.duration or 0)
                 dts.append(p.dts if whole else None)
+                spans.append((p.pos if p.pos is not None and p.pos >= 0 else -1, p.size))
                 kept += 1
                 if p.is_corrupt and r.damaged is None:
                     r.damaged = kept - 1
@@ -360,7 +375,7 @@ def _read_open(c, path: str, decode: str) -> _Pass:
     if decode != "first" or r.first is None:
         take(None)  # frames held back for reordering: a one-keyframe file gives its only one here
     if decode != "frames" and not r.unordered:  # "frames" saw every decoded stamp above
-        r.unordered = _stamps_in_decode_order(path, stamps, r.delay)
+        r.unordered = _stamps_in_decode_order(path, stamps, r.delay, storage)
     if end is not None and end > size:
         # The container's index points past the end of the file: a cut download. The frames
         # shown up to the last whole packet's dts are whole (a later frame is stored later).
@@ -379,6 +394,7 @@ def _read_open(c, path: str, decode: str) -> _Pass:
         raise ValueError("the video stream holds no frames" + (" (the file is cut off before its first frame)"
                                                                if r.truncated else ""))
     r.kept = kept
+    r.spans = _spans(spans) if is_remote(path) else None
     r.pts, order = _timeline(stamps)
     r.durations = None if order is None else np.asarray(durations, np.int64)[order]
     r.decode_pos = order
@@ -396,7 +412,7 @@ def _read_open(c, path: str, decode: str) -> _Pass:
     return r
 
 
-def _stamps_in_decode_order(path: str, stamps: list, delay: bool) -> bool:
+def _stamps_in_decode_order(path: str, stamps: list, delay: bool, storage: Storage = LOCAL) -> bool:
     """Whether the stamps of a file whose decoder reorders frames (``delay``) name packets in
     decode order, not instants: stored in decode order (never going back over the first
     ``_ORDER_FRAMES`` packets) while the first frames the decoder puts out, in presentation
@@ -407,7 +423,7 @@ def _stamps_in_decode_order(path: str, stamps: list, delay: bool) -> bool:
     import av
 
     out = []
-    with av.open(path, metadata_errors="ignore") as c:
+    with av.open(storage.media(path), metadata_errors="ignore") as c:
         s = c.streams.video[0]
         s.codec_context.thread_count = 1
         try:
@@ -435,7 +451,7 @@ def _indexed_end(stream) -> int | None:
         return None
 
 
-def _from_index(c, path: str, touched: list) -> _Pass | None:
+def _from_index(c, path: str, touched: list, storage: Storage = LOCAL) -> _Pass | None:
     """What ``_read(path, "first")`` finds, from a long MP4/MOV's own sample index instead of a
     pass over every packet (which costs ~3 us a frame: 100 ms for 20 minutes at 25 fps, on
     every open of every file); None where the index cannot show it, and ``_read`` runs.
@@ -454,10 +470,11 @@ def _from_index(c, path: str, touched: list) -> _Pass | None:
     s = c.streams.video[0]
     entries = s.index_entries
     n = len(entries)
-    if n < _INDEXED_MIN_FRAMES or n != s.frames or not s.time_base:
+    remote = is_remote(path)  # a full read would fetch every byte: the index at any length
+    if n < (2 if remote else _INDEXED_MIN_FRAMES) or n != s.frames or not s.time_base:
         return None
     first_e, last_e = entries[0], entries[n - 1]
-    if _indexed_end(s) > os.path.getsize(path) or first_e.is_discard:
+    if _indexed_end(s) > storage.size(path) or first_e.is_discard:
         return None  # cut off, or an edit list: the full read says what is shown
     cc = s.codec_context
     cc.thread_count = 1
@@ -478,7 +495,9 @@ def _from_index(c, path: str, touched: list) -> _Pass | None:
     if sorted(t for t, _ in head) != [start + i * step for i in range(len(head))]:
         return None
     keys, headers = [], None
-    with open(path, "rb") as f:
+    # A remote file's keyframes are not fetched for their headers (each would cost a request):
+    # a size change there goes unreported, and PyAV scales its frames to the first size.
+    with contextlib.nullcontext() if remote else storage.open_bytes(path) as f:
         t = last_e.timestamp
         while True:
             i = entries.search_timestamp(t, backward=True)
@@ -489,10 +508,12 @@ def _from_index(c, path: str, touched: list) -> _Pass | None:
             if pos != int(pos) or not 0 <= pos < n:
                 return None
             keys.append(int(pos))
-            h = _sequence_headers(os.pread(f.fileno(), e.size, e.pos), r.codec)
-            if h and headers is not None and h != headers:
-                return None  # new sequence headers: did the size change? The full read tells.
-            headers = h or headers
+            if f is not None:
+                f.seek(e.pos)
+                h = _sequence_headers(f.read(e.size), r.codec)
+                if h and headers is not None and h != headers:
+                    return None  # new sequence headers: did the size change? The full read tells.
+                headers = h or headers
             if i == 0:
                 break
             t = e.timestamp - 1
@@ -506,6 +527,8 @@ def _from_index(c, path: str, touched: list) -> _Pass | None:
             sorted(t for t, _ in tail) != [end - i * step for i in range(len(tail))][::-1]:
         return None
     r.kept, r.dropped, r.indexed = n, 0, True
+    if remote:
+        r.spans = _spans([(int(e.pos), int(e.size)) for e in (entries[i] for i in range(n))])
     r.pts = start + np.arange(n, dtype=np.int64) * step
     r.keyframes = np.array(keys[::-1], np.int64)
     r.durations = np.full(n, step, np.int64)
@@ -513,6 +536,19 @@ def _from_index(c, path: str, touched: list) -> _Pass | None:
     r.step = float(step * r.time_base)
     r.fps = float(s.average_rate) if s.average_rate else 1.0 / r.step
     return r
+
+
+def _spans(pos_size: list) -> np.ndarray:
+    """[packets, 2] (start, end) bytes from (pos, size) pairs; an unknown position (-1) takes
+    its neighbours' (the range fetched before a clip only needs to cover it roughly)."""
+    a = np.asarray(pos_size, np.int64).reshape(-1, 2)
+    out = np.stack([a[:, 0], a[:, 0] + a[:, 1]], axis=1)
+    bad = a[:, 0] < 0
+    if bad.any() and not bad.all():
+        good = np.flatnonzero(~bad)
+        near = good[np.clip(np.searchsorted(good, np.flatnonzero(bad)), 0, len(good) - 1)]
+        out[bad] = out[near]
+    return out
 
 
 def _gop(c, s, r: _Pass, first: bool) -> list[tuple[int, int]] | None:

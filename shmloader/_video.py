@@ -26,10 +26,15 @@ from ._probe import DECODERS, VideoInfo
 from ._sampling import check_clip_options, clip_frames, crop_windows, scaled_size
 from ._shared import SharedStrings
 from ._source import Spec, check_int
+from ._storage import Storage, expand, is_remote, local_path, member_url, split_member, tar_members
 
 __all__ = ["VideoClips"]
 
 _DECODER_CHOICES = ("auto", *DECODERS)
+FETCH_OPTIONS = ("retries", "timeout", "block_size", "cache_bytes", "stat_ttl")
+
+# The members of a WebDataset sample that hold its video, by extension (the first found wins).
+SHARD_VIDEO_KEYS = ("mp4", "avi", "mkv", "webm", "mov", "m4v", "mpg", "mpeg", "ts", "flv", "wmv", "ogv", "3gp")
 
 
 class VideoClips:
@@ -56,8 +61,16 @@ class VideoClips:
 
     ``group_clips=True``: the ``clips_per_video`` samples of a video may be decoded together,
     in one pass by one worker, and placed at several positions of the coming batches (the
-    loader's shuffle window, see ``Loader``). Paths are local files: URLs and FFmpeg protocol
-    strings (``http:``, ``concat:``...) are refused unless ``allow_urls=True``.
+    loader's shuffle window, see ``Loader``).
+
+    Where the videos live: ``paths`` are local files or fsspec URLs (``s3://``, ``gs://``,
+    ``az://``, ``https://``, ``hf://``, members of tar shards as ``tar://key.mp4::<shard URL>``;
+    the protocol's package is an extra, e.g. ``shmloader[s3]``), with ``storage_options`` passed
+    to the filesystem (credentials, endpoint; or one dict per protocol). A remote file is read by
+    byte range, only what a clip needs (NOTE [ Reading remote files ] in ``_storage``), and
+    PyAV decodes it. ``fetch``: how, per worker: ``retries`` (5) with backoff from 0.1 s,
+    ``timeout`` (30 s a request), ``block_size`` (128 KiB), ``cache_bytes`` (64 MiB). Other strings with a protocol prefix (FFmpeg's ``concat:``, ``pipe:``...)
+    are refused unless ``allow_urls=True``.
 
     Which decoder: ``decoder="auto"`` lets each file's probe choose — decord only in the
     (container, codec) shapes whose random access is shown exact, and there not for long videos,
@@ -75,7 +88,8 @@ class VideoClips:
                  short_video: str = "error", size: tuple[int, int] | None = None,
                  scale: int | tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
                  crop_at: str = "center", group_clips: bool = False, allow_urls: bool = False,
-                 decode_threads: int = 1, decoder: str = "auto") -> None:
+                 decode_threads: int = 1, decoder: str = "auto",
+                 storage_options: dict | None = None, fetch: dict | None = None) -> None:
         paths = [os.fspath(p) for p in paths]
         if not paths:
             raise ValueError("paths is empty")
@@ -95,12 +109,28 @@ class VideoClips:
         check_int("decode_threads", decode_threads, 1)
         if not isinstance(group_clips, bool):
             raise ValueError(f"group_clips must be True or False, got {group_clips!r}")
-        resolved = []
+        self.fetch = dict(fetch or {})
+        unknown = set(self.fetch) - set(FETCH_OPTIONS)
+        if unknown:
+            raise ValueError(f"fetch takes {FETCH_OPTIONS}, got {sorted(unknown)}")
+        self.storage = Storage(storage_options, **self.fetch)
+        resolved, remote = [], False
         for p in paths:
+            p = local_path(p)
+            if is_remote(p):
+                remote = True
+                resolved.append(p)
+                continue
             if URL.match(p) and not allow_urls:
-                raise ValueError(f"{p!r} looks like a URL or an FFmpeg protocol; pass allow_urls=True to read it")
+                raise ValueError(f"{p!r} looks like an FFmpeg protocol, not a file or an fsspec URL; "
+                                 "pass allow_urls=True to hand it to FFmpeg")
             # An absolute path starts with '/', which FFmpeg never reads as a protocol prefix.
             resolved.append(p if URL.match(p) else os.path.abspath(p))
+        for protocol in {Storage.protocol(p) for p in resolved if is_remote(p)} - {"file"}:
+            Storage.filesystem_class(protocol)  # a missing package is named now, not in a worker
+        if remote and decoder == "decord":
+            raise ValueError("decoder='decord' reads local files only; remote paths are read by PyAV "
+                             "(decoder='auto' or 'pyav')")
         self.paths = resolved
         self.labels = labels
         self.clip_len = int(clip_len)
@@ -120,10 +150,11 @@ class VideoClips:
         # without, every video must have the first one's size.
         self.native = size is None and scale is None
         if size is None and scale is None and crop is None:
-            size = _native_size(self.paths[0])
+            size = _native_size(self.paths[0], self.storage)
         self.size = size  # the size frames are decoded at, when it is fixed
         self._decoding = None
         self._known: dict[str, np.ndarray] | None = None  # manifest columns, see from_csv
+        self._members: dict[str, np.ndarray] | None = None  # offset, size of tar members, see from_shards
         self._table: SharedStrings | None = None
         # Encoded now, so that a loader over a million videos starts as fast as over eight.
         self._encoded = SharedStrings.encode(self.paths)
@@ -162,6 +193,53 @@ class VideoClips:
         clips._known = known_columns([row for _, _, row in listed])
         return clips
 
+    @classmethod
+    def from_shards(cls, urls: str | Sequence[str], *, video_key: str | Sequence[str] = SHARD_VIDEO_KEYS,
+                    label_key: str | None = "cls", storage_options: dict | None = None,
+                    fetch: dict | None = None, **kwargs) -> "VideoClips":
+        """Every sample of WebDataset tar shards (video2dataset's output): a sample is the members
+        sharing a key (``key.mp4`` beside ``key.cls`` / ``key.json`` / ``key.txt``), its video the
+        first member with an extension in ``video_key``.
+
+        ``urls``: shard paths or URLs, a brace pattern (``s3://b/shard-{000..099}.tar``) or a glob
+        (``s3://b/shards/*.tar``). Labels: ``label_key="cls"`` reads ``key.cls`` (an integer),
+        ``"json:<field>"`` a field of ``key.json``; None, no labels. Each shard's headers are read
+        once here (tarfile seeks past the members' data); the workers get every member's offset
+        and size and read a member by byte range (``tar://key.mp4::<shard>`` paths).
+        """
+        storage = Storage(storage_options, **(fetch or {}))
+        shards = expand(urls, storage)
+        if not shards:
+            raise ValueError(f"no shards match {urls!r}")
+        exts = (video_key,) if isinstance(video_key, str) else tuple(video_key)
+        paths, labels, offsets, sizes = [], [], [], []
+        for shard in shards:
+            members = tar_members(storage, shard)
+            storage.add_members(shard, members)
+            samples: dict[str, dict[str, str]] = {}
+            for name in members:
+                folder, base = os.path.split(name)
+                if "." not in base:
+                    continue
+                stem, ext = base.split(".", 1)
+                samples.setdefault(os.path.join(folder, stem), {})[ext.lower()] = name
+            for key, parts in samples.items():
+                video = next((parts[e] for e in exts if e in parts), None)
+                if video is None:
+                    continue
+                paths.append(member_url(video, shard))
+                offsets.append(members[video][0])
+                sizes.append(members[video][1])
+                if label_key is not None:
+                    labels.append(_shard_label(storage, shard, key, parts, label_key))
+        if not paths:
+            raise ValueError(f"no member of the {len(shards)} shards {storage.redact(shards[0])}... has a video "
+                             f"extension among {exts}")
+        clips = cls(paths, None if label_key is None else labels, storage_options=storage_options, fetch=fetch,
+                    **kwargs)
+        clips._members = {"offset": np.asarray(offsets, np.int64), "size": np.asarray(sizes, np.int64)}
+        return clips
+
     def options(self) -> dict:
         """The constructor's keyword arguments that made this source (paths aside)."""
         return dict(labels=self.labels, clip_len=self.clip_len, frame_step=self.frame_step,
@@ -169,14 +247,15 @@ class VideoClips:
                     sampling=self.sampling, fps=self.fps, short_video=self.short_video,
                     size=None if self.native else self.size, scale=self.scale, crop=self.crop,
                     crop_at=self.crop_at, group_clips=self.group_clips, allow_urls=True,
-                    decode_threads=self.decode_threads, decoder=self.decoder)
+                    decode_threads=self.decode_threads, decoder=self.decoder,
+                    storage_options=self.storage.options, fetch=self.fetch)
 
     def with_options(self, **changes) -> "VideoClips":
         """A copy with some constructor arguments changed, e.g. ``sampling="uniform"`` for evaluation."""
         kwargs = self.options()
         kwargs.update(changes)
         clips = type(self)(self.paths, **kwargs)
-        clips._known = self._known
+        clips._known, clips._members = self._known, self._members
         if hasattr(self, "classes"):
             clips.classes = self.classes
         return clips
@@ -218,7 +297,8 @@ class VideoClips:
 
     def describe(self, index: int) -> str:
         v, c = divmod(index, self.clips_per_video)
-        return f"{self.paths[v]!r}, clip {c}" if self.clips_per_video > 1 else repr(self.paths[v])
+        name = repr(self.storage.name(self.paths[v]))
+        return f"{name}, clip {c}" if self.clips_per_video > 1 else name
 
     def _shared_table(self) -> SharedStrings:
         """Paths and labels in one shared segment, made when a loader first sends this source to
@@ -227,6 +307,7 @@ class VideoClips:
         if self._table is None:
             columns = {} if self.labels is None else {"labels": self.labels}
             columns.update({f"known_{k}": a for k, a in (self._known or {}).items()})
+            columns.update({f"member_{k}": a for k, a in (self._members or {}).items()})
             self._table = SharedStrings(self._encoded, columns)
         return self._table
 
@@ -254,6 +335,7 @@ class VideoClips:
         state["_table"], state["_users"], state["_encoded"] = None, 0, None
         state["_has_labels"], state["labels"] = self.labels is not None, None
         state["_known"] = None if self._known is None else list(self._known)
+        state["_members"] = None if self._members is None else list(self._members)
         return state
 
     def worker_init(self) -> None:
@@ -263,20 +345,27 @@ class VideoClips:
             self.labels = self.paths.column("labels")
         if self._known is not None:
             self._known = {k: self.paths.column(f"known_{k}") for k in self._known}
-        self._decoding = Decoding(self.decode_threads, self.decoder)
+        if self._members is not None:
+            self._members = {k: self.paths.column(f"member_{k}") for k in self._members}
+        self._decoding = Decoding(self.decode_threads, self.decoder, self.storage)
 
     def counters(self) -> dict[str, int]:
-        """In a worker: decodes by decord and by PyAV, decodes decord handed to PyAV, and probes
-        read again (an index-read timeline found wrong) so far; the loader's ``stats()`` sums
-        them over its workers (``_protocol.COUNTS``)."""
+        """In a worker: decodes by decord and by PyAV, decodes decord handed to PyAV, probes
+        read again (an index-read timeline found wrong), and bytes and requests fetched from
+        remote storage so far; the loader's ``stats()`` sums them over its workers
+        (``_protocol.COUNTS``)."""
         d = self._decoding
         if d is None:
             return {}
         return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
-                "reprobes": d.reprobes}
+                "reprobes": d.reprobes, **self.storage.counters()}
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""
+        if self._members is not None:  # where the member lies in its shard: no header is read
+            member, shard = split_member(path)
+            self.storage.add_members(shard, {member: (int(self._members["offset"][v]),
+                                                      int(self._members["size"][v]))})
         row = None if self._known is None else row_info(self._known, v, path)
         return self._decoding.info(path) if row is None else self._decoding.info(path, *row)
 
@@ -364,17 +453,36 @@ def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return b
 
 
+def _shard_label(storage: Storage, shard: str, key: str, parts: dict[str, str], label_key: str) -> int:
+    """The label of sample ``key`` of ``shard``: its ``.cls`` member, or a field of its ``.json``."""
+    import json
+
+    ext, _, field = label_key.partition(":")
+    name = parts.get(ext)
+    where = f"sample {key!r} of {storage.name(shard)}"
+    if name is None:
+        raise ValueError(f"{where} has no .{ext} member for its label (label_key={label_key!r}; None for no labels)")
+    with storage.open(member_url(name, shard)) as f:
+        text = f.read().decode("utf-8", "replace").strip()
+    try:
+        value = json.loads(text)[field] if field else text
+        return int(value)
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{where}: the label in {name!r} is not an integer: {text[:80]!r}") from None
+
+
 def _draw_scale(rng: np.random.Generator, scale: tuple[int, int]) -> int:
     lo, hi = scale
     return lo if lo == hi else int(rng.integers(lo, hi + 1))
 
 
-def _native_size(path: str) -> tuple[int, int]:
+def _native_size(path: str, storage: Storage) -> tuple[int, int]:
     """The first video's size as shown, read in the main process as a worker reads it."""
     from ._probe import probe
 
     try:
-        info = probe(path)
+        info = probe(path, storage=storage)
     except Exception as e:
-        raise ValueError(f"size=None: cannot read the native size of {path!r}: {e}") from e
+        raise ValueError(f"size=None: cannot read the native size of {storage.name(path)!r}: "
+                         f"{storage.redact(str(e))}") from e
     return info.height, info.width

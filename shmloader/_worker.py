@@ -129,7 +129,7 @@ def main(argv: list[str]) -> int:
                 failed[lo + i] = err
         busy = time.perf_counter() - t0
         now = counted if counters is None else tuple(counters().get(name, 0) for name in COUNTS)
-        delta = [max(0, min(a - b, 0xFFFFFFFF)) for a, b in zip(now, counted)]
+        delta = [max(0, a - b) for a, b in zip(now, counted)]
         counted = now
         reply = [DONE.pack(ST_DONE, count, len(failed), busy, *delta)]
         for i, err in failed.items():
