@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
+.PHONY: demo test dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ demo: $(STAMP)
 # make test PYTEST_ARGS="--random-order"   runs the tests in a random order (pytest-random-order)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# the sdist and the wheel in dist/, checked as PyPI would (twine check)
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
 
 # the CPU-dependent width tests on an emulated AVX2-only CPU, where decord copies out widths
 # that AVX-512 CPUs refuse (needs qemu-user); see tests/other_cpu.py
@@ -57,4 +63,4 @@ notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache
+	rm -rf $(VENV) .cache .pytest_cache build dist
