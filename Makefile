@@ -2,14 +2,17 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# the exact versions the suite runs with (the CPU build of torch among them); users get the ranges
+# of pyproject.toml
+CONSTRAINTS := constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
+.PHONY: demo test dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[tf,hdf5,samples,bench,notebooks,test]'
+	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,hdf5,samples,bench,notebooks,test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -18,6 +21,12 @@ demo: $(STAMP)
 # make test PYTEST_ARGS="--random-order"   runs the tests in a random order (pytest-random-order)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# the sdist and the wheel in dist/, checked as PyPI would (twine check)
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
 
 # the CPU-dependent width tests on an emulated AVX2-only CPU, where decord copies out widths
 # that AVX-512 CPUs refuse (needs qemu-user); see tests/other_cpu.py
@@ -31,7 +40,7 @@ bench: $(STAMP)
 # not needed by `make test`. SPDL also needs FFmpeg 5's shared libraries (Debian's packages below).
 SPDL_LIBS := libavcodec59 libavformat59 libavfilter8 libswscale6 libavdevice59
 peers: $(STAMP)
-	$(PY) -m pip install --quiet torch==2.13.0 'torchcodec==0.13.*' grain spdl
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) torch 'torchcodec==0.13.*' grain spdl
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get install -y -q $(SPDL_LIBS) >/dev/null || echo "SPDL: apt-get install $(SPDL_LIBS) failed"; \
 	else echo "SPDL needs FFmpeg 5's shared libraries: apt-get install $(SPDL_LIBS)"; fi
@@ -54,4 +63,4 @@ notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache
+	rm -rf $(VENV) .cache .pytest_cache build dist

@@ -18,4 +18,4 @@ from ._loader import Loader, eval_loader
 from ._video import VideoClips
 
 __all__ = ["ArraySource", "FunctionSource", "HDF5Source", "Loader", "LoaderError", "SampleError", "VideoClips", "WorkerDiedError", "eval_loader"]
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml reads it (dynamic), CHANGELOG.md names it

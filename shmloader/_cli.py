@@ -109,7 +109,10 @@ def demo_cmd(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="shmloader", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"shmloader {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="stream sample videos through as_dataset() for 1..N workers")
     d.add_argument("--videos", help="folder for the sample videos (default: the user cache)")
