@@ -162,7 +162,7 @@ class PyAV:
         if info.container and info.container not in PYAV_SEEKS:
             info = _by_count(info)
         if info.spans is not None:
-            self._storage.prefetch(info.path, _byte_ranges(info, frames))
+            self._storage.prefetch(info.path, _byte_ranges(info, frames))  # cached already from a task's prefetch
         try:
             try:
                 return self._decode(info, frames, dest, sw, sh, turns)
@@ -423,15 +423,40 @@ class Decoding:
             self._probes.move_to_end(path)
             return hit[1]
         info = probe(path, storage=self.storage)
-        if hit is not None:
+        self._keep(path, now, info)
+        return info
+
+    def _keep(self, path: str, stamp, info: VideoInfo) -> None:
+        if path in self._probes:
             self._forget(path)
         n = info.frames if info.pts is not None else 0
         if n <= _PROBED_FRAMES:
-            self._probes[path] = (now, info)
+            self._probes[path] = (stamp, info)
             self._probed_frames += n
             while self._probed_frames > _PROBED_FRAMES:
                 self._forget(next(iter(self._probes)))
-        return info
+
+    def probe_ahead(self, paths: list[str]) -> None:
+        """Probe the remote files among ``paths`` not probed yet, together (threads: each waits
+        on its requests); a file that fails is left for ``info`` to report."""
+        todo = [p for p in dict.fromkeys(paths) if is_remote(p) and p not in self._probes]
+        if len(todo) < 2:
+            return
+
+        def one(path):
+            try:
+                return path, self.storage.stamp(path), probe(path, storage=self.storage)
+            except Exception:
+                return None
+
+        for got in self.storage.map(one, todo):
+            if got is not None:
+                self._keep(*got)
+
+    def prefetch(self, wanted: list[tuple[VideoInfo, np.ndarray]]) -> None:
+        """Fetch the bytes that decoding ``frames`` of each remote video reads, all at once."""
+        self.storage.prefetch_many([(info.path, _byte_ranges(info, frames)) for info, frames in wanted
+                                    if info.spans is not None and len(frames)])
 
     def _forget(self, path: str) -> None:
         _, info = self._probes.pop(path)

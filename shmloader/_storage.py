@@ -57,6 +57,7 @@ _RETRIES = 5
 _BACKOFF = 0.1  # seconds before the first retry, doubling
 _TIMEOUT = 30.0  # seconds one request may take
 _STAT_TTL = 60.0
+_PARALLEL = 8  # requests a worker has in flight at once (prefetch_many)
 # Errors of the call itself (bad options, a missing package): raised at once, never retried.
 _NOT_RETRIED = (ValueError, TypeError, ImportError, NotImplementedError, AttributeError, KeyError)
 
@@ -138,7 +139,8 @@ class Storage:
         self._cached = 0
         self._stats: dict[str, tuple[float, tuple[int, int | str], int]] = {}  # url -> (when, stamp, size)
         self._members: dict[str, dict[str, tuple[int, int]]] = {}  # shard -> member -> (offset, size)
-        self._lock = threading.Lock()  # a torch pin thread or user code may read beside a worker
+        self._lock = threading.Lock()  # the cache and counts: fetches run in threads (prefetch_many)
+        self._threads = None
 
     def __getstate__(self):
         return {"storage_options": self.options, "block_size": self.block_size, "cache_bytes": self.cache_bytes,
@@ -259,12 +261,19 @@ class Storage:
         return open(local_path(path), "rb") if not is_remote(path) else self.open(path)
 
     def open(self, path: str) -> "RangeFile":
+        """``path`` as a seekable file; its first and last blocks fetched at once, together: a
+        container's header is at the start, and an MP4's index often at the end."""
         m = split_member(path)
         if m is not None:
             member, shard = m
             offset, size = self.member(member, shard)
-            return RangeFile(self, shard, offset, size, name=path)
-        return RangeFile(self, path, 0, self.size(path))
+            f = RangeFile(self, shard, offset, size, name=path)
+        else:
+            f = RangeFile(self, path, 0, self.size(path))
+        if is_remote(f.url):
+            edge = min(f.size, self.block_size)
+            self.prefetch_many([(path, [(0, edge), (f.size - edge, f.size)])])
+        return f
 
     def fetch(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``url`` (not of a member: see RangeFile), retried."""
@@ -317,35 +326,43 @@ class Storage:
     def read(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``url`` through the block cache (missing blocks fetched in one
         request per run of them)."""
-        size = self.size(url) if is_remote(url) else None
         b = self.block_size
         first, last = start // b, (end - 1) // b
-        parts, run = [], []
-        for k in range(first, last + 1):
-            hit = self._blocks.get((url, k))
-            if hit is None:
-                run.append(k)
-                continue
-            self._blocks.move_to_end((url, k))
-            if run:
-                parts.extend(self._fill(url, run, size))
-                run = []
-            parts.append(hit)
-        if run:
-            parts.extend(self._fill(url, run, size))
+        for run in self._missing(url, first, last):
+            self._fill(url, run)
+        with self._lock:
+            parts = [self._blocks.get((url, k)) for k in range(first, last + 1)]
+            for k in range(first, last + 1):
+                if (url, k) in self._blocks:
+                    self._blocks.move_to_end((url, k))
+        if any(p is None for p in parts):  # evicted by a read beside this one: fetch them again
+            parts = [p if p is not None else self._fill(url, [k])[0] for k, p in zip(range(first, last + 1), parts)]
         data = b"".join(parts)
         lo = start - first * b
         return data[lo : lo + end - start]
 
-    def _fill(self, url: str, blocks: list[int], size: int | None) -> list[bytes]:
+    def _missing(self, url: str, first: int, last: int) -> list[list[int]]:
+        """Runs of consecutive blocks in ``first..last`` not in the cache."""
+        runs: list[list[int]] = []
+        with self._lock:
+            for k in range(first, last + 1):
+                if (url, k) in self._blocks:
+                    continue
+                if runs and runs[-1][-1] == k - 1:
+                    runs[-1].append(k)
+                else:
+                    runs.append([k])
+        return runs
+
+    def _fill(self, url: str, blocks: list[int]) -> list[bytes]:
         b = self.block_size
         lo, hi = blocks[0] * b, (blocks[-1] + 1) * b
-        if size is not None:
-            hi = min(hi, size)
+        hi = min(hi, self.size(url))
         data = self.fetch(url, lo, hi)
         out = [data[i * b : (i + 1) * b] for i in range(len(blocks))]
-        for k, part in zip(blocks, out):
-            self._keep((url, k), part)
+        with self._lock:
+            for k, part in zip(blocks, out):
+                self._keep((url, k), part)
         return out
 
     def _keep(self, key: tuple[str, int], part: bytes) -> None:
@@ -360,24 +377,53 @@ class Storage:
     def prefetch(self, path: str, ranges: Iterable[tuple[int, int]]) -> None:
         """Fetch byte ``ranges`` of ``path`` (offsets in the file, or in the member) into the
         cache, one request per stretch of blocks not cached yet."""
-        if not is_remote(path):
-            return
-        m = split_member(path)
-        url, base = path, 0
-        if m is not None:
-            url = m[1]
-            base = self.member(*m)[0]
-            if not is_remote(url):
-                return
-        for lo, hi in _merge(ranges, self.block_size):
-            if hi > lo:
-                self.read(url, base + lo, base + hi)
+        self.prefetch_many([(path, list(ranges))])
+
+    def prefetch_many(self, wanted: Iterable[tuple[str, list[tuple[int, int]]]]) -> None:
+        """``prefetch`` for several files at once, the requests sent together (``_PARALLEL`` at
+        a time): the clips of a task wait one round trip, not one each."""
+        jobs = []
+        for path, ranges in wanted:
+            if not is_remote(path):
+                continue
+            m = split_member(path)
+            url, base = path, 0
+            if m is not None:
+                url, base = m[1], self.member(*m)[0]
+                if not is_remote(url):
+                    continue
+            b = self.block_size
+            for lo, hi in _merge(ranges, b):
+                if hi > lo:
+                    jobs.extend((url, run) for run in self._missing(url, (base + lo) // b, (base + hi - 1) // b))
+        self.map(lambda job: self._fill(*job), jobs)
+
+    def map(self, fn, items: list) -> list:
+        """``[fn(x) for x in items]``, ``_PARALLEL`` at a time in threads (network waits overlap).
+        Called from one of those threads (a probe that fetches), it runs there, one by one: a
+        pool thread waiting on the pool it belongs to could wait for ever."""
+        if len(items) <= 1 or getattr(_in_pool, "yes", False):
+            return [fn(x) for x in items]
+
+        def inside(x):
+            _in_pool.yes = True
+            return fn(x)
+
+        return list(self._pool().map(inside, items))
+
+    def _pool(self):
+        if self._threads is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._threads = ThreadPoolExecutor(_PARALLEL, thread_name_prefix="shmloader-fetch")
+        return self._threads
 
     def counters(self) -> dict[str, int]:
         return {"bytes_read": self.bytes_read, "requests": self.requests}
 
 
 LOCAL = Storage()  # what reads paths where no storage_options were given
+_in_pool = threading.local()
 
 
 def _nested(options: Mapping[str, Any]) -> bool:

@@ -382,11 +382,23 @@ class VideoClips:
         by_video: dict[int, list[int]] = {}
         for i, index in enumerate(indices):
             by_video.setdefault(index // self.clips_per_video, []).append(i)
-        for v, items in by_video.items():
-            self._read_video(v, [(indices[i] % self.clips_per_video, rngs[i], outs[i]) for i in items],
-                             epoch_key)
+        remote = any(is_remote(self.paths[v]) for v in by_video)
+        if remote and len(by_video) > 1:  # their probes' requests together, not one after another
+            self._decoding.probe_ahead([self.paths[v] for v in by_video])
+        plans = [self._plan_video(v, [(indices[i] % self.clips_per_video, rngs[i], outs[i]) for i in items],
+                                  epoch_key) for v, items in by_video.items()]
+        if remote:  # every clip's bytes in one round of requests (NOTE [ Reading remote files ])
+            self._decoding.prefetch([(info, union) for _, info, passes in plans for _, _, union, _ in passes])
+        for v, info, passes in plans:
+            for size, group, union, direct in passes:
+                decoded = self._decoding.decode(info, size, union, direct)
+                for out, frames, _, rng in group:
+                    _fill(self, out, v, frames, union, decoded, rng, done=decoded is direct)
 
-    def _read_video(self, v: int, items: list, epoch_key) -> None:
+    def _plan_video(self, v: int, items: list, epoch_key) -> tuple[int, VideoInfo, list]:
+        """What the samples ``items`` of video ``v`` take: ``(v, info, passes)``, a pass per
+        decode size: ``(size, [(out, frames [K, T], size, rng)...], union of their frames,
+        the slot to decode into directly or None)``."""
         path, k = self.paths[v], self.clips_per_sample
         info = self._info(v, path)
         n = info.frames
@@ -413,15 +425,15 @@ class VideoClips:
                 s = shared_scale if shared_scale is not None else _draw_scale(rng, self.scale)
                 size = scaled_size(*native, s)
             plans.append((out, frames, size, rng))
+        passes = []
         for size in dict.fromkeys(p[2] for p in plans):  # one pass per decode size
             group = [p for p in plans if p[2] == size]
             union = np.unique(np.concatenate([p[1].ravel() for p in group]))
             direct = None
             if len(group) == 1 and k == 1 and self.crop is None and np.array_equal(union, group[0][1][0]):
                 direct = group[0][0]["video"]  # the clip is the union: decode straight into the slot
-            decoded = self._decoding.decode(info, size, union, direct)
-            for out, frames, _, rng in group:
-                _fill(self, out, v, frames, union, decoded, rng, done=decoded is direct)
+            passes.append((size, group, union, direct))
+        return v, info, passes
 
 
 def _fill(clips: VideoClips, out, v, frames, union, decoded, rng, done: bool) -> None:

@@ -37,6 +37,7 @@ class RangeServer:
         self.bytes_sent = 0
         self.ranges: list[tuple[str, int, int]] = []  # (path, start, end) of every GET
         self.faults_hit = 0
+        self.inflight = self.max_inflight = 0  # requests being answered at once
         self._lock = threading.Lock()
         server = self
 
@@ -50,6 +51,23 @@ class RangeServer:
                 rel = self.path.split("?", 1)[0].lstrip("/")
                 full = os.path.abspath(os.path.join(server.root, rel))
                 return full if full.startswith(server.root + os.sep) and os.path.isfile(full) else None
+
+            def do_HEAD(self) -> None:
+                self._counted(head=True)
+
+            def do_GET(self) -> None:
+                self._counted(head=False)
+
+            def _counted(self, head: bool) -> None:
+                with server._lock:
+                    server.inflight += 1
+                    server.max_inflight = max(server.max_inflight, server.inflight)
+                try:
+                    if self._begin():
+                        self._answer(head)
+                finally:
+                    with server._lock:
+                        server.inflight -= 1
 
             def _begin(self) -> bool:
                 """Count the request and play the next fault; False when it took the request."""
@@ -95,20 +113,12 @@ class RangeServer:
                     self.send_header(k, v)
                 self.end_headers()
 
-            def do_HEAD(self) -> None:
-                if not self._begin():
-                    return
+            def _answer(self, head: bool) -> None:
                 path = self._file()
                 if path is None:
                     return self._status(404)
-                self._headers(path, 200, os.path.getsize(path), {})
-
-            def do_GET(self) -> None:
-                if not self._begin():
-                    return
-                path = self._file()
-                if path is None:
-                    return self._status(404)
+                if head:
+                    return self._headers(path, 200, os.path.getsize(path), {})
                 size = os.path.getsize(path)
                 start, end, code, extra = 0, size, 200, {}
                 m = _RANGE.match(self.headers.get("Range", ""))
@@ -150,7 +160,7 @@ class RangeServer:
 
     def reset_counts(self) -> None:
         with self._lock:
-            self.requests = self.gets = self.bytes_sent = self.faults_hit = 0
+            self.requests = self.gets = self.bytes_sent = self.faults_hit = self.max_inflight = 0
             self.ranges.clear()
 
     def __enter__(self) -> "RangeServer":

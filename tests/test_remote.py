@@ -157,13 +157,31 @@ def test_clips_of_a_long_remote_video_fetch_a_few_percent_of_it(long_video):
             assert srv.bytes_sent - before < 0.05 * size, f"clip at {start}: {srv.bytes_sent - before} of {size} bytes"
             assert srv.gets - asked <= 2  # fetched ahead in one request (two where a block was cached)
 
-        # Through the loader: stats() counts what the workers fetched.
+        # Through the loader: stats() counts what the workers fetched, and a task's clips are
+        # fetched together (requests in flight at once), not one after another.
         srv.reset_counts()
+        srv.latency = 0.05
         clips = shmloader.VideoClips([srv.url(name)], clip_len=16, clips_per_video=12, size=SIZE)
         batches, stats = _run(clips, batch_size=4, workers=1, shuffle=True)
         _check_codes(batches, ids=False)
         assert stats["bytes_read"] == srv.bytes_sent
         assert stats["bytes_read"] < header + 12 * 0.05 * size
+        assert srv.max_inflight >= 2
+
+
+def test_a_task_of_many_files_never_met_probes_them_together(folder):
+    """More files in one task than requests a worker sends at once: their probes run together
+    (each probe's own reads run inside its thread), and every clip is right."""
+    root, paths = folder
+    rel = os.path.relpath(paths[0], root)
+    with RangeServer(root, latency=0.02) as srv:
+        urls = [f"{srv.url(rel)}?name={i}" for i in range(20)]  # 20 files to the worker, one video's bytes
+        clips = shmloader.VideoClips(urls, clip_len=8, size=SIZE)
+        batches, stats = _run(clips, batch_size=20, workers=1, timeout=60)
+        assert srv.max_inflight >= 2
+    assert sorted(_indices(batches)) == list(range(20)) and stats["skipped"] == 0
+    for b in batches:
+        np.testing.assert_array_equal(read_codes(b["video"])[1], b["frames"])
 
 
 def test_failed_requests_are_retried_and_nothing_is_lost(folder):
