@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     m.set_defaults(fn=make_videos_cmd)
     s = sub.add_parser("scan", help="probe videos into a manifest: frames, size, decoder, problems")
     s.add_argument("paths", nargs="+", help="folders (class sub-folders give labels), manifests (.csv/.json), "
-                                          "lists (.txt, one path per line) or video files")
+                                          "lists (.txt, one path per line) or video files; URLs of files, "
+                                          "prefixes (s3://bucket/videos/) and tar shards (shard-{000..009}.tar)")
     s.add_argument("--out", default="manifest.csv", help="the CSV manifest to write (default manifest.csv); "
                                                         "an existing one of the same inputs is resumed")
     s.add_argument("--workers", type=int, help="probing processes (default: one per CPU)")
@@ -142,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--timeout", type=float, default=120.0, help="seconds one file may take")
     s.add_argument("--overwrite", action="store_true", help="start again instead of resuming --out")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--storage-options", metavar="JSON",
+                   help='for URLs: fsspec options as JSON, e.g. \'{"client_kwargs": {"endpoint_url": "..."}}\'')
     s.set_defaults(fn=lambda a: __import__("shmloader._scan", fromlist=["main"]).main(a))
     args = parser.parse_args(argv)
     return args.fn(args)

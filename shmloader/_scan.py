@@ -2,12 +2,21 @@
 
 Inputs are folders (class sub-folders give labels, as ``VideoClips.from_folder``; a folder
 without class folders is scanned unlabelled), manifests (CSV with a ``path`` column and an
-optional ``label`` column, or JSON) and lists (one path per line), or video files. Each file
+optional ``label`` column, or JSON) and lists (one path per line), or video files; and, read
+through fsspec (``_storage``), URLs of files, prefixes ending in ``/`` (``s3://bucket/videos/``:
+every video below, class sub-folders giving labels) and tar shards, their patterns included
+(``s3://b/shard-{000..099}.tar``: every video member, as ``tar://key.mp4::<shard>``, labelled
+by its ``key.cls`` where there is one). Each file
 is probed (``_probe``, ``check="keyframes"`` by default: every keyframe decoded, so a size
 change is found in any codec) and written as one CSV row, in input order:
 
     path, label, frames, width, height, fps, duration, codec, pix_fmt, rotation, decoder,
-    problem, bytes, mtime_ns
+    problem, bytes, mtime_ns, offset
+
+``bytes`` and ``mtime_ns`` say which version of the file the row describes (remotely,
+``mtime_ns`` is a hash of the object's ETag or modification time); ``offset`` is where a tar
+member's data starts in its shard (empty for other files), so that ``from_csv`` hands the
+members' places to the workers and no shard's headers are read again.
 
 ``decoder`` is the one the loader will use (see NOTE [ Which decoder reads a file ] in
 ``_probe``: with ``--check keyframes`` or ``frames`` a file decord would read is checked by
@@ -28,18 +37,23 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import csv
+import json
 import multiprocessing
 import os
 import sys
 from typing import Iterable, Iterator
 
-from ._manifest import VIDEO_EXTENSIONS, iter_manifest, walk_folder
+from ._manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
 from ._probe import CHECKS, probe
+from ._storage import Storage, expand, is_remote, member_url, split_member, tar_members
 
 __all__ = ["scan", "COLUMNS"]
 
 COLUMNS = ("path", "label", "frames", "width", "height", "fps", "duration", "codec", "pix_fmt", "rotation",
-           "decoder", "problem", "bytes", "mtime_ns")
+           "decoder", "problem", "bytes", "mtime_ns", "offset")
+
+# A scan reads whole remote files in order (every keyframe): larger blocks, fewer requests.
+_SCAN_BLOCK = 4 << 20
 
 # Probes in flight per worker: enough to keep every worker busy, few enough that memory and
 # the work lost to a stuck probe stay small.
@@ -47,26 +61,88 @@ _IN_FLIGHT = 4
 
 
 def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS,
-                passed_over: collections.Counter | None = None) -> Iterator[tuple[str, int]]:
-    """(absolute path, label or -1) of every video the inputs name, in a fixed order; files in
-    folders without a video extension are counted by extension in ``passed_over``."""
+                passed_over: collections.Counter | None = None,
+                storage: Storage | None = None) -> Iterator[tuple[str, int, tuple[int, int] | None]]:
+    """(absolute path or URL, label or -1, a tar member's (offset, size) or None) of every video
+    the inputs name, in a fixed order; files in folders without a video extension are counted
+    by extension in ``passed_over``."""
+    storage = storage or Storage()
     for item in inputs:
-        item = os.path.abspath(os.fspath(item))
+        item = os.fspath(item)
+        if _is_shards(item):
+            yield from _shard_members(item, storage, extensions, passed_over)
+            continue
+        if is_remote(item):
+            if item.endswith("/"):
+                yield from _remote_folder(item, storage, extensions, passed_over)
+            else:
+                yield item, -1, None
+            continue
+        item = os.path.abspath(item)
         if os.path.isdir(item):
-            yield from walk_folder(item, extensions, loose=True, passed_over=passed_over)
+            for path, label in walk_folder(item, extensions, loose=True, passed_over=passed_over):
+                yield path, label, None
         elif item.lower().endswith((".csv", ".json")):
             for path, _, row in iter_manifest(item, label_column=None):
                 label = row.get("label")
-                yield path, int(label) if label not in (None, "") else -1
+                yield path, int(label) if label not in (None, "") else -1, None
         elif item.lower().endswith(".txt"):
             base = os.path.dirname(item)
             with open(item) as f:
                 for line in f:
                     line = line.strip()
                     if line and not line.startswith("#"):
-                        yield os.path.join(base, line), -1
+                        yield (line if URL.match(line) else os.path.join(base, line)), -1, None
         else:
-            yield item, -1
+            yield item, -1, None
+
+
+def _is_shards(item: str) -> bool:
+    """A tar shard or a pattern of them (a path, URL, glob or brace pattern ending in .tar)."""
+    return item.lower().endswith(".tar") and split_member(item) is None
+
+
+def _shard_members(item: str, storage: Storage, extensions, passed_over) -> Iterator:
+    exts = tuple(e.lower() for e in extensions)
+    for shard in expand(item, storage):
+        members = tar_members(storage, shard)
+        for name, place in members.items():
+            if not name.lower().endswith(exts):
+                if passed_over is not None and not name.lower().endswith((".cls", ".json", ".txt")):
+                    passed_over[os.path.splitext(name)[1].lower() or "(none)"] += 1
+                continue
+            stem = name.rsplit(".", 1)[0]
+            label = -1
+            if stem + ".cls" in members:
+                with storage.open(member_url(stem + ".cls", shard)) as f:
+                    text = f.read().decode("utf-8", "replace").strip()
+                label = int(text) if text.lstrip("-").isdigit() else -1
+            yield member_url(name, shard), label, place
+
+
+def _remote_folder(prefix: str, storage: Storage, extensions, passed_over) -> Iterator:
+    """Every video below the remote ``prefix``, sorted; files directly in it unlabelled, those in
+    class sub-folders labelled by the sorted class names (as ``walk_folder``)."""
+    scheme = prefix.split("://", 1)[0] + "://"
+    found = storage._call(prefix, "listing", lambda fs: fs.find(prefix))
+    if not found:
+        raise ValueError(f"nothing is listed under {storage.name(prefix)} (a store that cannot list, such as a "
+                         "plain HTTP server, needs the files' URLs, e.g. in a .txt list)")
+    urls = sorted(f if "://" in f else scheme + f for f in found)
+    exts = tuple(e.lower() for e in extensions)
+    videos = []
+    for url in urls:
+        if url.lower().endswith(exts):
+            videos.append(url)
+        elif passed_over is not None:
+            passed_over[os.path.splitext(url)[1].lower() or "(none)"] += 1
+    rel = [u[len(prefix):] if u.startswith(prefix) else u.split("/")[-1] for u in videos]
+    classes = sorted({r.split("/", 1)[0] for r in rel if "/" in r})
+    loose = [u for u, r in zip(videos, rel) if "/" not in r]
+    yield from ((u, -1, None) for u in loose)
+    for u, r in zip(videos, rel):
+        if "/" in r:
+            yield u, classes.index(r.split("/", 1)[0]), None
 
 
 def _blank(path: str, label: int, problem: str = "") -> dict:
@@ -76,15 +152,18 @@ def _blank(path: str, label: int, problem: str = "") -> dict:
     return row
 
 
-def _row(path: str, label: int, check: str) -> dict:
+def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, int] | None = None) -> dict:
     """One manifest row (in a worker process)."""
     row = _blank(path, label)
     try:
-        st = os.stat(path)
-        row.update(bytes=st.st_size, mtime_ns=st.st_mtime_ns)
-        info = probe(path, check=check)
+        member = split_member(path)
+        if place is not None and member is not None:
+            storage.add_members(member[1], {member[0]: place})
+            row["offset"] = place[0]
+        row["bytes"], row["mtime_ns"] = storage.stamp(path)
+        info = probe(path, check=check, storage=storage)
     except Exception as e:  # every file gets its row; the reason goes in it
-        text = " ".join(str(e).split()) or type(e).__name__
+        text = storage.redact(" ".join(str(e).split())) or type(e).__name__
         row["problem"] = f"unreadable: {text[:300]}"
         return row
     row.update(frames=info.frames, width=info.width, height=info.height, fps=f"{info.fps:.6g}",
@@ -104,7 +183,7 @@ def _resume(out: str, inputs: Iterator[tuple[str, int]]) -> int:
             raise ValueError(f"{out!r} is not a scan manifest (its columns are {reader.fieldnames}); "
                              "pass --overwrite or another --out")
         for row in reader:
-            want = next(inputs, None)
+            want = next(inputs, None)  # (path, label, place)
             if want is None or want[0] != row["path"]:
                 raise ValueError(f"{out!r} row {done + 2} is {row['path']!r}, but the inputs list "
                                  f"{want[0] if want else 'nothing'!r} there: not a scan of these inputs; "
@@ -114,15 +193,18 @@ def _resume(out: str, inputs: Iterator[tuple[str, int]]) -> int:
 
 
 def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: str = "keyframes",
-         timeout: float = 120.0, overwrite: bool = False, progress: bool = True) -> dict:
+         timeout: float = 120.0, overwrite: bool = False, progress: bool = True,
+         storage_options: dict | None = None) -> dict:
     """Probe every video the inputs name into the CSV manifest ``out``; returns a summary:
     ``{"rows", "resumed", "decoders": {...}, "problems": {...}, "unreadable", "passed_over":
-    {extension: files}}`` (files in the folders given that have no video extension)."""
+    {extension: files}}`` (files in the folders given that have no video extension).
+    ``storage_options``: for URLs, as ``VideoClips``'."""
     if check not in CHECKS:
         raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
     workers = workers or len(os.sched_getaffinity(0))
     passed_over: collections.Counter = collections.Counter()
-    todo = iter_inputs(inputs, passed_over=passed_over)
+    storage = Storage(storage_options, block_size=_SCAN_BLOCK)
+    todo = iter_inputs(inputs, passed_over=passed_over, storage=storage)
     resumed = 0
     if os.path.exists(out) and not overwrite:
         resumed = _resume(out, todo)
@@ -144,10 +226,10 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                     item = next(todo, None)
                     if item is None:
                         break
-                    pending.append((item, pool.submit(_row, item[0], item[1], check)))
+                    pending.append((item, pool.submit(_row, *item[:2], check, storage, item[2])))
                 if not pending:
                     break
-                (path, label), fut = pending.popleft()
+                (path, label, _), fut = pending.popleft()
                 try:
                     row = fut.result(timeout=timeout)
                 except (cf.TimeoutError, cf.process.BrokenProcessPool) as e:
@@ -156,7 +238,8 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                     # The pool cannot cancel one running probe: start a new pool, resubmit the rest.
                     _kill(pool)
                     pool = _pool(workers)
-                    pending = collections.deque((it, pool.submit(_row, it[0], it[1], check)) for it, _ in pending)
+                    pending = collections.deque((it, pool.submit(_row, *it[:2], check, storage, it[2]))
+                                                for it, _ in pending)
                 writer.writerow(row)
                 f.flush()
                 _count(summary, row)
@@ -194,9 +277,10 @@ def _count(summary: dict, row: dict) -> None:
 
 def main(args) -> int:
     try:
+        options = json.loads(args.storage_options) if args.storage_options else None
         summary = scan(args.paths, args.out, workers=args.workers, check=args.check, timeout=args.timeout,
-                       overwrite=args.overwrite, progress=not args.quiet)
-    except ValueError as e:
+                       overwrite=args.overwrite, progress=not args.quiet, storage_options=options)
+    except (ValueError, ImportError, OSError) as e:
         print(f"shmloader scan: {e}", file=sys.stderr)
         return 2
     print(f"{summary['rows']} files in {args.out}" + (f" ({summary['resumed']} from an earlier run)"

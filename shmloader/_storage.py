@@ -205,11 +205,12 @@ class Storage:
     def size(self, path: str) -> int:
         return self._stat(path)[2]
 
-    def stamp(self, path: str) -> tuple[int, int | str]:
-        """What changes when the file does: (size, mtime_ns) locally, (size, ETag or mtime) remotely."""
+    def stamp(self, path: str) -> tuple[int, int]:
+        """What changes when the file does: (size, mtime_ns) locally; remotely (size, a 63-bit
+        hash of the ETag or modification time), what a scan manifest keeps as ``mtime_ns``."""
         return self._stat(path)[1]
 
-    def _stat(self, path: str) -> tuple[float, tuple[int, int | str], int]:
+    def _stat(self, path: str) -> tuple[float, tuple[int, int], int]:
         if not is_remote(path):
             st = os.stat(local_path(path))
             return 0.0, (st.st_size, st.st_mtime_ns), st.st_size
@@ -222,7 +223,7 @@ class Storage:
             member, shard = m
             offset, size = self.member(member, shard)
             _, (_, tag), _ = self._stat(shard)
-            got = (now, (size, f"{tag}@{offset}"), size)
+            got = (now, (size, _hash(f"{tag}@{offset}")), size)
         else:
             info = self._call(path, "stat", lambda fs: fs.info(path))
             size = info.get("size")
@@ -230,7 +231,7 @@ class Storage:
                 raise OSError(f"{self.name(path)}: the server does not say the file's size")
             tag = info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or \
                 info.get("last_modified") or ""
-            got = (now, (int(size), str(tag)), int(size))
+            got = (now, (int(size), _hash(str(tag))), int(size))
         self._stats[path] = got
         return got
 
@@ -424,6 +425,13 @@ class Storage:
 
 LOCAL = Storage()  # what reads paths where no storage_options were given
 _in_pool = threading.local()
+
+
+def _hash(text: str) -> int:
+    """A stable 63-bit number for ``text`` (the same in every process, unlike ``hash``)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 1
 
 
 def _nested(options: Mapping[str, Any]) -> bool:

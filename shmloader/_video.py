@@ -191,6 +191,7 @@ class VideoClips:
         labels = None if label_column is None else [label for _, label, _ in listed]
         clips = cls([p for p, _, _ in listed], labels, **kwargs)
         clips._known = known_columns([row for _, _, row in listed])
+        clips._members = _member_columns([(p, row) for p, _, row in listed])
         return clips
 
     @classmethod
@@ -362,10 +363,10 @@ class VideoClips:
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""
-        if self._members is not None:  # where the member lies in its shard: no header is read
-            member, shard = split_member(path)
-            self.storage.add_members(shard, {member: (int(self._members["offset"][v]),
-                                                      int(self._members["size"][v]))})
+        member = split_member(path) if self._members is not None else None
+        if member is not None and self._members["size"][v] >= 0:  # where it lies: no header is read
+            self.storage.add_members(member[1], {member[0]: (int(self._members["offset"][v]),
+                                                             int(self._members["size"][v]))})
         row = None if self._known is None else row_info(self._known, v, path)
         return self._decoding.info(path) if row is None else self._decoding.info(path, *row)
 
@@ -463,6 +464,21 @@ def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     b = a.view()
     b.shape = shape
     return b
+
+
+def _member_columns(rows: list[tuple[str, dict]]) -> dict[str, np.ndarray] | None:
+    """Offsets and sizes of the tar members a manifest lists (its ``offset`` and ``bytes``
+    columns); size -1 where a row does not say (the worker reads that shard's headers)."""
+    if not any(split_member(p) and str(row.get("offset", "")).strip() for p, row in rows):
+        return None
+    offset, size = np.zeros(len(rows), np.int64), np.full(len(rows), -1, np.int64)
+    for i, (p, row) in enumerate(rows):
+        try:
+            if split_member(p):
+                offset[i], size[i] = int(row["offset"]), int(row["bytes"])
+        except (KeyError, TypeError, ValueError):
+            pass
+    return {"offset": offset, "size": size}
 
 
 def _shard_label(storage: Storage, shard: str, key: str, parts: dict[str, str], label_key: str) -> int:

@@ -367,3 +367,93 @@ def test_s3_videos_and_shards_equal_the_local_files(folder):
         np.testing.assert_array_equal(a["video"], c["video"])
         np.testing.assert_array_equal(a["frames"], c["frames"])
     assert stats["bytes_read"] > 0
+
+
+# -- scan ----------------------------------------------------------------------------------------
+
+
+def _scan(*args: str) -> "subprocess.CompletedProcess":
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "shmloader", "scan", *args, "--workers", "2", "--quiet"],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_scan_reads_urls_prefixes_and_shards_and_from_csv_trusts_the_offsets(folder, tmp_path):
+    import csv
+    import shutil
+
+    root, paths = folder
+    served = tmp_path / "served"
+    served.mkdir()
+    for s in range(2):
+        shutil.copy(root / f"shard-{s:03d}.tar", served / f"shard-{s:03d}.tar")
+    (tmp_path / "list.txt").write_text("# two URLs\n")
+    out = tmp_path / "manifest.csv"
+    with RangeServer(root) as files, RangeServer(served) as srv:
+        urls = [files.url(os.path.relpath(p, root)) for p in paths[3:5]]
+        (tmp_path / "list.txt").write_text("# two URLs\n" + "\n".join(urls) + "\n")
+        _scan(str(tmp_path / "list.txt"), srv.url("shard-{000..001}.tar"), "--out", str(out))
+        with open(out, newline="") as f:
+            rows = list(csv.DictReader(f))
+        # The list's URLs, then every video member of the shards in order, labelled by its .cls,
+        # with its offset in the shard.
+        members = [(f"tar://clip{v:04d}.{paths[v].rsplit('.', 1)[1]}::{srv.url(f'shard-{v // 3:03d}.tar')}", v % 2)
+                   for v in range(6)]
+        assert [(r["path"], int(r["label"])) for r in rows] == [(u, -1) for u in urls] + members
+        assert all(r["problem"] == "" and r["decoder"] == "pyav" and int(r["frames"]) == 48 for r in rows), rows
+        for v, r in enumerate(rows[2:]):
+            with tarfile.open(root / f"shard-{v // 3:03d}.tar") as t:
+                m = t.getmember(f"clip{v:04d}.{paths[v].rsplit('.', 1)[1]}")
+            assert (int(r["offset"]), int(r["bytes"])) == (m.offset_data, m.size)
+        assert rows[0]["offset"] == rows[1]["offset"] == "" and int(rows[0]["bytes"]) == os.path.getsize(paths[3])
+
+        # The workers take the members' places from the manifest: with every tar header of the
+        # shards overwritten (size and modification time kept, so the rows still hold), no shard
+        # is read for its headers and every clip is still right.
+        for s in range(2):
+            shard = served / f"shard-{s:03d}.tar"
+            st = os.stat(shard)
+            data = bytearray(shard.read_bytes())
+            with tarfile.open(shard) as t:
+                for m in t.getmembers():
+                    data[m.offset : m.offset + 512] = b"\xff" * 512
+            shard.write_bytes(bytes(data))
+            os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+        with pytest.raises(ValueError, match="not a readable tar"):
+            shmloader.VideoClips.from_shards(srv.url("shard-000.tar"), clip_len=8, size=SIZE)
+        clips = shmloader.VideoClips.from_csv(out, clip_len=8, size=SIZE, clips_per_video=2)
+        batches, stats = _run(clips, shuffle=True)
+    assert sorted(_indices(batches)) == sorted(list(range(8)) * 2) and stats["skipped"] == 0
+    for b in batches:
+        np.testing.assert_array_equal(read_codes(b["video"])[1], b["frames"])
+
+
+def test_scan_lists_a_bucket_prefix_with_class_folders(folder, tmp_path):
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    import csv
+    import json
+    import s3fs
+
+    _, paths = folder
+    out = tmp_path / "manifest.csv"
+    with moto_s3() as opts:
+        fs = s3fs.S3FileSystem(**opts)
+        fs.mkdir("data")
+        fs.put(paths[0], "data/videos/cats/a.mp4")
+        fs.put(paths[4], "data/videos/dogs/b.avi")
+        fs.put(paths[1], "data/videos/loose.mp4")
+        fs.pipe("data/videos/notes.txt", b"not a video")
+        r = _scan("s3://data/videos/", "--out", str(out), "--storage-options", json.dumps(opts))
+        with open(out, newline="") as f:
+            rows = list(csv.DictReader(f))
+        # Loose files first, unlabelled; then the class folders, labelled in sorted order.
+        assert [(r["path"], int(r["label"])) for r in rows] == [
+            ("s3://data/videos/loose.mp4", -1), ("s3://data/videos/cats/a.mp4", 0), ("s3://data/videos/dogs/b.avi", 1)]
+        assert all(row["problem"] == "" and int(row["frames"]) == 48 for row in rows)
+        assert "passed over 1 files without a video extension (.txt 1)" in r.stderr
+        assert opts["secret"] not in out.read_text()
