@@ -58,6 +58,7 @@ _BACKOFF = 0.1  # seconds before the first retry, doubling
 _TIMEOUT = 30.0  # seconds one request may take
 _STAT_TTL = 60.0
 _PARALLEL = 8  # requests a worker has in flight at once (prefetch_many)
+_KEPT = 200_000  # sizes and stamps, and members' places, a worker keeps
 # Errors of the call itself (bad options, a missing package): raised at once, never retried.
 _NOT_RETRIED = (ValueError, TypeError, ImportError, NotImplementedError, AttributeError, KeyError)
 
@@ -137,8 +138,9 @@ class Storage:
         self._fs: dict[str, Any] = {}
         self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
         self._cached = 0
-        self._stats: dict[str, tuple[float, tuple[int, int | str], int]] = {}  # url -> (when, stamp, size)
-        self._members: dict[str, dict[str, tuple[int, int]]] = {}  # shard -> member -> (offset, size)
+        # Both bounded (least recent out first): a worker meets millions of files in a large dataset.
+        self._stats: OrderedDict[str, tuple[float, tuple[int, int], int]] = OrderedDict()  # url -> (when, stamp, size)
+        self._places: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()  # (shard, member) -> (offset, size)
         self._lock = threading.Lock()  # the cache and counts: fetches run in threads (prefetch_many)
         self._threads = None
 
@@ -233,19 +235,26 @@ class Storage:
                 info.get("last_modified") or ""
             got = (now, (int(size), _hash(str(tag))), int(size))
         self._stats[path] = got
+        _bound(self._stats, _KEPT)
         return got
 
     # -- members of tar shards -----------------------------------------------------------------
 
     def add_members(self, shard: str, members: Mapping[str, tuple[int, int]]) -> None:
         """Tell where members of ``shard`` lie (from a manifest): their headers are not read."""
-        self._members.setdefault(shard, {}).update(members)
+        with self._lock:
+            for name, place in members.items():
+                self._places[(shard, name)] = place
+                self._places.move_to_end((shard, name))
+            _bound(self._places, _KEPT)
 
     def member(self, member: str, shard: str) -> tuple[int, int]:
         """(offset, size) of ``member``'s data in ``shard``."""
-        table = self._members.get(shard)
-        if table is None or member not in table:
-            table = self._members[shard] = {**(table or {}), **tar_members(self, shard)}
+        hit = self._places.get((shard, member))
+        if hit is not None:
+            return hit
+        table = tar_members(self, shard)  # not told: read the shard's headers
+        self.add_members(shard, table)
         try:
             return table[member]
         except KeyError:
@@ -425,6 +434,11 @@ class Storage:
 
 LOCAL = Storage()  # what reads paths where no storage_options were given
 _in_pool = threading.local()
+
+
+def _bound(table: OrderedDict, most: int) -> None:
+    while len(table) > most:
+        table.popitem(last=False)
 
 
 def _hash(text: str) -> int:
