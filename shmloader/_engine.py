@@ -102,6 +102,7 @@ class _Clock:
         s["worker_busy_fraction"] = [min(1.0, w.busy_s / max(now - w.started, 1e-9)) for w in workers]
         rate = s["decoded"] / s["worker_busy_s"] if s["worker_busy_s"] > 0 else 0.0
         s["samples_per_worker_s"] = rate
+        s["bytes_per_sample"] = s["bytes_read"] / s["decoded"] if s["decoded"] else 0.0
         demand = s["samples"] / max(window - steady_wait, 1e-9)
         s["recommended_workers"] = max(1, min(cpus, math.ceil(demand / rate))) if rate and s["samples"] else None
         s["input_bound"] = s["consumer_wait_fraction"] > 0.1

@@ -166,6 +166,7 @@ def test_clips_of_a_long_remote_video_fetch_a_few_percent_of_it(long_video):
         _check_codes(batches, ids=False)
         assert stats["bytes_read"] == srv.bytes_sent
         assert stats["bytes_read"] < header + 12 * 0.05 * size
+        assert stats["bytes_per_sample"] == stats["bytes_read"] / stats["decoded"]
         assert srv.max_inflight >= 2
 
 
