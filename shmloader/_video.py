@@ -224,8 +224,21 @@ class VideoClips:
 
     @property
     def group_size(self) -> int:
-        """Consecutive sample indices the loader may hand to one worker to decode in one pass."""
-        return self.clips_per_video if self.group_clips else 1
+        """Consecutive sample indices the loader may hand to one worker to decode in one pass
+        (with rows sharing a video, see ``group_ids``: the mean samples per video, rounded up)."""
+        if not self.group_clips:
+            return 1
+        ids = self.group_ids()
+        return self.clips_per_video if ids is None else -(-len(ids) // (int(ids.max()) + 1))
+
+    def group_ids(self) -> np.ndarray | None:
+        """With ``group_clips`` and several rows (spans) of one video: the video of each sample
+        (0, 1, ... in order of first appearance), so that the loader groups every sample of a
+        video, of all its rows; else None (groups are ``group_size`` consecutive samples)."""
+        if not self.group_clips or self.files is None or np.array_equal(self.files, np.arange(len(self.files))):
+            return None
+        _, dense = np.unique(self.files, return_inverse=True)
+        return np.repeat(dense.astype(np.int64), self.clips_per_video)
 
     def spec(self) -> Spec:
         h, w = self.crop or self.size

@@ -218,3 +218,43 @@ def test_bad_spans(timed_videos, tmp_path, cell, match):
     m = write_csv(tmp_path / "bad.csv", [{"path": timed_videos[0][0], "label": 0, "start": cell, "end": 2}])
     with pytest.raises(ValueError, match=match):
         shmloader.VideoClips.from_csv(m, clip_len=4, size=(48, 64))
+
+
+def test_grouped_decode_takes_every_row_of_a_video_in_one_pass(timed_videos, tmp_path):
+    """``group_clips=True``: the samples of all the rows of one video form one group (groups of
+    several sizes), decoded by one worker in one pass; the same draws as ungrouped, every
+    (row, clip) once per epoch, the same batches for 1 and 3 workers, resumable."""
+    from collections import Counter
+
+    rows = [{"path": timed_videos[v][0], "label": v, "start": a, "end": b}
+            for v, a, b in [(0, 0.0, 1.0), (1, 0.0, 0.4), (0, 1.2, 2.4), (3, 0.0, 1.0), (0, 0.6, 1.6),
+                            (2, 0.2, None), (3, 1.2, None)]]
+    m = write_csv(tmp_path / "g.csv", rows)
+    clips = shmloader.VideoClips.from_csv(m, clip_len=3, sampling="segments", clips_per_video=2, size=(48, 64),
+                                          group_clips=True)
+    assert list(clips.group_ids()) == [0, 0, 1, 1, 0, 0, 2, 2, 0, 0, 3, 3, 2, 2]
+    kw = dict(batch_size=3, shuffle=True, seed=2, epochs=2)
+    grouped, stats = samples_of(clips, workers=2, **kw)
+    assert stats["tasks"] == 2 * 4 and stats["decoded"] == 2 * 14  # one task per video and epoch
+    three, _ = samples_of(clips, workers=3, **kw)
+    for a, b in zip(grouped, three):
+        np.testing.assert_array_equal(a["frames"], b["frames"])
+    separate, _ = samples_of(clips.with_options(group_clips=False), workers=2, **kw)
+    key = lambda s: (int(s["index"]), tuple(s["frames"]))  # noqa: E731
+    for e in range(2):
+        a, b = grouped[e * 14 : (e + 1) * 14], separate[e * 14 : (e + 1) * 14]
+        assert Counter(map(key, a)) == Counter(map(key, b)) and Counter(int(s["index"]) for s in a) == {r: 2 for r in range(7)}
+    for s in grouped:
+        path, a, b = rows[int(s["index"])]["path"], rows[int(s["index"])]["start"], rows[int(s["index"])]["end"]
+        times = frame_times(path)
+        first, last = in_span(times, a, times[-1, 1] if b is None else b)
+        assert first <= s["frames"].min() and s["frames"].max() <= last
+        assert list(codes(s["video"])[1]) == list(s["frames"])
+    with shmloader.Loader(clips, workers=2, **kw) as loader:
+        it = iter(loader)
+        for _ in range(3):
+            next(it)
+        state = loader.state()
+    assert state["groups"] == 4
+    rest, _ = samples_of(clips, workers=2, state=state, **kw)
+    assert [key(s) for s in rest] == [key(s) for s in grouped[9:]]
