@@ -170,3 +170,21 @@ def test_a_video_of_fewer_frames_than_segments_follows_short_video(timed_videos,
 def test_bad_segment_arguments(timed_videos, kw, name):
     with pytest.raises(ValueError, match=name):
         shmloader.VideoClips([timed_videos[0][0]], **{"clip_len": N, "sampling": "segments", **kw})
+
+
+def test_the_readmes_tsn_recipe(timed_videos):
+    from ._examples import readme_example
+
+    paths = [p for p, _ in timed_videos]
+    namespace = {"shmloader": shmloader, "paths": paths, "labels": [0, 1, 0, 1]}
+    exec(readme_example("tsn"), namespace)
+    with namespace["train"] as train, namespace["test"] as test:
+        b = next(iter(train))
+        assert b["video"].shape == (4, 8, 224, 224, 3)  # 4 videos, batches of 8
+        (t,) = list(test)
+        for i, v in enumerate(t["index"]):
+            times = frame_times(paths[v])
+            np.testing.assert_array_equal(t["frames"][i], on_screen(times, (np.arange(N) + 0.5) * times[-1, 1] / N))
+    assert namespace["test_clips"].sampling == "segments_uniform"
+    with shmloader.Loader(namespace["grouped"], batch_size=4, shuffle=True) as loader:
+        assert sum(len(b["index"]) for b in loader) == 16 and loader.stats()["tasks"] == 4

@@ -258,3 +258,27 @@ def test_grouped_decode_takes_every_row_of_a_video_in_one_pass(timed_videos, tmp
     assert state["groups"] == 4
     rest, _ = samples_of(clips, workers=2, state=state, **kw)
     assert [key(s) for s in rest] == [key(s) for s in grouped[9:]]
+
+
+def test_the_readmes_span_recipe(timed_videos, tmp_path, monkeypatch):
+    from ._examples import readme_example
+
+    rows = [{"path": os.path.relpath(timed_videos[v][0], tmp_path), "label": v, "start": a, "end": b}
+            for v, a, b in [(0, 0.2, 1.0), (0, 1.2, 1.5), (2, 0.5, 0.9)]]
+    write_csv(tmp_path / "train.csv", rows)
+    monkeypatch.chdir(tmp_path)
+    namespace = {"shmloader": shmloader}
+    exec(readme_example("spans"), namespace)
+    got, stats = samples_of(namespace["clips"], batch_size=3, workers=1)
+    assert stats["tasks"] == 2  # the two rows of the 25 fps video in one pass
+    for s in got:
+        row = rows[int(s["index"])]
+        times = frame_times(timed_videos[row["label"]][0])
+        first, last = in_span(times, row["start"], row["end"])
+        # 0.8 s spans at 25 fps hold 21 frames; 0.3 s at 25 fps and 0.4 s at 10 fps are shorter
+        # than 16 frames every 2nd: repeat_last from the span's first frame
+        if last - first + 1 >= 31:
+            assert first <= s["frames"].min() and s["frames"].max() <= last
+        else:
+            assert s["frames"][0] == first and s["frames"][-1] == first + 2 * ((last - first) // 2)
+        assert list(codes(s["video"])[1]) == list(s["frames"])
