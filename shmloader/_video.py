@@ -423,22 +423,6 @@ def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return b
 
 
-def _seconds(manifest: str, n: int, cell) -> float | None:
-    """A manifest's start or end cell in seconds; None when empty."""
-    if cell is None or (isinstance(cell, str) and not cell.strip()):
-        return None
-    try:
-        return float(cell)
-    except (TypeError, ValueError):
-        raise ValueError(f"{manifest!r} row {n}: a start or end must be seconds, got {cell!r}") from None
-
-
-def _first_rows(paths: list[str]) -> np.ndarray:
-    """For every row, the index of the first row with the same path."""
-    first: dict[str, int] = {}
-    return np.fromiter((first.setdefault(p, i) for i, p in enumerate(paths)), np.int64, len(paths))
-
-
 def _draw_scale(rng: np.random.Generator, scale: tuple[int, int]) -> int:
     lo, hi = scale
     return lo if lo == hi else int(rng.integers(lo, hi + 1))
@@ -453,3 +437,19 @@ def _native_size(path: str) -> tuple[int, int]:
     except Exception as e:
         raise ValueError(f"size=None: cannot read the native size of {path!r}: {e}") from e
     return info.height, info.width
+
+
+def _seconds(manifest: str, n: int, cell) -> float | None:
+    """A manifest's start or end cell in seconds; None when empty."""
+    if cell is None or (isinstance(cell, str) and not cell.strip()):
+        return None
+    try:
+        return float(cell)
+    except (TypeError, ValueError):
+        raise ValueError(f"{manifest!r} row {n}: a start or end must be seconds, got {cell!r}") from None
+
+
+def _first_rows(paths: list[str]) -> np.ndarray:
+    """For every row, the index of the first row with the same path."""
+    first: dict[str, int] = {}
+    return np.fromiter((first.setdefault(p, i) for i, p in enumerate(paths)), np.int64, len(paths))
