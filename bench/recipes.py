@@ -509,7 +509,7 @@ def markdown(doc: dict) -> str:
                             for row in ev if (c := s[row["key"]])])
         lines.append("")
     if doc["targets"]:
-        lines += ["## Targets (issues #10 and #26) and other ratios", "",
+        lines += ["## Targets (issue #10) and other ratios", "",
                   "Ratio of medians; per-repetition: the same ratio within each repetition, min–max. Rows "
                   "without a target are there for comparison.", ""]
         rows = []
