@@ -344,9 +344,9 @@ def _shm_loader(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin
     ``shmloader.eval_loader`` instead."""
     import shmloader
 
-    options = {"clips_per_video": CLIPS_PER_VIDEO, "size": wl.size, **options}
+    options = {"clips_per_video": CLIPS_PER_VIDEO, "size": wl.size, "sampling": "random", **options}
     source = shmloader.VideoClips(list(clips.paths), list(clips.labels), clip_len=wl.clip_len,
-                                  frame_step=wl.frame_step, sampling="random", **options)
+                                  frame_step=wl.frame_step, **options)
     if evaluation:
         return shmloader.eval_loader(source, batch_size=batch_size, workers=workers)
     transform = shm_transform(wl.py_iters) if wl.py_iters else None

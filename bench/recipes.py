@@ -15,7 +15,12 @@ one pass buy over decoding each clip on its own, at the same number of worker pr
   ``limit.py``'s physical limit), and the peers of ``loaders.py`` on the same clips: tf.data
   ``map(numpy_function, AUTOTUNE)`` and, when torch imports, torch's DataLoader;
 * evaluation: 10 uniform clips x 3 crops of each video as one sample (``eval_loader``) against
-  the 30 views decoded one ``get_batch`` each, straight with decord.
+  the 30 views decoded one ``get_batch`` each, straight with decord;
+* TSN segments (issue #26): ``VideoClips(clip_len=N, sampling="segments")``, N frames spread
+  over the whole video decoded in one pass per sample, against the same N frames decoded with
+  decord alone in one ``get_batch`` and in N separate ``get_batch`` calls (N seeks, as a
+  hand-written Dataset that reads frame by frame does). A sample's cost is what counts here: the
+  segment rows' "clips" are samples of N frames.
 
 For every row: clips/s at the consumer (wall) and CPU ms per delivered clip, counting every
 process of the run (main + its descendants, psutil ``cpu_times``). Every row delivers the same
@@ -25,6 +30,7 @@ clips: ``clip_len`` frames every ``frame_step``, ``side x side``. Writes ``<out>
     python bench/recipes.py                            # the full run, ~10 minutes on 2 cores
     python bench/recipes.py --workers 4 --name recipes-cpu4
     python bench/recipes.py --quick                    # a smoke run of a few seconds per row
+    python bench/recipes.py --rows segments-8,segments-8-pyav,segments-8-alone,segments-8-seeks --name segments-cpu2
 
 Two kinds of video, both written here with frame codes (``shmloader.samples``) and one keyframe
 every ``--gop`` frames: ``codes``, the sample videos as ``make_videos`` writes them (flat cells:
@@ -57,6 +63,7 @@ CONTENTS = ("codes", "textured")
 K4_CPU_TARGET = 0.5  # CPU per clip, clips_per_sample=4 / separate: at most
 GROUP_TARGET = 1.8  # clips/s, group_clips=True / False, clips_per_video=4, same W: at least
 EVAL_TARGET = 8.0  # ms per video, 30 separate decodes / one pass: at least
+SEGMENTS_TARGET = 1.0  # CPU per sample, segments in one pass / N separate seeks: at most (issue #26)
 
 # Evaluation protocol (SlowFast / X3D test time): short side 128 here (for 112 crops), 10 uniform
 # clips, 3 crops along the long side.
@@ -73,6 +80,8 @@ def options(p) -> None:
     p.add_argument("--ks", type=harness.ints, default=[2, 4, 10], help="clips_per_sample values K")
     p.add_argument("--group", type=harness.ints, default=[4, 10],
                    help="clips_per_video values run with group_clips=True and False")
+    p.add_argument("--segments", type=harness.ints, default=[8],
+                   help="segment counts N of the TSN rows (sampling='segments', N frames per sample)")
     p.add_argument("--contents", type=harness.names(CONTENTS), default=list(CONTENTS),
                    help="kinds of video: codes (make_videos' flat frame codes), textured")
     p.add_argument("--duration", type=float, default=4.0, help="seconds measured per run, at least")
@@ -91,7 +100,7 @@ def options(p) -> None:
     p.add_argument("--rows", type=lambda t: [x for x in t.split(",") if x], default=None,
                    help="run only these rows (keys as in the json: separate-4,sample-4,group-4,...)")
     p.add_argument("--quick", action="store_true",
-                   help="smoke run: 1 repetition of 0.5 s, 4 short videos, K=4 and group 4 only")
+                   help="smoke run: 1 repetition of 0.5 s, 4 short videos, K=4, group 4 and 8 segments only")
 
 
 # ---------------------------------------------------------------------------- videos
@@ -176,7 +185,7 @@ def prepare(args, notes: list[str]) -> dict:
     from loaders import torch_missing
 
     if args.quick:
-        args.reps, args.duration, args.ks, args.group = 1, 0.5, [4], [4]
+        args.reps, args.duration, args.ks, args.group, args.segments = 1, 0.5, [4], [4], [8]
         args.video_count, args.video_frames = 4, 120
         args.gop = min(args.gop, 100)
     why_no_torch = None if args.no_peers else torch_missing()
@@ -192,6 +201,7 @@ def prepare(args, notes: list[str]) -> dict:
         named = eval_names(list(clips.paths), _EVAL_NAMES)
         ctx["eval"][content] = ClipSet(tuple(named), tuple(i % 2 for i in range(len(named))))
     ctx["wl"] = Workload("recipes", args.clip_len, (args.side, args.side), 0, "", args.frame_step)
+    ctx["wl_segments"] = {n: Workload(f"segments-{n}", n, (args.side, args.side), 0, "", 1) for n in args.segments}
     return ctx
 
 
@@ -235,6 +245,41 @@ def eval_steps(clips: ClipSet, wl: Workload, shard: int, shards: int):
     """One step of the evaluation reference: the views of this process's next video."""
     videos = iter(range(shard, 10**9, shards))
     return lambda: eval_views_apart(clips, wl, next(videos))
+
+
+# ------------------------------------------------------------- segments apart (issue #26)
+@functools.lru_cache(maxsize=None)
+def _times(path: str) -> np.ndarray:
+    """The frame times shmloader's workers sample segments by (its probe), kept per file as they keep it."""
+    from shmloader._probe import probe
+
+    return probe(path).times()
+
+
+def decode_segments(clips: ClipSet, wl: Workload, seeks: bool, epoch: int, sample: int) -> np.ndarray:
+    """The N frames the loader's ``sampling="segments"`` draws for (epoch, sample), with decord
+    alone: one ``get_batch`` over them, or with ``seeks`` one ``get_batch`` per frame (decord
+    seeks to the keyframe before each)."""
+    from workloads import SEED
+
+    from shmloader.sampling import clip_frames
+
+    path, _ = clips.video(sample)
+    reader = _reader(path, *wl.size)
+    rng = np.random.default_rng((SEED, epoch, sample))
+    frames = clip_frames(len(reader), _times(path), clip_len=wl.clip_len, frame_step=1, fps=None,
+                         sampling="segments", clips=[0], total_clips=1, short_video="repeat_last", rng=rng)[0]
+    if seeks:
+        return np.stack([reader.get_batch([int(f)]).asnumpy()[0] for f in frames])
+    return reader.get_batch(frames.tolist()).asnumpy()
+
+
+def segment_steps(clips: ClipSet, wl: Workload, seeks: bool, shard: int, shards: int):
+    """One step: the next sample of this process's shard of the sample stream, decoded apart."""
+    from workloads import sample_keys
+
+    keys = sample_keys(len(clips), shard, shards)
+    return lambda: decode_segments(clips, wl, seeks, *next(keys))
 
 
 # ------------------------------------------------------------------------- the plan
@@ -283,6 +328,17 @@ def plan(args, ctx: dict) -> list[list[tuple[str, Row]]]:
         if ctx["have_torch"]:
             rows.append(Row("torch", "torch DataLoader(num_workers=W), each clip on its own",
                             "torch", (), 4, 1, "reference"))
+    for n in args.segments:
+        seg = (("sampling", "segments"),)
+        rows.append(Row(f"segments-{n}", f"segments: {n} frames over the whole video (sampling='segments'), "
+                        "one pass per sample", "segments-loader", seg, 4, 1, "segments"))
+        if "pyav" in args.decoders:
+            rows.append(Row(f"segments-{n}-pyav", f"segments, decoder='pyav': {n} frames, one pass per sample",
+                            "segments-loader", seg + (("decoder", "pyav"),), 4, 1, "segments"))
+        rows.append(Row(f"segments-{n}-alone", f"segments, decord alone: the same {n} frames in one get_batch, "
+                        "W processes, no loader", "segments-alone", (("seeks", False),), 4, 1, "segments"))
+        rows.append(Row(f"segments-{n}-seeks", f"segments, decord alone: the same {n} frames, one get_batch "
+                        f"(a seek) per frame, W processes", "segments-alone", (("seeks", True),), 4, 1, "segments"))
     rows.append(Row("eval-one-pass", f"eval: {EVAL_CLIPS} uniform clips x 3 crops as one sample "
                     "(eval_loader), one pass per video", "eval-loader",
                     (("clips_per_video", 1), ("clips_per_sample", EVAL_CLIPS), ("crop_at", "three"),
@@ -306,13 +362,21 @@ def run_row(cell: tuple[str, Row], rep: int, args, ctx: dict) -> dict:
     res = Result(row.key, content, str(w), rep)
     res.extra.update(label=row.label, clips_per_sample=row.clips, clips_per_video=row.clips_per_video)
     try:
+        if row.key.startswith("segments-"):
+            wl = ctx["wl_segments"][int(row.key.split("-")[1])]
         if row.kind == "alone":
             limit.physical_limit(clips, wl, w, args.duration, res)
+        elif row.kind == "segments-alone":
+            seeks = dict(row.options)["seeks"]
+            limit.run_timed(segment_steps, lambda i: (clips, wl, seeks, i, w), w, args.duration, res, 1,
+                            wl.clip_len, wl.clip_bytes)
         elif row.kind == "eval-alone":
             limit.run_timed(eval_steps, lambda i: (evals, wl, i, w), w, args.duration, res, EVAL_VIEWS,
                             wl.clip_len, wl.clip_bytes)
         else:
             make = {"loader": lambda: loaders.shm(clips, wl, w, args.batch_size, whole_epochs=True, **dict(row.options)),
+                    "segments-loader": lambda: loaders.shm(clips, wl, w, args.batch_size, whole_epochs=True,
+                                                           **dict(row.options)),
                     "eval-loader": lambda: loaders.shm(evals, wl, w, args.eval_batch_size, evaluation=True,
                                                        **dict(row.options)),
                     "tf-map": lambda: loaders.tf_map(clips, wl, w, args.batch_size),
@@ -378,6 +442,16 @@ def targets(runs: list[dict], contents: list[str], args) -> list[dict]:
                                f"{kind}-{cpv}-pyav", f"{kind}-{cpv}", "clips_per_s", False, None, ">="))
                 checks.append((f"CPU per clip, decoder='pyav' / decord, {kind} clips_per_video={cpv}",
                                f"{kind}-{cpv}-pyav", f"{kind}-{cpv}", "cpu_ms_per_clip", False, None, "<="))
+        for n in args.segments:
+            checks.append((f"CPU per sample, {n} segments: one pass (loader) / {n} separate seeks (decord alone)",
+                           f"segments-{n}", f"segments-{n}-seeks", "cpu_ms_per_clip", False, SEGMENTS_TARGET, "<="))
+            checks.append((f"samples/s, {n} segments: one pass (loader) / {n} separate seeks (decord alone), "
+                           f"W={args.workers}", f"segments-{n}", f"segments-{n}-seeks", "clips_per_s", False,
+                           None, ">="))
+            checks.append((f"CPU per sample, {n} segments: one get_batch / {n} separate seeks (both decord alone)",
+                           f"segments-{n}-alone", f"segments-{n}-seeks", "cpu_ms_per_clip", False, None, "<="))
+            checks.append((f"CPU per sample, {n} segments: decoder='pyav' / decord (loader)",
+                           f"segments-{n}-pyav", f"segments-{n}", "cpu_ms_per_clip", False, None, "<="))
         for what, a, b, metric, invert, goal, sense in checks:
             a, b = (b, a) if invert else (a, b)
             r = report.ratio(runs, {"workload": content, "loader": a}, {"workload": content, "loader": b}, metric)
@@ -464,6 +538,11 @@ def standing_notes(args, have_torch: bool, why_no_torch: str | None) -> list[str
         f"{args.batch_size} samples holds {args.batch_size}K clips, and clips/s counts all of them.",
         "group_clips=True: the loader's default shuffle window (4 batches' worth of samples, rounded "
         "up to whole videos); the clips of a window's videos are shuffled among its batches.",
+        "Segments (sampling='segments'): the rows' clips/s and CPU per clip count samples of N frames "
+        "spread over the whole video (no frame_step); decord alone draws the same frames (the same rule "
+        "and seeds, shmloader.sampling.clip_frames over the probe's frame times) and decodes them in one "
+        "get_batch, or in N get_batch calls of one frame each on one reader (decord seeks to the keyframe "
+        "before every call).",
         "decord alone: W spawned processes decode their share of the sample stream for the same "
         "duration, no loader and no consumer (bench/limit.py's physical limit, for these clips).",
         "Evaluation, one pass: eval_loader(VideoClips(clips_per_sample=10, crop_at='three', scale="
@@ -496,7 +575,7 @@ def error_notes(runs: list[dict]) -> list[str]:
 
 # ---------------------------------------------------------------------------- plots
 _COLORS = {"separate": "tab:gray", "one sample of K clips": "tab:blue", "group_clips": "tab:green",
-           "PyAV": "tab:orange",
+           "PyAV": "tab:orange", "segments": "tab:cyan",
            "reference": "black", "evaluation": "tab:purple"}
 
 

@@ -91,7 +91,8 @@ class Loader:
             group_window = max(1, -(-_GROUP_WINDOW_BATCHES * batch_size // group))
         self._plan = EpochPlan(len(source), batch_size, shuffle=shuffle, seed=seed,
                                drop_remainder=drop_remainder, shard=tuple(shard), group=group,
-                               window=group_window or 1, span_epochs=bool(span_epochs))
+                               window=group_window or 1, span_epochs=bool(span_epochs),
+                               groups=getattr(source, "group_ids", lambda: None)())
         _check_has_batches(self._plan, epochs)
         self._start = (0, 0)  # (epoch, batch) where this loader's stream begins
         if state is not None:
@@ -236,7 +237,7 @@ class Loader:
         p = self._plan
         plan = EpochPlan(p.num_samples, p.batch_size, shuffle=p.shuffle, seed=p.seed,
                          drop_remainder=p.drop_remainder, shard=(index, count), group=p.group,
-                         window=p.window, span_epochs=p.span_epochs)
+                         window=p.window, span_epochs=p.span_epochs, groups=p.groups)
         _check_has_batches(plan, self._epochs)
         self._plan = plan
         self._engine.set_plan(plan)

@@ -9,7 +9,10 @@ Grouped sources (``group`` consecutive sample indices, e.g. the clips of one vid
 worker can decode in one pass) are shuffled in two stages, like tf.data's shuffle buffer or
 DALI's ``initial_fill``: the groups are shuffled, then cut into windows of ``window`` groups,
 and the samples of each window are shuffled among themselves. A window's samples fill
-consecutive batches, so the loader can decode each group once for all of them.
+consecutive batches, so the loader can decode each group once for all of them. Groups of
+different sizes (``groups``: a group id per sample, e.g. the time-span rows of one video) go
+the same way; a shard then takes every n-th group by id before the shuffle, so that it holds
+the same number of samples every epoch.
 
 With ``span_epochs`` the epochs' orders follow each other as one stream and batches are cut
 from it across epoch ends, as tf.data's ``repeat().batch()`` does: a dataset smaller than a
@@ -36,8 +39,17 @@ class EpochPlan:
 
     def __init__(self, num_samples: int, batch_size: int, *, shuffle: bool, seed: int,
                  drop_remainder: bool, shard: tuple[int, int] = (0, 1), group: int = 1,
-                 window: int = 1, span_epochs: bool = False) -> None:
-        if group < 1 or num_samples % group:
+                 window: int = 1, span_epochs: bool = False, groups: np.ndarray | None = None) -> None:
+        self.groups = None
+        if groups is not None:  # groups of several sizes: members of each, in id order
+            groups = np.asarray(groups, dtype=np.int64)
+            if groups.shape != (num_samples,) or (num_samples and groups.min() < 0):
+                raise ValueError(f"groups must give each of the {num_samples} samples a group id >= 0")
+            self.groups = groups
+            self._members = np.argsort(groups, kind="stable")
+            self._bounds = np.concatenate([[0], np.cumsum(np.bincount(groups))]).astype(np.int64)
+            group = max(group, 2)
+        elif group < 1 or num_samples % group:
             raise ValueError(f"{num_samples} samples do not split into groups of {group}")
         if span_epochs and group > 1:
             raise ValueError("span_epochs=True does not work with grouped clips (group_clips=True): "
@@ -55,8 +67,34 @@ class EpochPlan:
             raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
         self.shard = (index, count)
 
+    def group_of(self, samples):
+        """The group id of each of ``samples`` (an int or an array)."""
+        return self.groups[samples] if self.groups is not None else samples // self.group
+
+    def _sized_order(self, epoch: int) -> np.ndarray:
+        """``order`` for groups of several sizes."""
+        index, count = self.shard
+        bounds = self._bounds
+        groups = np.arange(len(bounds) - 1, dtype=np.int64)[index::count]
+        if self.shuffle:
+            groups = seeded((self.seed, epoch)).permutation(groups)
+        sizes = bounds[groups + 1] - bounds[groups]
+        ends = np.cumsum(sizes)
+        within = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - sizes, sizes)
+        samples = self._members[np.repeat(bounds[groups], sizes) + within]
+        if not self.shuffle:
+            return samples
+        cuts = [0, *ends[self.window - 1 :: self.window].tolist()]
+        if cuts[-1] != len(samples):
+            cuts.append(len(samples))
+        for w, (lo, hi) in enumerate(zip(cuts, cuts[1:])):
+            samples[lo:hi] = seeded((self.seed, epoch, w)).permutation(samples[lo:hi])
+        return samples
+
     def order(self, epoch: int) -> np.ndarray:
         index, count = self.shard
+        if self.groups is not None:
+            return self._sized_order(epoch)
         if self.group == 1:
             if not self.shuffle:
                 full = np.arange(self.num_samples, dtype=np.int64)
@@ -79,6 +117,9 @@ class EpochPlan:
 
     def samples_per_epoch(self) -> int:
         index, count = self.shard
+        if self.groups is not None:
+            b = self._bounds
+            return int((b[1:] - b[:-1])[index::count].sum())
         if self.group == 1:
             return len(range(index, self.num_samples, count))
         return len(range(index, self.num_samples // self.group, count)) * self.group
@@ -204,6 +245,8 @@ def _settings(plan: EpochPlan) -> dict:
             "seed": plan.seed, "drop_remainder": plan.drop_remainder, "shard": list(plan.shard)}
     if plan.group > 1:
         mine.update(group=plan.group, group_window=plan.window)
+    if plan.groups is not None:
+        mine.update(groups=len(plan._bounds) - 1)
     if plan.span_epochs:
         mine.update(span_epochs=True)
     return mine

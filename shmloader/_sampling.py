@@ -3,6 +3,29 @@
 Pure numpy and decided before decoding: the worker computes a sample's frames from the
 video's frame count (and timestamps, for clips in seconds) and the sample's generator, then
 decodes the sorted union of every clip's frames in one pass (see ``_video``).
+
+NOTE [ Time spans, segments and frame rates ]
+
+Every rule below that speaks of time uses the timestamps stored in the file as libavformat
+reads them, measured from the start of the video's first frame (so a span ``[0, 2)`` is the
+first two seconds a player shows, whatever the first timestamp is).
+
+- A span ``[start, end)`` (seconds) holds the frames on screen during it: those whose
+  presentation interval overlaps it. Sampling then runs on those frames alone, as on a video of
+  its own, whose first frame starts at ``max(its start, start)`` and whose last ends at
+  ``min(its end, end)``: clips, segments and frame-rate instants all lie inside the span. A span
+  that holds no frame of the video is an error under ``short_video="error"``; otherwise it
+  stands for the video's frame nearest to it (its last frame for a span after the end).
+- Segments (TSN): the (span of the) video, from its first frame's start to its last frame's
+  end, is cut into ``N = clip_len`` segments of equal duration; each clip takes the frame on
+  screen at one instant of each segment: a seeded uniform instant in training (``"segments"``),
+  and with ``C`` draws per video in evaluation (``"segments_uniform"``) draw ``c`` takes the
+  instant ``(c + 1/2) / C`` of the way through each segment: the centre for ``C = 1``. Two
+  segments may show one frame (a frame longer than a segment): ``frames`` says so. A video of
+  fewer than ``N`` frames is shorter than one clip (``short_video``).
+- Frame rate with a cap (``fps=F, max_frames=M``): instants ``F`` per second from the start,
+  (training: from a seeded phase within the first ``1/F`` s), as long as the video lasts; when
+  there are more than ``M``, ``M`` of them evenly spread from the first to the last.
 """
 
 from __future__ import annotations
@@ -11,10 +34,11 @@ import numpy as np
 
 from ._source import check_int
 
-__all__ = ["SAMPLINGS", "SHORT_POLICIES", "CROP_AT", "check_clip_options", "clip_frames", "scaled_size",
-           "crop_windows"]
+__all__ = ["SAMPLINGS", "SEGMENTS", "SHORT_POLICIES", "CROP_AT", "check_clip_options", "check_spans",
+           "clip_frames", "rate_frames", "span_frames", "scaled_size", "crop_windows"]
 
-SAMPLINGS = ("random", "uniform", "center")
+SAMPLINGS = ("random", "uniform", "center", "segments", "segments_uniform")
+SEGMENTS = ("segments", "segments_uniform")
 SHORT_POLICIES = ("error", "repeat_last", "wrap")
 CROP_AT = ("center", "random", "three")
 
@@ -25,14 +49,31 @@ _EPS_S = 1e-6
 
 
 def check_clip_options(*, clip_len, frame_step, clips_per_video, clips_per_sample, sampling, fps,
-                       short_video, size, scale, crop, crop_at):
-    """``VideoClips``' clip arguments checked together: (fps, size, scale, crop) normalised, or a
-    ValueError naming the argument."""
+                       short_video, size, scale, crop, crop_at, max_frames=None):
+    """``VideoClips``' clip arguments checked together: (clip_len, fps, size, scale, crop)
+    normalised, or a ValueError naming the argument. ``clip_len=None``: 16, or ``max_frames``."""
+    if max_frames is not None:
+        check_int("max_frames", max_frames, 1)
+        if clip_len is not None:
+            raise ValueError("max_frames and clip_len exclude each other: with max_frames a sample holds "
+                             "the frames at fps= frames per second, up to max_frames")
+        if fps is None:
+            raise ValueError("max_frames needs fps=: the frames are taken fps per second, up to max_frames")
+        if sampling in SEGMENTS:
+            raise ValueError(f"sampling={sampling!r} needs clip_len (the number of segments), not max_frames")
+        if clips_per_sample != 1:
+            raise ValueError("max_frames takes clips_per_sample=1: a sample already spans the whole video")
+        clip_len = max_frames
+    elif clip_len is None:
+        clip_len = 16
     for name, v in (("clip_len", clip_len), ("frame_step", frame_step),
                     ("clips_per_video", clips_per_video), ("clips_per_sample", clips_per_sample)):
         check_int(name, v, 1)
     if sampling not in SAMPLINGS:
         raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
+    if sampling in SEGMENTS and (fps is not None or frame_step != 1):
+        raise ValueError(f"sampling={sampling!r} takes one frame per segment of time: "
+                         "it excludes fps and frame_step")
     if short_video not in SHORT_POLICIES:
         raise ValueError(f"short_video must be one of {SHORT_POLICIES}, got {short_video!r}")
     if crop_at not in CROP_AT:
@@ -62,7 +103,34 @@ def check_clip_options(*, clip_len, frame_step, clips_per_video, clips_per_sampl
                              "square: it must fit a scaled video of any aspect ratio")
     if crop is not None and size is not None and (crop[0] > size[0] or crop[1] > size[1]):
         raise ValueError(f"crop={crop} does not fit in size={size}")
-    return fps, size, scale, crop
+    return int(clip_len), fps, size, scale, crop
+
+
+def check_spans(spans, count: int) -> np.ndarray | None:
+    """Per-video time spans ``[(start, end)]`` in seconds (None or NaN: open) as a float64
+    ``[count, 2]`` array (open ends 0 and inf), or a ValueError naming the bad one."""
+    if spans is None:
+        return None
+    out = np.empty((count, 2), np.float64)
+    try:
+        rows = list(spans)
+    except TypeError:
+        raise ValueError("spans must be a sequence of (start, end) pairs in seconds, one per path") from None
+    if len(rows) != count:
+        raise ValueError(f"spans has {len(rows)} entries, expected {count}: one per path")
+    for i, span in enumerate(rows):
+        try:
+            a, b = span
+            a = 0.0 if a is None else float(a)
+            b = np.inf if b is None else float(b)
+        except (TypeError, ValueError):
+            raise ValueError(f"spans[{i}] must be (start, end) in seconds, got {span!r}") from None
+        a = 0.0 if np.isnan(a) else a
+        b = np.inf if np.isnan(b) else b
+        if not (np.isfinite(a) and a >= 0 and b > a):
+            raise ValueError(f"spans[{i}] = {span!r}: need 0 <= start < end (seconds)")
+        out[i] = a, b
+    return out
 
 
 def _pair(name: str, value) -> tuple[int, int]:
@@ -96,18 +164,32 @@ def _scale_range(scale) -> tuple[int, int]:
 
 def clip_frames(num_frames: int, pts: np.ndarray | None, *, clip_len: int, frame_step: int,
                 fps: float | None, sampling: str, clips: list[int], total_clips: int,
-                short_video: str, rng: np.random.Generator) -> np.ndarray:
+                short_video: str, rng: np.random.Generator,
+                span: tuple[float, float] | None = None) -> np.ndarray:
     """Frame indices ``[len(clips), clip_len]`` of the clips ``clips`` (numbered ``0 ..
-    total_clips - 1`` along the video for ``sampling="uniform"``).
+    total_clips - 1`` along the video for ``sampling="uniform"`` and ``"segments_uniform"``).
 
     Index-based (``fps=None``): frames ``start + k * frame_step``. Time-based: the frame whose
     presentation interval ``pts[i] = (start_s, end_s)`` holds each instant ``t0 + k / fps``,
-    where ``t0`` is the start time of the clip's first frame. A video shorter than one clip
-    follows ``short_video``: ``"error"`` raises ValueError; ``"repeat_last"`` repeats the last
-    frame the clip reaches; ``"wrap"`` repeats the clip's frames from its beginning.
+    where ``t0`` is the start time of the clip's first frame. ``sampling="segments"`` /
+    ``"segments_uniform"``: one frame in each of ``clip_len`` segments of equal duration. A
+    video shorter than one clip follows ``short_video``: ``"error"`` raises ValueError;
+    ``"repeat_last"`` repeats the last frame the clip reaches; ``"wrap"`` repeats the clip's
+    frames from its beginning. ``span=(start, end)``: seconds from the first frame's start,
+    the clips lie inside it (NOTE [ Time spans, segments and frame rates ]).
     """
     if num_frames < 1:
         raise ValueError("video has no frames")
+    if span is not None:
+        first, sub = span_frames(num_frames, pts, span, short_video)
+        try:
+            return first + clip_frames(len(sub), sub, clip_len=clip_len, frame_step=frame_step, fps=fps,
+                                       sampling=sampling, clips=clips, total_clips=total_clips,
+                                       short_video=short_video, rng=rng)
+        except ValueError as e:
+            raise ValueError(f"in the span {_span_text(span)}: {e}") from None
+    if sampling in SEGMENTS:
+        return _segment_frames(num_frames, pts, clip_len, sampling, clips, total_clips, short_video, rng)
     if fps is None:
         span = (clip_len - 1) * frame_step + 1
         last = num_frames - span
@@ -130,6 +212,70 @@ def clip_frames(num_frames: int, pts: np.ndarray | None, *, clip_len: int, frame
     starts = _starts(last, sampling, clips, total_clips, rng)
     frames = np.searchsorted(begin, begin[starts][:, None] + instants[None, :] + _EPS_S, side="right") - 1
     return np.clip(frames, 0, num_frames - 1).astype(np.int64)
+
+
+def _segment_frames(n: int, pts: np.ndarray | None, segments: int, sampling: str, clips: list[int],
+                    total: int, short_video: str, rng: np.random.Generator) -> np.ndarray:
+    """TSN: the frame on screen at one instant of each of ``segments`` equal stretches of time."""
+    if n < segments:
+        return _short(n, np.arange(n), segments, f"{segments} segments of at least a frame each", len(clips),
+                      short_video)
+    pts = _check_pts(pts, n)
+    t0, length = pts[0, 0], (pts[-1, 1] - pts[0, 0]) / segments
+    if sampling == "segments":
+        where = rng.random((len(clips), segments))
+    else:
+        where = np.repeat(((np.asarray(clips, np.float64) + 0.5) / total)[:, None], segments, axis=1)
+    instants = t0 + (np.arange(segments) + where) * length
+    frames = np.searchsorted(pts[:, 0], instants + _EPS_S, side="right") - 1
+    return np.clip(frames, 0, n - 1).astype(np.int64)
+
+
+def rate_frames(num_frames: int, pts: np.ndarray | None, *, fps: float, max_frames: int, sampling: str,
+                short_video: str, rng: np.random.Generator, span: tuple[float, float] | None = None) -> np.ndarray:
+    """Frame indices (1-D, at most ``max_frames``): the frame on screen at every ``1/fps``
+    seconds of the video (or ``span``) from its start (``sampling="random"``: from a seeded
+    phase within the first ``1/fps`` s), evenly thinned to ``max_frames`` when there are more."""
+    if num_frames < 1:
+        raise ValueError("video has no frames")
+    if span is not None:
+        first, sub = span_frames(num_frames, pts, span, short_video)
+        return first + rate_frames(len(sub), sub, fps=fps, max_frames=max_frames, sampling=sampling,
+                                   short_video=short_video, rng=rng)
+    pts = _check_pts(pts, num_frames)
+    t0, t1, step = pts[0, 0], pts[-1, 1], 1.0 / fps
+    phase = float(rng.random()) * min(step, t1 - t0) if sampling == "random" else 0.0
+    count = max(1, int(np.ceil((t1 - t0 - phase) * fps - 1e-9)))  # instants before the end
+    k = np.arange(count, dtype=np.float64)
+    if count > max_frames:
+        k = np.round(np.linspace(0, count - 1, max_frames)) if max_frames > 1 else np.array([(count - 1) // 2])
+    frames = np.searchsorted(pts[:, 0], t0 + phase + k * step + _EPS_S, side="right") - 1
+    return np.clip(frames, 0, num_frames - 1).astype(np.int64)
+
+
+def span_frames(num_frames: int, pts: np.ndarray | None, span: tuple[float, float],
+                short_video: str) -> tuple[int, np.ndarray]:
+    """``(first, times)``: the frames on screen during ``span`` (seconds from the first frame's
+    start) are ``first .. first + len(times) - 1``, and ``times`` their (start, end) seconds, the
+    first start and the last end cut to the span. A span that holds none is a ValueError under
+    ``short_video="error"``, else it stands for the video's last frame (it lies after the end)."""
+    pts = _check_pts(pts, num_frames)
+    a, b = pts[0, 0] + span[0], pts[0, 0] + span[1]
+    inside = np.flatnonzero((pts[:, 1] > a + _EPS_S) & (pts[:, 0] < b - _EPS_S))
+    if len(inside) == 0:
+        if short_video == "error":
+            raise ValueError(f"the span {_span_text(span)} holds no frame of the video "
+                             f"({pts[-1, 1] - pts[0, 0]:.3f} s long); pass short_video='repeat_last' or 'wrap' "
+                             "to take its last frame")
+        return num_frames - 1, pts[-1:].copy()
+    first, last = int(inside[0]), int(inside[-1])
+    times = pts[first : last + 1].copy()
+    times[0, 0], times[-1, 1] = max(times[0, 0], a), min(times[-1, 1], b)
+    return first, times
+
+
+def _span_text(span: tuple[float, float]) -> str:
+    return f"{span[0]:g}-{span[1]:g} s"
 
 
 def _starts(last: int, sampling: str, clips: list[int], total: int, rng: np.random.Generator) -> np.ndarray:
@@ -167,8 +313,8 @@ def _check_pts(pts: np.ndarray | None, num_frames: int) -> np.ndarray:
         length = end - begin
         ok = bool((length > 0).all() and (begin[1:] >= begin[:-1] + length[:-1] / 2).all())
     if not ok:
-        raise ValueError("cannot read the video's frame timestamps, which fps= needs: the container "
-                         "reports none, or they overlap or run backwards")
+        raise ValueError("cannot read the video's frame timestamps, which sampling by time needs (fps=, "
+                         "segments, spans): the container reports none, or they overlap or run backwards")
     return pts
 
 

@@ -25,7 +25,10 @@ seeking into it); ``problem`` is empty when the file is fine, else ``unreadable:
 drops N frames``, ``timestamp gap at frame N``, ``variable frame rate``, ``decord seeks wrong
 at frame N (read by PyAV)``... (``; `` between several). Files in the folders given without a
 video extension are passed over and counted in the summary.
-``VideoClips.from_csv`` reads the manifest and spares its workers the probes.
+``VideoClips.from_csv`` reads the manifest and spares its workers the probes. When an input
+manifest has ``start`` / ``end`` columns (time spans, see ``VideoClips``), the manifest written
+keeps them after those columns, one row per input row; rows naming a file just probed reuse its
+probe (a video of many spans is probed once).
 
 Memory stays flat in the number of files: inputs are walked lazily, at most a few probes per
 worker are in flight, and rows go to the file as they come. A scan that stopped (or was
@@ -51,6 +54,11 @@ __all__ = ["scan", "COLUMNS"]
 
 COLUMNS = ("path", "label", "frames", "width", "height", "fps", "duration", "codec", "pix_fmt", "rotation",
            "decoder", "problem", "bytes", "mtime_ns", "offset")
+# Written after COLUMNS when an input manifest has either (time spans, in seconds).
+SPAN_COLUMNS = ("start", "end")
+
+# Probes kept for rows that name a file again (the spans of one video usually follow each other).
+_RECENT = 4096
 
 # A scan reads whole remote files in order (every keyframe): larger blocks, fewer requests.
 _SCAN_BLOCK = 4 << 20
@@ -62,9 +70,10 @@ _IN_FLIGHT = 4
 
 def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS,
                 passed_over: collections.Counter | None = None,
-                storage: Storage | None = None) -> Iterator[tuple[str, int, tuple[int, int] | None]]:
-    """(absolute path or URL, label or -1, a tar member's (offset, size) or None) of every video
-    the inputs name, in a fixed order; files in folders without a video extension are counted
+                storage: Storage | None = None) -> Iterator[tuple[str, int, tuple[int, int] | None, dict]]:
+    """(absolute path or URL, label or -1, a tar member's (offset, size) or None, span cells) of
+    every video the inputs name, in a fixed order; the span cells are a manifest row's ``start``
+    / ``end`` (``{}`` for other inputs). Files in folders without a video extension are counted
     by extension in ``passed_over``."""
     storage = storage or Storage()
     for item in inputs:
@@ -76,25 +85,26 @@ def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS,
             if item.endswith("/"):
                 yield from _remote_folder(item, storage, extensions, passed_over)
             else:
-                yield item, -1, None
+                yield item, -1, None, {}
             continue
         item = os.path.abspath(item)
         if os.path.isdir(item):
             for path, label in walk_folder(item, extensions, loose=True, passed_over=passed_over):
-                yield path, label, None
+                yield path, label, None, {}
         elif item.lower().endswith((".csv", ".json")):
             for path, _, row in iter_manifest(item, label_column=None):
                 label = row.get("label")
-                yield path, int(label) if label not in (None, "") else -1, None
+                span = {c: "" if row[c] is None else row[c] for c in SPAN_COLUMNS if c in row}
+                yield path, int(label) if label not in (None, "") else -1, None, span
         elif item.lower().endswith(".txt"):
             base = os.path.dirname(item)
             with open(item) as f:
                 for line in f:
                     line = line.strip()
                     if line and not line.startswith("#"):
-                        yield (line if URL.match(line) else os.path.join(base, line)), -1, None
+                        yield (line if URL.match(line) else os.path.join(base, line)), -1, None, {}
         else:
-            yield item, -1, None
+            yield item, -1, None, {}
 
 
 def _is_shards(item: str) -> bool:
@@ -117,7 +127,7 @@ def _shard_members(item: str, storage: Storage, extensions, passed_over) -> Iter
                 with storage.open(member_url(stem + ".cls", shard)) as f:
                     text = f.read().decode("utf-8", "replace").strip()
                 label = int(text) if text.lstrip("-").isdigit() else -1
-            yield member_url(name, shard), label, place
+            yield member_url(name, shard), label, place, {}
 
 
 def _remote_folder(prefix: str, storage: Storage, extensions, passed_over) -> Iterator:
@@ -139,10 +149,21 @@ def _remote_folder(prefix: str, storage: Storage, extensions, passed_over) -> It
     rel = [u[len(prefix):] if u.startswith(prefix) else u.split("/")[-1] for u in videos]
     classes = sorted({r.split("/", 1)[0] for r in rel if "/" in r})
     loose = [u for u, r in zip(videos, rel) if "/" not in r]
-    yield from ((u, -1, None) for u in loose)
+    yield from ((u, -1, None, {}) for u in loose)
     for u, r in zip(videos, rel):
         if "/" in r:
-            yield u, classes.index(r.split("/", 1)[0]), None
+            yield u, classes.index(r.split("/", 1)[0]), None, {}
+
+
+def _columns(inputs: list[str]) -> tuple[str, ...]:
+    """The manifest's columns: ``COLUMNS``, and ``SPAN_COLUMNS`` when an input manifest has a span column."""
+    for item in inputs:
+        item = os.fspath(item)
+        if os.path.isfile(item) and item.lower().endswith((".csv", ".json")):
+            row = next((r for _, _, r in iter_manifest(os.path.abspath(item), label_column=None)), {})
+            if any(c in row for c in SPAN_COLUMNS):
+                return COLUMNS + SPAN_COLUMNS
+    return COLUMNS
 
 
 def _blank(path: str, label: int, problem: str = "") -> dict:
@@ -172,18 +193,18 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
     return row
 
 
-def _resume(out: str, inputs: Iterator[tuple[str, int]]) -> int:
+def _resume(out: str, inputs: Iterator[tuple], columns: tuple[str, ...]) -> int:
     """Rows already in ``out``; checks they are the inputs' first rows, in order."""
     done = 0
     with open(out, newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None:
             return 0
-        if tuple(reader.fieldnames) != COLUMNS:
+        if tuple(reader.fieldnames) != columns:
             raise ValueError(f"{out!r} is not a scan manifest (its columns are {reader.fieldnames}); "
                              "pass --overwrite or another --out")
         for row in reader:
-            want = next(inputs, None)  # (path, label, place)
+            want = next(inputs, None)  # (path, label, place, span)
             if want is None or want[0] != row["path"]:
                 raise ValueError(f"{out!r} row {done + 2} is {row['path']!r}, but the inputs list "
                                  f"{want[0] if want else 'nothing'!r} there: not a scan of these inputs; "
@@ -204,10 +225,12 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     workers = workers or len(os.sched_getaffinity(0))
     passed_over: collections.Counter = collections.Counter()
     storage = Storage(storage_options, block_size=_SCAN_BLOCK)
+    inputs = list(inputs)
+    columns = _columns(inputs)
     todo = iter_inputs(inputs, passed_over=passed_over, storage=storage)
     resumed = 0
     if os.path.exists(out) and not overwrite:
-        resumed = _resume(out, todo)
+        resumed = _resume(out, todo, columns)
     mode = "a" if resumed else "w"
     summary = {"rows": resumed, "resumed": resumed, "decoders": collections.Counter(),
                "problems": collections.Counter(), "unreadable": 0, "passed_over": passed_over}
@@ -215,10 +238,23 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
 
     with open(out, mode, newline="") as f, tqdm(unit="file", desc="scan", disable=not progress,
                                                 initial=resumed) as bar:
-        writer = csv.DictWriter(f, COLUMNS)
+        writer = csv.DictWriter(f, columns)
         if not resumed:
             writer.writeheader()
         pending: collections.deque = collections.deque()
+        recent: collections.OrderedDict = collections.OrderedDict()  # path -> its probe's future
+        failed: dict[str, str] = {}  # path -> why its probe never answered
+
+        def submit(item):
+            if item[0] in failed:
+                return item, None
+            fut = recent.get(item[0])
+            if fut is None:
+                fut = recent[item[0]] = pool.submit(_row, item[0], item[1], check, storage, item[2])
+                if len(recent) > _RECENT:
+                    recent.popitem(last=False)
+            return item, fut
+
         pool = _pool(workers)
         try:
             while True:
@@ -226,20 +262,25 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                     item = next(todo, None)
                     if item is None:
                         break
-                    pending.append((item, pool.submit(_row, *item[:2], check, storage, item[2])))
+                    pending.append(submit(item))
                 if not pending:
                     break
-                (path, label, _), fut = pending.popleft()
-                try:
-                    row = fut.result(timeout=timeout)
-                except (cf.TimeoutError, cf.process.BrokenProcessPool) as e:
-                    why = f"probe took over {timeout:g} s" if isinstance(e, cf.TimeoutError) else "probe crashed"
-                    row = _blank(path, label, f"unreadable: {why}")
-                    # The pool cannot cancel one running probe: start a new pool, resubmit the rest.
-                    _kill(pool)
-                    pool = _pool(workers)
-                    pending = collections.deque((it, pool.submit(_row, *it[:2], check, storage, it[2]))
-                                                for it, _ in pending)
+                (path, label, _, span), fut = pending.popleft()
+                if fut is None:
+                    row = _blank(path, label, failed[path])
+                else:
+                    try:
+                        row = dict(fut.result(timeout=timeout), label=label)
+                    except (cf.TimeoutError, cf.process.BrokenProcessPool) as e:
+                        why = f"probe took over {timeout:g} s" if isinstance(e, cf.TimeoutError) else "probe crashed"
+                        row = _blank(path, label, f"unreadable: {why}")
+                        failed[path] = row["problem"]  # the same file in later rows: this answer, no new wait
+                        # The pool cannot cancel one running probe: start a new pool, resubmit the rest.
+                        _kill(pool)
+                        pool = _pool(workers)
+                        recent.clear()
+                        pending = collections.deque(submit(it) for it, _ in pending)
+                row.update(span)
                 writer.writerow(row)
                 f.flush()
                 _count(summary, row)

@@ -95,9 +95,9 @@ class _Tally:
 class _Groups:
     """The items of one epoch's groups that wait for the rest of their group to get a slot."""
 
-    def __init__(self, cursor: EpochCursor, group: int) -> None:
-        self.group = group
-        kept = cursor.order[: cursor.limit] // group
+    def __init__(self, cursor: EpochCursor, plan: EpochPlan) -> None:
+        self.group_of = plan.group_of
+        kept = plan.group_of(cursor.order[: cursor.limit])
         # last[g]: the position in the epoch's order of group g's last sample with a batch
         groups, first_from_end = np.unique(kept[::-1], return_index=True)
         self.last: dict[int, int] = dict(zip(groups.tolist(), (len(kept) - 1 - first_from_end).tolist()))
@@ -175,7 +175,7 @@ class Scheduler:
             if fresh.limit == 0:  # fewer samples than one batch, none kept
                 return None
             if self.plan.group > 1:
-                self._groups[epoch] = _Groups(fresh, self.plan.group)
+                self._groups[epoch] = _Groups(fresh, self.plan)
             cur = fresh
         return cur
 
@@ -214,7 +214,7 @@ class Scheduler:
     def _gather(self, cur: EpochCursor, items: list[tuple[Batch, int, int]]) -> None:
         groups = self._groups[cur.epoch]
         for item in items:
-            g = item[2] // groups.group
+            g = int(groups.group_of(item[2]))
             groups.waiting.setdefault(g, []).append(item)
         self._release_groups(cur)
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ._manifest import URL, VIDEO_EXTENSIONS, class_folders, iter_manifest, known_columns, row_info, walk_folder
 from ._probe import DECODERS, VideoInfo
-from ._sampling import check_clip_options, clip_frames, crop_windows, scaled_size
+from ._sampling import SEGMENTS, check_clip_options, check_spans, clip_frames, crop_windows, rate_frames, scaled_size
 from ._shared import SharedStrings
 from ._source import Spec, check_int
 from ._storage import Storage, expand, is_remote, local_path, member_url, split_member, tar_members
@@ -83,8 +83,9 @@ class VideoClips:
     """
 
     def __init__(self, paths: Sequence[str | os.PathLike], labels: Sequence[int] | None = None, *,
-                 clip_len: int = 16, frame_step: int = 1, clips_per_video: int = 1,
+                 clip_len: int | None = None, frame_step: int = 1, clips_per_video: int = 1,
                  clips_per_sample: int = 1, sampling: str = "random", fps: float | None = None,
+                 max_frames: int | None = None, spans: Sequence[tuple[float | None, float | None]] | None = None,
                  short_video: str = "error", size: tuple[int, int] | None = None,
                  scale: int | tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
                  crop_at: str = "center", group_clips: bool = False, allow_urls: bool = False,
@@ -93,10 +94,11 @@ class VideoClips:
         paths = [os.fspath(p) for p in paths]
         if not paths:
             raise ValueError("paths is empty")
-        fps, size, scale, crop = check_clip_options(
+        clip_len, fps, size, scale, crop = check_clip_options(
             clip_len=clip_len, frame_step=frame_step, clips_per_video=clips_per_video,
             clips_per_sample=clips_per_sample, sampling=sampling, fps=fps, short_video=short_video,
-            size=size, scale=scale, crop=crop, crop_at=crop_at)
+            size=size, scale=scale, crop=crop, crop_at=crop_at, max_frames=max_frames)
+        spans = check_spans(spans, len(paths))
         if labels is not None:
             labels = np.asarray(labels)
             if labels.shape != (len(paths),):
@@ -133,6 +135,11 @@ class VideoClips:
                              "(decoder='auto' or 'pyav')")
         self.paths = resolved
         self.labels = labels
+        self.spans = spans  # [n, 2] seconds from each video's first frame, or None
+        # Rows of one file (several spans of a video): the first row's index, so that a worker
+        # handed several of them decodes the file once (read_many).
+        self.files = None if spans is None else _first_rows(resolved)
+        self.max_frames = None if max_frames is None else int(max_frames)
         self.clip_len = int(clip_len)
         self.frame_step = int(frame_step)
         self.clips_per_video = int(clips_per_video)
@@ -177,9 +184,15 @@ class VideoClips:
 
     @classmethod
     def from_csv(cls, manifest: str | os.PathLike, *, path_column: str = "path",
-                 label_column: str | None = "label", **kwargs) -> "VideoClips":
+                 label_column: str | None = "label", start_column: str = "start", end_column: str = "end",
+                 **kwargs) -> "VideoClips":
         """Videos listed in a CSV (with a header) or JSON manifest; relative paths are taken
         against the manifest's folder. JSON: a list of ``{"path": ..., "label": ...}`` objects.
+
+        With a ``start`` and/or ``end`` column (seconds; an empty cell is open), each row is a
+        time span of its video:
+        its clips lie inside the span (``clips_per_video`` samples per row); several rows may
+        name one video.
 
         A manifest written by ``shmloader scan`` also gives every video's frame count, size,
         rotation and decoder: workers use them instead of probing the file again, as long as
@@ -189,6 +202,10 @@ class VideoClips:
         if not listed:
             raise ValueError(f"{manifest!r} lists no videos")
         labels = None if label_column is None else [label for _, label, _ in listed]
+        rows = [row for _, _, row in listed]
+        if "spans" not in kwargs and (start_column in rows[0] or end_column in rows[0]):
+            kwargs["spans"] = [(_seconds(manifest, n, row.get(start_column)), _seconds(manifest, n, row.get(end_column)))
+                               for n, row in enumerate(rows, start=2)]
         clips = cls([p for p, _, _ in listed], labels, **kwargs)
         clips._known = known_columns([row for _, _, row in listed])
         clips._members = _member_columns([(p, row) for p, _, row in listed])
@@ -243,9 +260,11 @@ class VideoClips:
 
     def options(self) -> dict:
         """The constructor's keyword arguments that made this source (paths aside)."""
-        return dict(labels=self.labels, clip_len=self.clip_len, frame_step=self.frame_step,
-                    clips_per_video=self.clips_per_video, clips_per_sample=self.clips_per_sample,
-                    sampling=self.sampling, fps=self.fps, short_video=self.short_video,
+        return dict(labels=self.labels, clip_len=None if self.max_frames else self.clip_len,
+                    frame_step=self.frame_step, clips_per_video=self.clips_per_video,
+                    clips_per_sample=self.clips_per_sample, sampling=self.sampling, fps=self.fps,
+                    max_frames=self.max_frames, spans=None if self.spans is None else self.spans.tolist(),
+                    short_video=self.short_video,
                     size=None if self.native else self.size, scale=self.scale, crop=self.crop,
                     crop_at=self.crop_at, group_clips=self.group_clips, allow_urls=True,
                     decode_threads=self.decode_threads, decoder=self.decoder,
@@ -263,11 +282,12 @@ class VideoClips:
 
     def for_eval(self) -> "VideoClips":
         """The same clips made deterministic for evaluation: ``sampling="uniform"`` instead of
-        random starts, the short side ``S_min`` of a ``scale`` range, ``crop_at="center"``
-        instead of random windows (``"three"`` stays)."""
+        random starts (``"segments_uniform"`` instead of ``"segments"``: each segment's centre),
+        the short side ``S_min`` of a ``scale`` range, ``crop_at="center"`` instead of random
+        windows (``"three"`` stays)."""
         changes = {}
-        if self.sampling == "random":
-            changes["sampling"] = "uniform"
+        if self.sampling in ("random", "segments"):
+            changes["sampling"] = {"random": "uniform", "segments": "segments_uniform"}[self.sampling]
         if self.scale is not None and self.scale[0] != self.scale[1]:
             changes["scale"] = self.scale[0]
         if self.crop_at == "random":
@@ -284,17 +304,33 @@ class VideoClips:
 
     @property
     def group_size(self) -> int:
-        """Consecutive sample indices the loader may hand to one worker to decode in one pass."""
-        return self.clips_per_video if self.group_clips else 1
+        """Consecutive sample indices the loader may hand to one worker to decode in one pass
+        (with rows sharing a video, see ``group_ids``: the mean samples per video, rounded up)."""
+        if not self.group_clips:
+            return 1
+        ids = self.group_ids()
+        return self.clips_per_video if ids is None else -(-len(ids) // (int(ids.max()) + 1))
+
+    def group_ids(self) -> np.ndarray | None:
+        """With ``group_clips`` and several rows (spans) of one video: the video of each sample
+        (0, 1, ... in order of first appearance), so that the loader groups every sample of a
+        video, of all its rows; else None (groups are ``group_size`` consecutive samples)."""
+        if not self.group_clips or self.files is None or np.array_equal(self.files, np.arange(len(self.files))):
+            return None
+        _, dense = np.unique(self.files, return_inverse=True)
+        return np.repeat(dense.astype(np.int64), self.clips_per_video)
 
     def spec(self) -> Spec:
         h, w = self.crop or self.size
         k, t, v = self.clips_per_sample, self.clip_len, self.views
         scalar = ((), np.dtype(np.int64))
         lead = () if k == 1 else (k,)
-        return {"video": ((t, h, w, 3) if v == 1 else (v, t, h, w, 3), np.dtype(np.uint8)),
+        spec = {"video": ((t, h, w, 3) if v == 1 else (v, t, h, w, 3), np.dtype(np.uint8)),
                 "label": scalar, "index": scalar, "start": (lead, np.dtype(np.int64)),
                 "frames": ((*lead, t), np.dtype(np.int64))}
+        if self.max_frames is not None:  # up to max_frames frames: which are real
+            spec["mask"] = ((t,), np.dtype(np.bool_))
+        return spec
 
     def describe(self, index: int) -> str:
         v, c = divmod(index, self.clips_per_video)
@@ -307,6 +343,8 @@ class VideoClips:
         memory does not grow with the number of videos."""
         if self._table is None:
             columns = {} if self.labels is None else {"labels": self.labels}
+            if self.spans is not None:
+                columns.update(spans=self.spans, files=self.files)
             columns.update({f"known_{k}": a for k, a in (self._known or {}).items()})
             columns.update({f"member_{k}": a for k, a in (self._members or {}).items()})
             self._table = SharedStrings(self._encoded, columns)
@@ -335,6 +373,7 @@ class VideoClips:
         state["paths"] = self._shared_table()  # indexable like the list, a few bytes to pickle
         state["_table"], state["_users"], state["_encoded"] = None, 0, None
         state["_has_labels"], state["labels"] = self.labels is not None, None
+        state["_has_spans"], state["spans"], state["files"] = self.spans is not None, None, None
         state["_known"] = None if self._known is None else list(self._known)
         state["_members"] = None if self._members is None else list(self._members)
         return state
@@ -344,6 +383,8 @@ class VideoClips:
 
         if self.__dict__.pop("_has_labels", False):
             self.labels = self.paths.column("labels")
+        if self.__dict__.pop("_has_spans", False):
+            self.spans, self.files = self.paths.column("spans"), self.paths.column("files")
         if self._known is not None:
             self._known = {k: self.paths.column(f"known_{k}") for k in self._known}
         if self._members is not None:
@@ -380,31 +421,33 @@ class VideoClips:
         ``epoch_key=(seed, epoch)`` seeds what the samples of one video share in an epoch with
         ``group_clips`` (the scale), so grouping never changes what a sample holds.
         """
-        by_video: dict[int, list[int]] = {}
+        by_file: dict[int, list[int]] = {}
         for i, index in enumerate(indices):
-            by_video.setdefault(index // self.clips_per_video, []).append(i)
-        remote = any(is_remote(self.paths[v]) for v in by_video)
-        if remote and len(by_video) > 1:  # their probes' requests together, not one after another
-            self._decoding.probe_ahead([self.paths[v] for v in by_video])
-        plans = [self._plan_video(v, [(indices[i] % self.clips_per_video, rngs[i], outs[i]) for i in items],
-                                  epoch_key) for v, items in by_video.items()]
+            v = index // self.clips_per_video
+            by_file.setdefault(v if self.files is None else int(self.files[v]), []).append(i)
+        remote = any(is_remote(self.paths[v]) for v in by_file)
+        if remote and len(by_file) > 1:  # their probes' requests together, not one after another
+            self._decoding.probe_ahead([self.paths[v] for v in by_file])
+        plans = [self._plan_video(v, [(indices[i] // self.clips_per_video, indices[i] % self.clips_per_video,
+                                       rngs[i], outs[i]) for i in items], epoch_key)
+                 for v, items in by_file.items()]
         if remote:  # every clip's bytes in one round of requests (NOTE [ Reading remote files ])
             self._decoding.prefetch([(info, union) for _, info, passes in plans for _, _, union, _ in passes])
         for v, info, passes in plans:
             for size, group, union, direct in passes:
                 decoded = self._decoding.decode(info, size, union, direct)
-                for out, frames, _, rng in group:
-                    _fill(self, out, v, frames, union, decoded, rng, done=decoded is direct)
+                for out, row, frames, _, rng in group:
+                    _fill(self, out, row, frames, union, decoded, rng, done=decoded is direct)
 
     def _plan_video(self, v: int, items: list, epoch_key) -> tuple[int, VideoInfo, list]:
-        """What the samples ``items`` of video ``v`` take: ``(v, info, passes)``, a pass per
-        decode size: ``(size, [(out, frames [K, T], size, rng)...], union of their frames,
-        the slot to decode into directly or None)``."""
+        """What the samples ``items`` = [(row, clip, rng, out)] of the rows of file ``v`` take:
+        ``(v, info, passes)``, a pass per decode size: ``(size, [(out, row, frames [K, T], size,
+        rng)...], union of their frames, the slot to decode into directly or None)``."""
         path, k = self.paths[v], self.clips_per_sample
         info = self._info(v, path)
         n = info.frames
         pts = None
-        if self.fps is not None:
+        if self.fps is not None or self.sampling in SEGMENTS or self.spans is not None:
             pts = info.times()
             if pts is None:  # a manifest row of a variable-rate video: read the timestamps
                 pts = self._decoding.info(path).times()
@@ -416,47 +459,63 @@ class VideoClips:
         shared_scale = None
         if self.scale is not None and self.group_clips and epoch_key is not None:
             shared_scale = _draw_scale(np.random.default_rng((*epoch_key, v, 1)), self.scale)
-        plans = []  # (out, frames [K, T], decode size, rng) per sample
-        for c, rng, out in items:
-            frames = clip_frames(n, pts, clip_len=self.clip_len, frame_step=self.frame_step, fps=self.fps,
-                                 sampling=self.sampling, clips=[c * k + j for j in range(k)],
-                                 total_clips=self.clips_per_video * k, short_video=self.short_video, rng=rng)
+        plans = []  # (out, row, frames [K, T], decode size, rng) per sample
+        for row, c, rng, out in items:
+            span = None if self.spans is None else tuple(self.spans[row])
+            if self.max_frames is not None:
+                frames = rate_frames(n, pts, fps=self.fps, max_frames=self.max_frames, sampling=self.sampling,
+                                     short_video=self.short_video, rng=rng, span=span)[None]
+            else:
+                frames = clip_frames(n, pts, clip_len=self.clip_len, frame_step=self.frame_step, fps=self.fps,
+                                     sampling=self.sampling, clips=[c * k + j for j in range(k)],
+                                     total_clips=self.clips_per_video * k, short_video=self.short_video, rng=rng,
+                                     span=span)
             size = fixed
             if self.scale is not None:
                 s = shared_scale if shared_scale is not None else _draw_scale(rng, self.scale)
                 size = scaled_size(*native, s)
-            plans.append((out, frames, size, rng))
+            plans.append((out, row, frames, size, rng))
         passes = []
-        for size in dict.fromkeys(p[2] for p in plans):  # one pass per decode size
-            group = [p for p in plans if p[2] == size]
-            union = np.unique(np.concatenate([p[1].ravel() for p in group]))
+        for size in dict.fromkeys(p[3] for p in plans):  # one pass per decode size
+            group = [p for p in plans if p[3] == size]
+            union = np.unique(np.concatenate([p[2].ravel() for p in group]))
             direct = None
-            if len(group) == 1 and k == 1 and self.crop is None and np.array_equal(union, group[0][1][0]):
-                direct = group[0][0]["video"]  # the clip is the union: decode straight into the slot
+            if len(group) == 1 and k == 1 and self.crop is None and np.array_equal(union, group[0][2][0]):
+                # the clip is the union: decode straight into the slot
+                direct = group[0][0]["video"][: len(union)]
             passes.append((size, group, union, direct))
         return v, info, passes
 
 
 def _fill(clips: VideoClips, out, v, frames, union, decoded, rng, done: bool) -> None:
-    """Sample ``out`` of video ``v``: its clips (and crop windows) copied out of ``decoded``
-    (the frames ``union``), unless ``done`` (decoded straight into the slot), and its fields."""
+    """Sample ``out`` of row ``v``: its clips (and crop windows) copied out of ``decoded``
+    (the frames ``union``), unless ``done`` (decoded straight into the slot), and its fields.
+    With ``max_frames``, the ``t = frames.shape[1]`` frames found fill the front of ``video``
+    and the rest is padding: zeros, ``frames`` -1, ``mask`` False."""
     k, t = frames.shape
+    m = clips.clip_len  # frames per clip in the batch: clip_len, or max_frames
+    video = _view(out["video"], (k, clips.views // k, m, *out["video"].shape[-3:]))
     if not done:
         where = np.searchsorted(union, frames)  # [K, T] rows of `decoded`
-        video = _view(out["video"], (k, clips.views // k, t, *out["video"].shape[-3:]))
         if clips.crop is None:
             for j in range(k):
-                np.copyto(video[j, 0], decoded[where[j]])
+                np.copyto(video[j, 0, :t], decoded[where[j]])
         else:
             ch, cw = clips.crop
             corners = crop_windows(decoded.shape[1], decoded.shape[2], clips.crop, clips.crop_at, k, rng)
             for j in range(k):
                 for c, (y, x) in enumerate(corners[j]):
-                    np.copyto(video[j, c], decoded[where[j], y : y + ch, x : x + cw])
+                    np.copyto(video[j, c, :t], decoded[where[j], y : y + ch, x : x + cw])
+    if t < m:  # the slot holds an earlier batch's pixels: clear the padding
+        video[:, :, t:] = 0
+    padded = np.full((k, m), -1, np.int64)
+    padded[:, :t] = frames
     out["label"][...] = -1 if clips.labels is None else clips.labels[v]
     out["index"][...] = v
     out["start"][...] = frames[:, 0].reshape(out["start"].shape)
-    out["frames"][...] = frames.reshape(out["frames"].shape)
+    out["frames"][...] = padded.reshape(out["frames"].shape)
+    if "mask" in out:
+        out["mask"][...] = np.arange(m) < t
 
 
 def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -514,3 +573,19 @@ def _native_size(path: str, storage: Storage) -> tuple[int, int]:
         raise ValueError(f"size=None: cannot read the native size of {storage.name(path)!r}: "
                          f"{storage.redact(str(e))}") from e
     return info.height, info.width
+
+
+def _seconds(manifest: str, n: int, cell) -> float | None:
+    """A manifest's start or end cell in seconds; None when empty."""
+    if cell is None or (isinstance(cell, str) and not cell.strip()):
+        return None
+    try:
+        return float(cell)
+    except (TypeError, ValueError):
+        raise ValueError(f"{manifest!r} row {n}: a start or end must be seconds, got {cell!r}") from None
+
+
+def _first_rows(paths: list[str]) -> np.ndarray:
+    """For every row, the index of the first row with the same path."""
+    first: dict[str, int] = {}
+    return np.fromiter((first.setdefault(p, i) for i, p in enumerate(paths)), np.int64, len(paths))

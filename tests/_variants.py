@@ -159,3 +159,34 @@ def codes(video: np.ndarray, rotation: int = 0) -> tuple[np.ndarray, np.ndarray]
     if rotation:
         video = np.rot90(video, -(rotation // 90), axes=(-3, -2))
     return read_codes(video)
+
+
+def variable_rate(path: str, video_id: int, durations_ms, size=(96, 128)) -> str:
+    """A frame-code H.264 video whose frame ``i`` lasts ``durations_ms[i]`` milliseconds (a
+    variable frame rate, as phone cameras record): timestamps in a 1/1000 s time base."""
+    h, w = size
+    with av.open(path, "w") as c:
+        s = c.add_stream("libx264", rate=FPS)
+        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+        s.time_base = s.codec_context.time_base = fractions.Fraction(1, 1000)
+        s.options = {"crf": "18", "preset": "veryfast", "g": str(GOP), "keyint_min": str(GOP), "sc_threshold": "0"}
+        t = 0
+        for i, d in enumerate(durations_ms):
+            f = av.VideoFrame.from_ndarray(frame_image(video_id, i, h, w), format="rgb24")
+            f.pts, f.time_base = t, fractions.Fraction(1, 1000)
+            t += int(d)
+            for p in s.encode(f):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+def frame_times(path: str) -> np.ndarray:
+    """``[n, 2]`` (start, end) seconds of every frame a sequential decode shows, from the first
+    frame's start (the last frame ends one frame duration after it starts)."""
+    with av.open(path) as c:
+        got = [(f.time, float(f.duration * f.time_base) if f.duration else None) for f in c.decode(video=0)]
+    begin = np.array([t for t, _ in got]) - got[0][0]
+    end = np.append(begin[1:], begin[-1] + (got[-1][1] or (begin[-1] - begin[-2])))
+    return np.stack([begin, end], axis=1)

@@ -117,3 +117,19 @@ def no_leaks():
     yield
     found = leaks(before_shm, before_kids)
     assert not found, "; ".join(found)
+
+
+@pytest.fixture(scope="session")
+def timed_videos(tmp_path_factory):
+    """Frame-code videos of other lengths and frame rates, for sampling by time: 60 frames at
+    25 fps, 37 at 50 fps, 13 at 10 fps, and 60 at a variable rate (40, 20, 80 and 33 ms
+    frames), as ``[(path, video id)]``."""
+    from shmloader._samples import write_video
+
+    from ._variants import variable_rate
+
+    d = tmp_path_factory.mktemp("timed")
+    return [(write_video(d / "fps25.mp4", 50, frames=60, fps=25, gop=12), 50),
+            (write_video(d / "fps50.mp4", 51, frames=37, fps=50, gop=12), 51),
+            (write_video(d / "fps10.mp4", 52, frames=13, fps=10, gop=12), 52),
+            (variable_rate(str(d / "vfr.mp4"), 53, [40] * 20 + [20] * 20 + [80] * 10 + [33] * 10), 53)]

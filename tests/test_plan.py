@@ -155,3 +155,34 @@ def test_iterating_again_runs_the_next_pass():
         first = next(it)["i"].tolist()
         assert [b["i"].tolist() for b in one_pass][0] != first  # an unfinished pass is continued
         del it
+
+
+def test_groups_of_several_sizes_stay_whole_in_windows_and_shards():
+    """Groups of several sizes (e.g. the span rows of one video): each epoch holds every sample
+    once, a window of groups holds whole groups, and the shards of an epoch are disjoint, whole
+    groups each, the same size every epoch."""
+    from shmloader._plan import EpochPlan
+
+    sizes = [3, 1, 4, 1, 5, 2, 6, 2]
+    groups = np.repeat(np.arange(len(sizes)), sizes)[np.random.default_rng(0).permutation(sum(sizes))]
+    plan = EpochPlan(len(groups), 4, shuffle=True, seed=1, drop_remainder=False, window=3, groups=groups)
+    orders = [plan.order(e) for e in range(3)]
+    for order in orders:
+        assert sorted(order.tolist()) == list(range(len(groups)))
+        g = groups[order]
+        seen = set()
+        ends = np.cumsum([sizes[x] for x in dict.fromkeys(g.tolist())])
+        # every window of 3 groups, in order, holds exactly those groups' samples
+        starts = [0, *ends[2::3].tolist()]
+        for lo, hi in zip(starts, [*starts[1:], len(g)]):
+            window = set(g[lo:hi].tolist())
+            assert len(window) <= 3 and not window & seen and all((g[lo:hi] == x).sum() == sizes[x] for x in window)
+            seen |= window
+    assert not np.array_equal(orders[0], orders[1])
+    for e in range(3):
+        shards = [EpochPlan(len(groups), 4, shuffle=True, seed=1, drop_remainder=False, window=3, groups=groups,
+                            shard=(i, 2)) for i in range(2)]
+        parts = [s.order(e) for s in shards]
+        assert sorted(np.concatenate(parts).tolist()) == list(range(len(groups)))
+        assert not set(groups[parts[0]].tolist()) & set(groups[parts[1]].tolist())
+        assert [len(p) for p in parts] == [s.samples_per_epoch() for s in shards]

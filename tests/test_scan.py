@@ -153,3 +153,37 @@ def test_scan_resumes_where_it_stopped(dataset, tmp_path):
     # A manifest of other inputs is not silently extended.
     r = scan([dataset / "a_class"], part, workers=1, expect_ok=False)
     assert "not a scan of these inputs" in r.stderr and open(part).read() == "".join(kept + lines[4:])
+
+
+def test_scan_keeps_the_spans_of_its_input_manifest(dataset, tmp_path):
+    """An input manifest with start/end columns (several rows of one video): one output row per
+    input row with its span and label, resumable, and from_csv reads the spans."""
+    plain = next(dataset.glob("*/plain.mp4"))
+    gap = next(dataset.glob("*/gap.mkv"))
+    src = tmp_path / "spans.csv"
+    with open(src, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "label", "start", "end"])
+        w.writerows([[plain, 0, 0.0, 1.0], [plain, 1, 1.2, ""], [gap, 2, 0.5, 2.0], [plain, 3, "", 0.4]])
+    out = tmp_path / "manifest.csv"
+    scan([src], out, workers=1)
+    rows = rows_of(out)
+    assert list(rows[0]) == [*COLUMNS, "start", "end"]
+    assert [(r["label"], r["start"], r["end"]) for r in rows] == [("0", "0.0", "1.0"), ("1", "1.2", ""),
+                                                                   ("2", "0.5", "2.0"), ("3", "", "0.4")]
+    assert [r["frames"] for r in rows] == ["60", "60", "60", "60"] and rows[2]["problem"].startswith("timestamp gap")
+    # A scan stopped after two rows resumes with the span columns.
+    with open(out) as f:
+        lines = f.readlines()
+    with open(tmp_path / "part.csv", "w") as f:
+        f.writelines(lines[:3])
+    scan([src], tmp_path / "part.csv", workers=1)
+    assert open(tmp_path / "part.csv").read() == "".join(lines)
+    clips = shmloader.VideoClips.from_csv(str(out), clip_len=5, sampling="center", size=(48, 64))
+    assert clips._known is not None and clips.spans.tolist() == [[0, 1], [1.2, np.inf], [0.5, 2], [0, 0.4]]
+    with shmloader.Loader(clips, batch_size=4, workers=1, timeout=60) as loader:
+        (b,) = list(loader)
+    # 25 fps: the centre 5 frames of frames 0-24, 30-59, 0-9; gap.mkv: frames 12-49 by its stored times
+    for i, want in ((0, [10, 11, 12, 13, 14]), (1, [42, 43, 44, 45, 46]), (3, [2, 3, 4, 5, 6])):
+        assert list(b["frames"][i]) == want
+        assert list(codes(b["video"][i])[1]) == want
