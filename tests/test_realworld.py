@@ -14,7 +14,7 @@ import shmloader
 from shmloader._decoders import Decoding
 from shmloader._probe import probe
 
-from ._variants import codes, damage, reference, textured, write_variants
+from ._variants import codes, cut_slice, damage, decode_order, reference, textured, write_variants
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -132,12 +132,21 @@ def test_probe_names_the_decoder_and_the_problem(variants):
 
 @pytest.mark.parametrize("at", [0.3, 0.6])
 @pytest.mark.parametrize("decoder", ["auto", "pyav"])
-def test_damaged_bytes_never_give_a_wrong_frame(variants, tmp_path, at, decoder):
+@pytest.mark.parametrize("kind", ["random_bytes", "cut_slice"])
+def test_damaged_bytes_never_give_a_wrong_frame(variants, tmp_path, at, decoder, kind):
     """Clips over the damage fail with a SampleError naming the file, or are skipped and
     counted; every clip delivered holds the frames it says, in every pixel close to the clean
-    file's frames (a frame smeared by the damage would keep its code cells' centres)."""
-    clean = variants["plain"][0]
-    bad = damage(clean, str(tmp_path / "damaged.mp4"), at=at)
+    file's frames. ``random_bytes``: 600 random bytes over the flat sample video's frame data;
+    ``cut_slice``: a textured video (concealment there changes pixels) whose frame at ``at`` of
+    its length lost half its slice."""
+    if kind == "random_bytes":
+        clean = variants["plain"][0]
+        bad = damage(clean, str(tmp_path / "damaged.mp4"), at=at)
+    else:
+        clean = textured(str(tmp_path / "textured.mp4"), 1, frames=60, gop=12)
+        bad = cut_slice(clean, str(tmp_path / "damaged.mp4"), round(at * 60))
+        concealed = np.abs(reference(bad).astype(np.int16) - reference(clean)).mean(axis=(1, 2, 3))
+        assert concealed[round(at * 60)] > 1.0  # a concealed frame would fail the comparison below
     ref = reference(clean)
     clips = shmloader.VideoClips([bad], clip_len=CLIP_LEN, clips_per_video=7, sampling="uniform", decoder=decoder)
     got, stats = samples(clips, on_error="skip")
@@ -147,11 +156,48 @@ def test_damaged_bytes_never_give_a_wrong_frame(variants, tmp_path, at, decoder)
         assert (ids == 1).all()
         np.testing.assert_array_equal(numbers, s["frames"])
         diff = np.abs(s["video"].astype(np.int16) - ref[s["frames"]])
-        assert diff.mean() < 1.0 and np.percentile(diff, 99) <= 4, (s["frames"], diff.mean())
+        # Per frame: a concealed frame among clean ones must not hide in a clip's mean.
+        assert diff.mean(axis=(1, 2, 3)).max() < 1.0 and np.percentile(diff, 99) <= 4, (s["frames"], diff.mean())
     with shmloader.Loader(clips, batch_size=7, workers=1, timeout=60) as loader:
         with pytest.raises(shmloader.SampleError) as info:
             list(loader)
     assert bad in str(info.value)
+
+
+def test_damage_decord_meets_is_handed_to_pyav(tmp_path):
+    """A textured H.264 MP4 whose probe sees nothing wrong (``auto`` gives it to decord), with
+    frame 42 in the middle GOP of three (keyframes 0, 30, 60) cut halfway: decord's FFmpeg logs
+    the error, decord's pass goes to PyAV (``decoder_fallbacks``), and PyAV refuses the frame
+    and every frame decoded from it up to the next keyframe (in decode order: the B-frames
+    before it too). Clips before it in its GOP, in the GOP before and from the next keyframe
+    on are delivered, their frames equal to the clean file's."""
+    clean = textured(str(tmp_path / "clean.mp4"), 7, frames=90, gop=30)
+    bad = cut_slice(clean, str(tmp_path / "damaged.mp4"), 42)
+    assert probe(bad).decoder == "decord" and probe(bad).problem == ""
+    ref = reference(clean)
+    concealed = np.abs(reference(bad).astype(np.int16) - ref).mean(axis=(1, 2, 3))
+    assert (concealed[42:60] > 1.0).all()  # decord's frames here would fail the comparison below
+    dpos = decode_order(clean)
+    spoiled = np.flatnonzero((dpos >= dpos[42]) & (dpos < dpos[60]))
+    starts = np.arange(15) * 6  # 15 uniform 6-frame clips of 90 frames
+    want = [int(s) for s in starts if not np.isin(np.arange(s, s + 6), spoiled).any()]
+    assert 30 in want and want[-5:] == [60, 66, 72, 78, 84]
+    clips = shmloader.VideoClips([bad], clip_len=6, clips_per_video=15, sampling="uniform")
+    with shmloader.Loader(clips, batch_size=3, workers=2, timeout=60, on_error="skip") as loader:
+        got = [{k: np.array(v[i]) for k, v in b.items()} for b in loader for i in range(len(b["index"]))]
+        stats, skipped = loader.stats(), loader.skipped
+    assert sorted(int(s["start"]) for s in got) == want
+    assert stats["skipped"] == 15 - len(want) and stats["decoder_fallbacks"] > 0 and stats["decord"] > 0, stats
+    for _, sample, reason in skipped:
+        assert "(the decoder marked frame 42 damaged)" in reason, reason
+    for s in got:
+        frames = s["frames"]
+        ids, numbers = codes(s["video"])
+        assert (ids == 7).all()
+        np.testing.assert_array_equal(numbers, frames)
+        # Native size: one YUV-to-RGB conversion from each side (0 apart here), per frame.
+        diff = np.abs(s["video"].astype(np.int16) - ref[frames])
+        assert diff.mean(axis=(1, 2, 3)).max() < 0.5 and diff.max() <= 2, (frames, diff.mean(axis=(1, 2, 3)))
 
 
 def test_frames_decoded_from_a_damaged_frame_are_not_delivered(tmp_path):
