@@ -161,12 +161,14 @@ def codes(video: np.ndarray, rotation: int = 0) -> tuple[np.ndarray, np.ndarray]
     return read_codes(video)
 
 
-def cut_slice(src: str, dst: str, frame: int) -> str:
+def cut_slice(src: str, dst: str, frame: int, filler: bool = True) -> str:
     """``src`` (an H.264 MP4, one slice per frame) with the slice of frame ``frame`` (in
     presentation order) cut off halfway, as a lost network packet leaves it: the rest of its
     packet becomes a filler NAL unit, so the container stays whole. Every FFmpeg build logs
     "error while decoding MB ..." for it and conceals the missing part from other frames, where
-    random bytes often still parse (CABAC seldom notices) and no decoder can tell."""
+    random bytes often still parse (CABAC seldom notices) and no decoder can tell.
+    ``filler=False`` leaves the rest as it was: the packet no longer splits into NAL units and
+    the decoder rejects it whole (an error, no frame)."""
     with av.open(src) as c:
         s = c.streams.video[0]
         rate = s.average_rate
@@ -178,7 +180,8 @@ def cut_slice(src: str, dst: str, frame: int) -> str:
     keep = nal // 2
     rest = nal - keep - 4  # the filler unit: its header byte (type 12), 0xFF bytes, stop bit
     data[pos : pos + 4] = keep.to_bytes(4, "big")
-    data[pos + 4 + keep : pos + size] = rest.to_bytes(4, "big") + b"\x0c" + b"\xff" * (rest - 2) + b"\x80"
+    if filler:
+        data[pos + 4 + keep : pos + size] = rest.to_bytes(4, "big") + b"\x0c" + b"\xff" * (rest - 2) + b"\x80"
     with open(dst, "wb") as f:
         f.write(data)
     return dst

@@ -130,6 +130,27 @@ def test_probe_names_the_decoder_and_the_problem(variants):
     assert probe(variants["mpegts"][0]).container == "mpegts"
 
 
+def test_probe_names_the_damaged_frame(tmp_path):
+    """"damaged at frame N" names the frame whose data was cut, in presentation order, whether
+    the decoder conceals it (a frame marked corrupt) or rejects its packet (an error, no frame,
+    while the frames before it are still held back for reordering): a keyframe, a P-frame and
+    the B-frame decoded after it. ``"headers"`` (what the loader reads) sees none of them."""
+    clean = textured(str(tmp_path / "clean.mp4"), 7, frames=90, gop=30)
+    dpos = decode_order(clean)
+    after_42 = int(np.flatnonzero(dpos == dpos[42] + 1)[0])  # a B-frame shown before 42
+    assert after_42 < 42
+    for frame in (30, 42, after_42):
+        for filler in (True, False):
+            bad = cut_slice(clean, str(tmp_path / f"cut{frame}{filler}.mp4"), frame, filler=filler)
+            want = f"damaged at frame {frame}"
+            assert probe(bad, check="frames").problem == want, (frame, filler)
+            # Decoding keyframes only, a concealed P- or B-frame goes unseen; a packet that does
+            # not split into NAL units is rejected before the decoder skips it.
+            seen = frame == 30 or not filler
+            assert probe(bad, check="keyframes").problem == (want if seen else ""), (frame, filler)
+            assert probe(bad).problem == "" and probe(bad).decoder == "decord"
+
+
 @pytest.mark.parametrize("at", [0.3, 0.6])
 @pytest.mark.parametrize("decoder", ["auto", "pyav"])
 @pytest.mark.parametrize("kind", ["random_bytes", "cut_slice"])
