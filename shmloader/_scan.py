@@ -64,7 +64,7 @@ def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS,
                 for line in f:
                     line = line.strip()
                     if line and not line.startswith("#"):
-                        yield os.path.join(base, line), -1
+                        yield os.path.normpath(os.path.join(base, line)), -1
         else:
             yield item, -1
 

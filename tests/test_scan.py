@@ -4,6 +4,7 @@ VideoClips.from_csv without probing again, resumed where a stopped scan left off
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -173,3 +174,98 @@ def test_scan_resumes_where_it_stopped(dataset, tmp_path):
     # A manifest of other inputs is not silently extended.
     r = scan([dataset / "a_class"], part, workers=1, expect_ok=False)
     assert "not a scan of these inputs" in r.stderr and open(part).read() == "".join(kept + lines[4:])
+
+
+def test_csv_json_and_txt_inputs_give_the_folders_rows(dataset, tmp_path):
+    """The same files named by a CSV and a JSON manifest and a list, with paths relative to
+    each: the folder scan's rows three times over, in input order (a list has no labels)."""
+    folder = tmp_path / "folder.csv"
+    scan([dataset], folder)
+    rows = rows_of(folder)
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    rel = [os.path.relpath(row["path"], lists) for row in rows]
+    with open(lists / "a.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["label", "path"])
+        w.writerows([row["label"], p] for row, p in zip(rows, rel))
+    with open(lists / "b.json", "w") as f:
+        json.dump([{"path": p, "label": int(row["label"])} for row, p in zip(rows, rel)], f)
+    with open(lists / "c.txt", "w") as f:
+        f.write("# one path a line\n\n" + "\n".join(rel) + "\n")
+    out = tmp_path / "lists.csv"
+    r = scan([lists / "a.csv", lists / "b.json", lists / "c.txt"], out)
+    unlabelled = [{**row, "label": "-1"} for row in rows]
+    assert rows_of(out) == rows + rows + unlabelled
+    assert f"{3 * len(rows)} files in" in r.stderr
+
+
+def test_overwrite_scans_again(dataset, tmp_path):
+    """Without ``--overwrite`` a manifest of other inputs is refused and one of the same inputs
+    resumed (an altered row kept); with it, every file is probed again."""
+    out = tmp_path / "m.csv"
+    scan([dataset / "b_class"], out)
+    first = rows_of(out)
+    altered = [dict(row) for row in first]
+    altered[0]["frames"] = "7"
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        w.writerows(altered)
+    scan([dataset / "b_class"], out)
+    assert rows_of(out) == altered  # resumed: nothing left to probe
+    scan([dataset / "b_class"], out, extra=["--overwrite"])
+    assert rows_of(out) == first
+    r = scan([dataset], out, expect_ok=False)  # its rows start with a_class's
+    assert "not a scan of these inputs" in r.stderr and rows_of(out) == first
+    scan([dataset], out, extra=["--overwrite"])
+    assert [row["path"] for row in rows_of(out)] == [row["path"] for row in rows_of(scan_of(dataset, tmp_path))]
+
+
+def scan_of(folder, tmp_path):
+    out = tmp_path / "fresh.csv"
+    scan([folder], out)
+    return out
+
+
+@pytest.mark.parametrize("check", ["headers", "keyframes", "frames"])
+def test_check_decides_what_damage_is_found(tmp_path, check):
+    """``--check headers`` reads packets only: no damage found; ``keyframes`` (the default)
+    finds a damaged keyframe; ``frames`` also a damaged frame between keyframes. A file found
+    damaged goes to PyAV."""
+    from shmloader.samples import write_video
+
+    plain = write_video(tmp_path / "plain.mp4", 1, frames=60, size=(96, 128), gop=12)
+    key = cut_slice(plain, str(tmp_path / "key36.mp4"), 36)
+    inter = cut_slice(plain, str(tmp_path / "inter38.mp4"), 38)
+    out = tmp_path / "m.csv"
+    scan([plain, key, inter], out, extra=["--check", check])
+    found = {"headers": ("", ""), "keyframes": ("damaged at frame 36", ""),
+             "frames": ("damaged at frame 36", "damaged at frame 38")}[check]
+    want = [("", "decord")] + [(p, "pyav" if p else "decord") for p in found]
+    assert [(row["problem"], row["decoder"]) for row in rows_of(out)] == want
+    assert [row["path"] for row in rows_of(out)] == [str(plain), key, inter]
+
+
+def test_a_probe_that_hangs_gets_its_row_and_the_rest_go_on(dataset, tmp_path):
+    """A raw H.264 stream of 1 TiB of zeros (a sparse file: no disk used) among files: its
+    probe reads on for minutes looking for a start code; after ``--timeout`` seconds its row
+    says so, and the files after it get their own rows, in input order. (Its probe's memory
+    grows with what it read, ~0.8 GB in those 5 s.)"""
+    names = ["plain.mp4", "rotated.mp4", "gap.mkv"]
+    files = {os.path.basename(p): str(p) for p in dataset.glob("*/*")}
+    stuck = tmp_path / "stuck.h264"
+    with open(stuck, "wb") as f:
+        f.truncate(1 << 40)
+    listed = [files[names[0]], str(stuck), files[names[1]], files[names[2]]]
+    (tmp_path / "list.txt").write_text("\n".join(listed) + "\n")
+    out = tmp_path / "m.csv"
+    r = scan([tmp_path / "list.txt"], out, extra=["--timeout", "5"])
+    rows = rows_of(out)
+    assert [row["path"] for row in rows] == listed
+    assert rows[1]["problem"] == "unreadable: probe took over 5 s" and rows[1]["frames"] == ""
+    for row in rows[:1] + rows[2:]:
+        name = os.path.basename(row["path"])
+        assert (row["decoder"], row["problem"]) == WANT[name], row
+        assert int(row["frames"]) == 60
+    assert "4 files in" in r.stderr and "unreadable: 1" in r.stderr
