@@ -380,6 +380,7 @@ class Decoding:
         self.fallbacks = 0  # decodes sent to PyAV after decord refused
         self.decodes: Counter = Counter()  # decode calls by the decoder that gave the frames
         self.reprobes = 0  # index-read timelines found wrong while decoding
+        self.probes = 0  # files probed (a valid manifest row, or a kept probe, spares one)
 
     def decoder(self, name: str) -> Decord | PyAV:
         d = self._decoders.get(name)
@@ -399,6 +400,7 @@ class Decoding:
             self._probes.move_to_end(path)
             return hit[1]
         info = probe(path)
+        self.probes += 1
         if hit is not None:
             self._forget(path)
         n = info.frames if info.pts is not None else 0

@@ -24,9 +24,9 @@ MAX_TASK_ITEMS = 1 << 16
 
 # worker -> loader: status, items in the task it answers, failure records that follow, busy seconds,
 # then what the source counted while reading them (``COUNTS``, e.g. decodes by decord and by PyAV)
-DONE = struct.Struct("<B3xIId4I")
+DONE = struct.Struct("<B3xIId5I")
 # The source counters a reply carries, in DONE's order (by name from a source's ``counters()``).
-COUNTS = ("decord", "pyav", "decoder_fallbacks", "reprobes")
+COUNTS = ("decord", "pyav", "decoder_fallbacks", "reprobes", "probes")
 NO_COUNTS = (0,) * len(COUNTS)
 ST_DONE = 0
 ST_READY = 2

@@ -151,8 +151,9 @@ class VideoClips:
         against the manifest's folder. JSON: a list of ``{"path": ..., "label": ...}`` objects.
 
         A manifest written by ``shmloader scan`` also gives every video's frame count, size,
-        rotation and decoder: workers use them instead of probing the file again, as long as
-        its size and modification time are those the row was made from (else it is probed)."""
+        frame rate and decoder: workers use them instead of probing the file again, as long as
+        its size and modification time are those the row was made from (else it is probed). A
+        file PyAV reads is still probed, for the timestamps it seeks by (``stats()["probes"]``)."""
         manifest = os.path.abspath(os.fspath(manifest))
         listed = list(iter_manifest(manifest, path_column, label_column))
         if not listed:
@@ -266,14 +267,14 @@ class VideoClips:
         self._decoding = Decoding(self.decode_threads, self.decoder)
 
     def counters(self) -> dict[str, int]:
-        """In a worker: decodes by decord and by PyAV, decodes decord handed to PyAV, and probes
-        read again (an index-read timeline found wrong) so far; the loader's ``stats()`` sums
-        them over its workers (``_protocol.COUNTS``)."""
+        """In a worker: decodes by decord and by PyAV, decodes decord handed to PyAV, probes
+        read again (an index-read timeline found wrong) and files probed so far; the loader's
+        ``stats()`` sums them over its workers (``_protocol.COUNTS``)."""
         d = self._decoding
         if d is None:
             return {}
         return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
-                "reprobes": d.reprobes}
+                "reprobes": d.reprobes, "probes": d.probes}
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""

@@ -104,15 +104,20 @@ def unreadable(path):
 def test_from_csv_loads_the_manifest(dataset, tmp_path):
     out = str(tmp_path / "manifest.csv")
     scan([dataset], out)
-    good = [r for r in rows_of(out) if not r["problem"].startswith(("unreadable", "damaged"))]
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS)
-        w.writeheader()
-        w.writerows(good)
+    # The damaged file stays: its 3 clips (starts 0, 27, 54) keep clear of keyframe 36's GOP.
+    good = [r for r in rows_of(out) if not r["problem"].startswith("unreadable")]
+    write_rows(out, *good)
     clips = shmloader.VideoClips.from_csv(out, clip_len=6, clips_per_video=3, sampling="uniform", size=(48, 64))
-    with shmloader.Loader(clips, batch_size=3, workers=2, timeout=60) as loader:
+    with shmloader.Loader(clips, batch_size=3, workers=1, timeout=60) as loader:
         got = [{k: np.array(v[i]) for k, v in b.items()} for b in loader for i in range(len(b["index"]))]
+        stats = loader.stats()
     assert len(got) == 3 * len(good)
+    damaged = next(i for i, r in enumerate(good) if r["problem"] == "damaged at frame 36")
+    assert sorted(int(s["start"]) for s in got if int(s["index"]) == damaged) == [0, 27, 54]
+    # The rows' decoders read them; only the files PyAV reads are probed (for their timestamps).
+    by = {d: sum(r["decoder"] == d for r in good) for d in ("decord", "pyav")}
+    assert by == {"decord": 2, "pyav": 5} and stats["probes"] == by["pyav"], stats
+    assert stats["decord"] == by["decord"] and stats["pyav"] == by["pyav"], stats
     for s in got:
         row = good[int(s["index"])]
         shown = reference(row["path"], (48, 64))
@@ -123,32 +128,109 @@ def test_from_csv_loads_the_manifest(dataset, tmp_path):
         np.testing.assert_array_equal(got_numbers, numbers[s["frames"]])
 
 
-def test_from_csv_trusts_a_row_until_its_file_changes(dataset, tmp_path):
-    """The workers take frame counts from the manifest instead of probing: a row that says 20
-    frames bounds the clips to them; once the file's mtime moves, it is probed again (60)."""
-    src = dataset / ("b_class" if (dataset / "b_class" / "plain.mp4").exists() else "a_class") / "plain.mp4"
+def plain_manifest(dataset, tmp_path):
+    """A copy of plain.mp4 (60 frames, 96x128, 25 fps) and its one-row manifest."""
+    src = next(dataset.glob("*/plain.mp4"))
     path = tmp_path / "plain.mp4"
     shutil.copy(src, path)
     out = str(tmp_path / "m.csv")
     scan([path], out, workers=1)
     (row,) = rows_of(out)
-    assert row["frames"] == "60"
-    row["frames"] = "20"
+    assert (row["frames"], row["height"], row["width"], row["fps"], row["rotation"], row["decoder"]) == \
+        ("60", "96", "128", "25", "0", "decord")
+    return path, out, row
+
+
+def write_rows(out, *rows):
     with open(out, "w", newline="") as f:
         w = csv.DictWriter(f, COLUMNS)
         w.writeheader()
-        w.writerow(row)
+        w.writerows(rows)
 
-    def last_starts():
-        clips = shmloader.VideoClips.from_csv(out, label_column=None, clip_len=4, clips_per_video=2,
-                                              sampling="uniform", size=(48, 64))
-        with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
-            return max(int(s) for b in loader for s in b["start"])
 
-    assert last_starts() == 20 - 4
+def load(out, workers=1, **kw):
+    """(samples, stats) of a loader over the manifest ``out``: clips of 4 frames, uniform."""
+    kw = {"clip_len": 4, "clips_per_video": 2, "sampling": "uniform", "size": (48, 64), **kw}
+    clips = shmloader.VideoClips.from_csv(out, label_column=None, **kw)
+    with shmloader.Loader(clips, batch_size=2, workers=workers, timeout=60) as loader:
+        got = [{k: np.array(v[i]) for k, v in b.items()} for b in loader for i in range(len(b["index"]))]
+        return got, loader.stats()
+
+
+def test_from_csv_trusts_a_row_until_its_file_changes(dataset, tmp_path):
+    """The workers take a row's numbers instead of probing (``stats()["probes"]`` 0): a row that
+    says 20 frames bounds the clips to them; once the file's mtime moves, or its size at the
+    same mtime, it is probed again, once per worker."""
+    path, out, row = plain_manifest(dataset, tmp_path)
+    got, stats = load(out)
+    assert max(int(s["start"]) for s in got) == 60 - 4 and stats.get("probes", 0) == 0 and stats["decord"] >= 1
+    write_rows(out, {**row, "frames": "20"})
+    got, stats = load(out, workers=2)
+    assert max(int(s["start"]) for s in got) == 20 - 4 and stats.get("probes", 0) == 0
     st = os.stat(path)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    assert last_starts() == 60 - 4
+    got, stats = load(out)
+    assert max(int(s["start"]) for s in got) == 60 - 4 and stats["probes"] == 1
+    # Another file of another length (and byte size) in its place, the row's mtime put back.
+    from shmloader.samples import write_video
+
+    write_video(path, 1, frames=40, size=(96, 128), gop=12)
+    assert os.path.getsize(path) != int(row["bytes"])
+    os.utime(path, ns=(st.st_atime_ns, int(row["mtime_ns"])))
+    got, stats = load(out)
+    assert max(int(s["start"]) for s in got) == 40 - 4 and stats["probes"] == 1
+
+
+def test_from_csv_uses_the_decoder_size_and_fps_columns(dataset, tmp_path):
+    """Each probe column of a row steers the workers (the file itself is plain.mp4): the
+    decoder column picks the decoder, a size other than the file's is refused at native size,
+    fps times the frames of ``fps=`` clips. (The rotation column does not: decord turns frames
+    itself, and PyAV reads a file's own probe for the timestamps it seeks by.)"""
+    path, out, row = plain_manifest(dataset, tmp_path)
+    _, numbers = codes(reference(str(path)))
+
+    write_rows(out, {**row, "decoder": "pyav"})
+    got, stats = load(out)
+    assert stats["pyav"] >= 1 and not stats.get("decord"), stats
+    assert stats["probes"] == 1  # PyAV seeks by timestamps, which a row does not hold
+
+    write_rows(out, {**row, "width": "256"})
+    clips = shmloader.VideoClips.from_csv(out, label_column=None, clip_len=4)  # native size, from the file
+    with shmloader.Loader(clips, batch_size=1, workers=1, timeout=60) as loader:
+        with pytest.raises(shmloader.SampleError, match="video is 96x256 but the loader's clips are 96x128"):
+            list(loader)
+
+    for fps, step in (("25", 5), ("50", 10)):  # 5 fps clips: every 5th frame, or every 10th by the row
+        write_rows(out, {**row, "fps": fps})
+        got, stats = load(out, fps=5, clip_len=4)
+        assert stats.get("probes", 0) == 0
+        for s in got:
+            assert (np.diff(s["frames"]) == step).all(), (fps, s["frames"])
+            np.testing.assert_array_equal(codes(s["video"])[1], numbers[s["frames"]])
+
+
+def test_from_csv_fps_on_timed_and_gap_rows(dataset, tmp_path):
+    """``fps=`` over a manifest: a constant-rate row is timed from its fps column, a row with a
+    timestamp gap from the file's own timestamps (probed once by the worker); each delivered
+    frame is the one a sequential decode shows at its instant, and a clip spans the gap."""
+    import av
+
+    out = str(tmp_path / "m.csv")
+    scan([next(dataset.glob("*/plain.mp4")), next(dataset.glob("*/gap.mkv"))], out, workers=1)
+    rows = rows_of(out)
+    assert [r["problem"] for r in rows] == ["", "timestamp gap at frame 30 (0.44 s)"]
+    got, stats = load(out, fps=5, clip_len=6, clips_per_video=4)
+    assert stats["probes"] == 1  # the gap row alone
+    crossed = False
+    for s in got:
+        path = rows[int(s["index"])]["path"]
+        with av.open(path) as c:
+            starts = np.array([f.time for f in c.decode(video=0)])
+        instants = starts[s["frames"][0]] + np.arange(6) / 5 + 1e-6
+        np.testing.assert_array_equal(s["frames"], np.searchsorted(starts, instants, side="right") - 1)
+        np.testing.assert_array_equal(codes(s["video"])[1], s["frames"])
+        crossed |= path.endswith("gap.mkv") and bool((s["frames"] < 30).any() and (s["frames"] >= 30).any())
+    assert crossed
 
 
 def test_scan_resumes_where_it_stopped(dataset, tmp_path):
