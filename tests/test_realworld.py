@@ -328,3 +328,140 @@ def test_pyav_equals_decord_where_decord_decodes(variants):
 def test_decoder_argument_checked(variants):
     with pytest.raises(ValueError, match="decoder"):
         shmloader.VideoClips([variants["plain"][0]], decoder="ffmpeg")
+
+
+def test_m2ts_and_mts_files_are_read(tmp_path):
+    """Blu-ray / AVCHD transport streams (192-byte packets: a 4-byte arrival time before each
+    188-byte TS packet), as ``.m2ts`` and ``.MTS``: found by ``from_folder``, probed as MPEG-TS,
+    read by PyAV, every clip's frames exact."""
+    import shutil
+
+    from shmloader.samples import write_video
+
+    folder = tmp_path / "avchd" / "cls"
+    folder.mkdir(parents=True)
+    m2ts = write_video(folder / "a.m2ts", 3, frames=60, size=(96, 128), gop=12)
+    mts = str(folder / "b.MTS")
+    shutil.copy(m2ts, mts)
+    data = open(m2ts, "rb").read()
+    assert len(data) % 192 == 0 and data[4] == 0x47 and data[196] == 0x47  # 192-byte packets
+    for path in (m2ts, mts):
+        info = probe(path)
+        assert (info.container, info.decoder, info.problem, info.frames) == ("mpegts", "pyav", "", 60)
+    clips = shmloader.VideoClips.from_folder(tmp_path / "avchd", clip_len=6, clips_per_video=5, sampling="uniform",
+                                             size=(48, 64))
+    assert clips.paths == [m2ts, mts]
+    got, stats = samples(clips)
+    assert len(got) == 10 and stats.get("pyav") and not stats.get("decord")
+    for s in got:
+        ids, numbers = codes(s["video"])
+        assert (ids == 3).all()
+        np.testing.assert_array_equal(numbers, s["frames"])
+
+
+def _remux_times(src: str, dst: str, times) -> str:
+    """``src``'s packets (no B-frames: stored in the order shown) in ``dst`` (Matroska) with
+    frame ``i`` shown at ``times[i]`` seconds."""
+    import av
+
+    with av.open(src) as i, av.open(dst, "w", format="matroska") as o:
+        s = i.streams.video[0]
+        out = o.add_stream_from_template(s)
+        packets = [p for p in i.demux(s) if p.dts is not None]
+        assert [p.pts for p in packets] == sorted(p.pts for p in packets)
+        for k, p in enumerate(packets):
+            p.pts = p.dts = round(times[k] / s.time_base)
+            p.stream = out
+            o.mux(p)
+    return dst
+
+
+def test_variable_frame_rate_is_named_and_fps_follows_it(tmp_path):
+    """A screen recording's frame times (40, 50 and 60 ms by turns): the probe names it
+    "variable frame rate", and ``fps=`` clips take the frame on screen at each instant by
+    those times, with either decoder."""
+    import av
+
+    from shmloader.samples import write_video
+
+    src = write_video(tmp_path / "src.mp4", 4, frames=60, size=(96, 128), codec="mpeg4", gop=12)
+    times = np.cumsum([0.0] + [(0.04, 0.05, 0.06)[i % 3] for i in range(59)])
+    path = _remux_times(src, str(tmp_path / "vfr.mkv"), list(times))
+    with av.open(path) as c:
+        shown = np.array([f.time for f in c.decode(video=0)])
+    np.testing.assert_allclose(shown, times, atol=1e-3)
+    info = probe(path)
+    assert info.problem == "variable frame rate" and info.frames == 60
+    for decoder in ("auto", "pyav"):
+        clips = shmloader.VideoClips([path], clip_len=6, fps=10, clips_per_video=3, sampling="uniform",
+                                     size=(48, 64), decoder=decoder)
+        got, _ = samples(clips)
+        assert len(got) == 3
+        for s in got:
+            instants = shown[s["frames"][0]] + np.arange(6) / 10 + 1e-6
+            np.testing.assert_array_equal(s["frames"], np.searchsorted(shown, instants, side="right") - 1)
+            np.testing.assert_array_equal(codes(s["video"])[1], s["frames"])
+        steps = np.concatenate([np.diff(s["frames"]) for s in got])
+        assert len(set(steps.tolist())) > 1  # not one constant stride: the times decide
+
+
+def test_no_usable_timestamps_is_named_and_fps_refused(tmp_path):
+    """A raw H.264 stream stores no timestamps: the probe says "no usable timestamps", PyAV
+    reads it by counting frames (clips exact), and ``fps=`` clips are refused with the reason."""
+    from shmloader.samples import write_video
+
+    path = write_video(tmp_path / "raw.h264", 5, frames=60, size=(96, 128), gop=12)
+    info = probe(path)
+    assert (info.problem, info.decoder, info.frames, info.pts) == ("no usable timestamps", "pyav", 60, None)
+    clips = shmloader.VideoClips([path], clip_len=6, clips_per_video=4, sampling="uniform", size=(48, 64))
+    got, _ = samples(clips)
+    assert len(got) == 4
+    for s in got:
+        np.testing.assert_array_equal(codes(s["video"])[1], s["frames"])
+    timed = clips.with_options(fps=5)
+    with shmloader.Loader(timed, batch_size=1, workers=1, timeout=60) as loader:
+        with pytest.raises(shmloader.SampleError, match="cannot read the video's frame timestamps") as e:
+            list(loader)
+    assert path in str(e.value)
+
+
+def test_a_vp9_size_change_is_found_by_scan_not_by_the_loaders_probe(tmp_path):
+    """VP9 states its frame size in each keyframe, not in sequence headers the loader's probe
+    reads: the probe the loader runs (``check="headers"``) sees one size, as the README says;
+    ``scan``'s default ``check="keyframes"`` names the change and sends the file to PyAV, which
+    then scales both sizes to the clip size (every frame's code exact)."""
+    import fractions
+
+    import av
+
+    from shmloader._samples import frame_image
+
+    path = str(tmp_path / "two_sizes.webm")
+    sizes, n = ((96, 128), (72, 160)), 30
+    with av.open(path, "w") as dst:
+        o = dst.add_stream("libvpx-vp9", rate=25)
+        o.width, o.height, o.pix_fmt = sizes[0][1], sizes[0][0], "yuv420p"
+        for k, (h, w) in enumerate(sizes):
+            cc = av.CodecContext.create("libvpx-vp9", "w")
+            cc.width, cc.height, cc.pix_fmt = w, h, "yuv420p"
+            cc.time_base, cc.framerate, cc.bit_rate = fractions.Fraction(1, 25), 25, 2_000_000
+            cc.options = {"deadline": "realtime", "cpu-used": "8", "lag-in-frames": "0"}
+            packets = []
+            for i in range(k * n, (k + 1) * n):
+                f = av.VideoFrame.from_ndarray(frame_image(8, i, h, w), format="rgb24").reformat(format="yuv420p")
+                f.pts = i
+                packets += cc.encode(f)
+            packets += cc.encode(None)
+            for p in packets:
+                p.stream, p.time_base = o, fractions.Fraction(1, 25)
+                dst.mux(p)
+    headers = probe(path)
+    assert (headers.codec, headers.problem, headers.frames) == ("vp9", "", 60)
+    scanned = probe(path, check="keyframes")
+    assert scanned.problem == "size change at frame 30 (96x128 to 72x160)" and scanned.decoder == "pyav"
+    ref = reference(path, (48, 64))
+    assert (codes(ref)[1] == np.arange(60)).all()
+    d = Decoding(1)
+    out = d.decode(scanned, (48, 64), np.arange(24, 36))
+    np.testing.assert_array_equal(codes(out)[1], np.arange(24, 36))
+    assert np.abs(out.astype(np.int16) - ref[24:36]).mean() < 1.0 and dict(d.decodes) == {"pyav": 1}
