@@ -462,9 +462,9 @@ class Decoding:
                 info = info.with_decoder("pyav", f"decord refuses it: {_first_line(e)}")
                 self._remember(info)
                 self.fallbacks += 1
-        if info.pts is None:  # a manifest row: PyAV seeks by the timestamps a probe reads
-            info = self.info(info.path)
         try:
+            if info.pts is None:  # a manifest row: PyAV seeks by the timestamps a probe reads
+                info = self.info(info.path)
             try:
                 got = self.decoder("pyav").decode(info, size, frames, out)
             except OffTimeline:

@@ -351,3 +351,34 @@ def test_a_probe_that_hangs_gets_its_row_and_the_rest_go_on(dataset, tmp_path):
         assert (row["decoder"], row["problem"]) == WANT[name], row
         assert int(row["frames"]) == 60
     assert "4 files in" in r.stderr and "unreadable: 1" in r.stderr
+
+
+def test_a_file_decord_refuses_goes_to_pyav(tmp_path):
+    """A row that sends a raw H.264 stream (no container: decord cannot count its frames) to
+    decord: decord's error sends it to PyAV, once per worker (then PyAV straight away), every
+    clip exact. When neither reads it (the same byte count and mtime, other bytes), the error
+    gives both reasons."""
+    from shmloader.samples import write_video
+
+    path = tmp_path / "raw.h264"
+    write_video(path, 2, frames=40, size=(96, 128), gop=12)
+    out = str(tmp_path / "m.csv")
+    scan([path], out, workers=1)
+    (row,) = rows_of(out)
+    assert (row["decoder"], row["problem"]) == ("pyav", "no usable timestamps")
+    write_rows(out, {**row, "decoder": "decord"})
+    got, stats = load(out, clips_per_video=4)
+    assert len(got) == 4 and stats["decoder_fallbacks"] == 1 and not stats.get("decord"), stats
+    assert stats["pyav"] == 2  # two batches of two clips, the first one after decord's refusal
+    for s in got:
+        ids, numbers = codes(s["video"])
+        assert (ids == 2).all()
+        np.testing.assert_array_equal(numbers, s["frames"])
+    st = os.stat(path)
+    path.write_bytes(os.urandom(st.st_size))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    clips = shmloader.VideoClips.from_csv(out, label_column=None, clip_len=4, size=(48, 64))
+    with shmloader.Loader(clips, batch_size=1, workers=1, timeout=60) as loader:
+        with pytest.raises(shmloader.SampleError) as e:
+            list(loader)
+    assert str(path) in str(e.value) and "; decord: " in str(e.value), str(e.value)
