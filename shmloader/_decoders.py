@@ -405,6 +405,7 @@ class Decoding:
         self.fallbacks = 0  # decodes sent to PyAV after decord refused
         self.decodes: Counter = Counter()  # decode calls by the decoder that gave the frames
         self.reprobes = 0  # index-read timelines found wrong while decoding
+        self.probes = 0  # files probed (a valid manifest row, or a kept probe, spares one)
 
     def decoder(self, name: str) -> Decord | PyAV:
         d = self._decoders.get(name)
@@ -423,6 +424,7 @@ class Decoding:
             self._probes.move_to_end(path)
             return hit[1]
         info = probe(path, storage=self.storage)
+        self.probes += 1
         self._keep(path, now, info)
         return info
 
@@ -451,6 +453,7 @@ class Decoding:
 
         for got in self.storage.map(one, todo):
             if got is not None:
+                self.probes += 1
                 self._keep(*got)
 
     def prefetch(self, wanted: list[tuple[VideoInfo, np.ndarray]]) -> None:
@@ -511,9 +514,9 @@ class Decoding:
                 info = info.with_decoder("pyav", f"decord refuses it: {_first_line(e)}")
                 self._remember(info)
                 self.fallbacks += 1
-        if info.pts is None:  # a manifest row: PyAV seeks by the timestamps a probe reads
-            info = self.info(info.path)
         try:
+            if info.pts is None:  # a manifest row: PyAV seeks by the timestamps a probe reads
+                info = self.info(info.path)
             try:
                 got = self.decoder("pyav").decode(info, size, frames, out)
             except OffTimeline:

@@ -77,7 +77,7 @@ def iter_manifest(manifest: str, path_column: str = "path",
             if path_column not in row or not row[path_column]:
                 raise ValueError(f"{manifest!r} row {n}: no {path_column!r}")
             p = str(row[path_column])
-            path = p if URL.match(p) or os.path.isabs(p) else os.path.join(base, p)
+            path = p if URL.match(p) else os.path.normpath(os.path.join(base, p))  # one spelling per file
             label = None
             if label_column is not None:
                 try:

@@ -269,6 +269,9 @@ class _Pass:
 
     first = None
     damaged: int | None = None
+    # The timestamp of the first damaged packet or frame: ``damaged`` becomes its frame index
+    # once the timeline is known (frames come out a reorder delay after their packets go in).
+    damaged_at: int | None = None
     decoded: int | None = None
     header_change = False
     truncated = False
@@ -327,8 +330,8 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL) -> _Pass:
             for frame in (p.decode() if p is not None else cc.decode(None)):
                 if r.first is None:
                     r.first = frame
-                if frame.is_corrupt and r.damaged is None and decode == "frames":
-                    r.damaged = n
+                if frame.is_corrupt and r.damaged is None and decode != "first":
+                    r.damaged, r.damaged_at = n, frame.pts
                 if decode != "first" and frame.pts is not None and frame_stamps and \
                         frame_stamps[-1][1] is not None and frame.pts <= frame_stamps[-1][1]:
                     r.unordered = True  # frames come out in presentation order, their stamps do not
@@ -339,6 +342,7 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL) -> _Pass:
         except av.error.FFmpegError:  # a damaged packet: note it, read on
             if r.damaged is None and decode != "first":
                 r.damaged = n if decode == "frames" else kept - 1
+                r.damaged_at = None if p is None else p.pts
         return True
 
     try:
@@ -357,7 +361,7 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL) -> _Pass:
                 spans.append((p.pos if p.pos is not None and p.pos >= 0 else -1, p.size))
                 kept += 1
                 if p.is_corrupt and r.damaged is None:
-                    r.damaged = kept - 1
+                    r.damaged, r.damaged_at = kept - 1, t
                 if p.is_keyframe:
                     key_stamps.append(t)
                     h = _sequence_headers(bytes(p), r.codec)
@@ -396,6 +400,9 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL) -> _Pass:
     r.kept = kept
     r.spans = _spans(spans) if is_remote(path) else None
     r.pts, order = _timeline(stamps)
+    at = index_of(r.pts, r.damaged_at) if r.damaged is not None else None
+    if at is not None:
+        r.damaged = at
     r.durations = None if order is None else np.asarray(durations, np.int64)[order]
     r.decode_pos = order
     r.keyframes = None if r.pts is None else np.unique(np.searchsorted(r.pts, key_stamps))

@@ -24,10 +24,10 @@ MAX_TASK_ITEMS = 1 << 16
 
 # worker -> loader: status, items in the task it answers, failure records that follow, busy seconds,
 # then what the source counted while reading them (``COUNTS``, e.g. decodes by decord and by PyAV,
-# bytes fetched from remote storage)
-DONE = struct.Struct("<B3xIId6Q")
+# files probed, bytes fetched from remote storage)
+DONE = struct.Struct("<B3xIId7Q")
 # The source counters a reply carries, in DONE's order (by name from a source's ``counters()``).
-COUNTS = ("decord", "pyav", "decoder_fallbacks", "reprobes", "bytes_read", "requests")
+COUNTS = ("decord", "pyav", "decoder_fallbacks", "reprobes", "probes", "bytes_read", "requests")
 NO_COUNTS = (0,) * len(COUNTS)
 ST_DONE = 0
 ST_READY = 2

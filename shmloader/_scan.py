@@ -102,7 +102,7 @@ def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS,
                 for line in f:
                     line = line.strip()
                     if line and not line.startswith("#"):
-                        yield (line if URL.match(line) else os.path.join(base, line)), -1, None, {}
+                        yield (line if URL.match(line) else os.path.normpath(os.path.join(base, line))), -1, None, {}
         else:
             yield item, -1, None, {}
 

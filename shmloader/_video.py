@@ -195,8 +195,9 @@ class VideoClips:
         name one video.
 
         A manifest written by ``shmloader scan`` also gives every video's frame count, size,
-        rotation and decoder: workers use them instead of probing the file again, as long as
-        its size and modification time are those the row was made from (else it is probed)."""
+        frame rate and decoder: workers use them instead of probing the file again, as long as
+        its size and modification time are those the row was made from (else it is probed). A
+        file PyAV reads is still probed, for the timestamps it seeks by (``stats()["probes"]``)."""
         manifest = os.path.abspath(os.fspath(manifest))
         listed = list(iter_manifest(manifest, path_column, label_column))
         if not listed:
@@ -393,14 +394,14 @@ class VideoClips:
 
     def counters(self) -> dict[str, int]:
         """In a worker: decodes by decord and by PyAV, decodes decord handed to PyAV, probes
-        read again (an index-read timeline found wrong), and bytes and requests fetched from
-        remote storage so far; the loader's ``stats()`` sums them over its workers
+        read again (an index-read timeline found wrong), files probed, and bytes and requests
+        fetched from remote storage so far; the loader's ``stats()`` sums them over its workers
         (``_protocol.COUNTS``)."""
         d = self._decoding
         if d is None:
             return {}
         return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
-                "reprobes": d.reprobes, **self.storage.counters()}
+                "reprobes": d.reprobes, "probes": d.probes, **self.storage.counters()}
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""

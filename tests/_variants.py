@@ -190,3 +190,40 @@ def frame_times(path: str) -> np.ndarray:
     begin = np.array([t for t, _ in got]) - got[0][0]
     end = np.append(begin[1:], begin[-1] + (got[-1][1] or (begin[-1] - begin[-2])))
     return np.stack([begin, end], axis=1)
+
+
+def cut_slice(src: str, dst: str, frame: int, filler: bool = True) -> str:
+    """``src`` (an H.264 MP4, one slice per frame) with the slice of frame ``frame`` (in
+    presentation order) cut off halfway, as a lost network packet leaves it: the rest of its
+    packet becomes a filler NAL unit, so the container stays whole. Every FFmpeg build logs
+    "error while decoding MB ..." for it and conceals the missing part from other frames, where
+    random bytes often still parse (CABAC seldom notices) and no decoder can tell.
+    ``filler=False`` leaves the rest as it was: the packet no longer splits into NAL units and
+    the decoder rejects it whole (an error, no frame)."""
+    with av.open(src) as c:
+        s = c.streams.video[0]
+        rate = s.average_rate
+        pos, size = next((p.pos, p.size) for p in c.demux(s)
+                         if p.size and int(round(p.pts * s.time_base * rate)) == frame)
+    data = bytearray(open(src, "rb").read())
+    nal = int.from_bytes(data[pos : pos + 4], "big")
+    assert nal == size - 4, "one NAL unit per packet"
+    keep = nal // 2
+    rest = nal - keep - 4  # the filler unit: its header byte (type 12), 0xFF bytes, stop bit
+    data[pos : pos + 4] = keep.to_bytes(4, "big")
+    if filler:
+        data[pos + 4 + keep : pos + size] = rest.to_bytes(4, "big") + b"\x0c" + b"\xff" * (rest - 2) + b"\x80"
+    with open(dst, "wb") as f:
+        f.write(data)
+    return dst
+
+
+def decode_order(path: str) -> np.ndarray:
+    """Each frame's (presentation order) position in decode order, from the packets' order."""
+    with av.open(path) as c:
+        s = c.streams.video[0]
+        rate = s.average_rate
+        shown = [int(round(p.pts * s.time_base * rate)) for p in c.demux(s) if p.size]
+    pos = np.empty(len(shown), np.int64)
+    pos[shown] = np.arange(len(shown))
+    return pos

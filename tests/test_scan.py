@@ -4,6 +4,7 @@ VideoClips.from_csv without probing again, resumed where a stopped scan left off
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -16,16 +17,17 @@ import pytest
 import shmloader
 from shmloader._scan import COLUMNS
 
-from ._variants import codes, damage, reference
+from ._variants import codes, cut_slice, reference
 
 pytestmark = pytest.mark.timeout(180)
 
-# name: (decoder, start of the problem column) for the variants of tests/_variants.py
+# name: (decoder, problem column) for the variants of tests/_variants.py and a copy of plain.mp4
+# whose keyframe 36 lost half its slice (what `--check keyframes`, the default, decodes).
 WANT = {"plain.mp4": ("decord", ""), "edit_list.mp4": ("pyav", "edit list drops 13 frames"),
         "stream.ts": ("pyav", ""), "rotated.mp4": ("pyav", ""),
-        "gap.mkv": ("decord", "timestamp gap at frame 30"),
+        "gap.mkv": ("decord", "timestamp gap at frame 30 (0.44 s)"),  # 10 frames late: 11 steps
         "two_sizes.mkv": ("pyav", "size change at frame 30 (96x128 to 72x160)"),
-        "damaged.mp4": ("pyav", "damaged at frame")}
+        "damaged.mp4": ("pyav", "damaged at frame 36")}
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +41,16 @@ def dataset(tmp_path_factory):
         folder = root / ("a_class" if i % 2 else "b_class")
         folder.mkdir(exist_ok=True)
         shutil.copy(path, folder / os.path.basename(path))
-    damage(variants["plain"][0], str(root / "b_class" / "damaged.mp4"), at=0.6)
+    cut_slice(variants["plain"][0], str(root / "b_class" / "damaged.mp4"), 36)
     (root / "a_class" / "notes.mp4").write_text("not a video\n")
     shutil.rmtree(root / "_src")
     return root
 
 
-def scan(inputs, out, workers=2, expect_ok=True):
+def scan(inputs, out, workers=2, expect_ok=True, extra=()):
     """The command line, in its own process (its probing pool and multiprocessing's helpers go with it)."""
     r = subprocess.run([sys.executable, "-m", "shmloader", "scan", *map(str, inputs), "--out", str(out),
-                        "--workers", str(workers), "--quiet"], capture_output=True, text=True, timeout=150)
+                        "--workers", str(workers), "--quiet", *extra], capture_output=True, text=True, timeout=150)
     assert (r.returncode == 0) == expect_ok, r.stderr
     return r
 
@@ -63,6 +65,9 @@ def test_scan_lists_every_file_with_its_numbers_and_problem(dataset, tmp_path):
     r = scan([dataset], out)
     rows = {os.path.basename(row["path"]): row for row in rows_of(out)}
     assert set(rows) == set(WANT) | {"notes.mp4"}
+    # Input order: class folders in sorted order, each one's files sorted.
+    order = [str(dataset / c / f) for c in sorted(os.listdir(dataset)) for f in sorted(os.listdir(dataset / c))]
+    assert [row["path"] for row in rows_of(out)] == order
     assert list(rows_of(out)[0]) == list(COLUMNS)
     for name, (decoder, problem) in WANT.items():
         row = rows[name]
@@ -70,28 +75,49 @@ def test_scan_lists_every_file_with_its_numbers_and_problem(dataset, tmp_path):
         assert int(row["frames"]) == shape[0], name
         assert (int(row["height"]), int(row["width"])) == shape[1:], name  # as shown
         assert row["decoder"] == decoder, (name, row["decoder"])
-        assert row["problem"].startswith(problem) and bool(problem) == bool(row["problem"]), (name, row["problem"])
+        assert row["problem"] == problem, (name, row["problem"])
         assert float(row["fps"]) == 25 and row["codec"] == "h264" and row["pix_fmt"] == "yuv420p"
         assert int(row["bytes"]) == os.path.getsize(row["path"])
         assert int(row["label"]) == (0 if os.path.basename(os.path.dirname(row["path"])) == "a_class" else 1)
     assert rows["rotated.mp4"]["rotation"] == "90" and rows["plain.mp4"]["rotation"] == "0"
     assert float(rows["gap.mkv"]["duration"]) == pytest.approx(2.8, abs=0.05)  # 60 frames + a 10-frame gap
-    assert rows["notes.mp4"]["problem"].startswith("unreadable: ") and rows["notes.mp4"]["frames"] == ""
-    assert "8 files in" in r.stderr and "decoder pyav: 5" in r.stderr and "unreadable: 1" in r.stderr
+    notes = rows["notes.mp4"]
+    assert notes["problem"] == f"unreadable: {unreadable(notes['path'])}", notes["problem"]
+    assert all(notes[c] == "" for c in COLUMNS if c not in ("path", "label", "problem", "bytes", "mtime_ns"))
+    lines = r.stderr.splitlines()  # the problem kinds by count; equal counts in row order
+    assert lines[:3] == [f"8 files in {out}", "  decoder decord: 2", "  decoder pyav: 5"], r.stderr
+    assert sorted(lines[3:]) == ["  damaged at frame: 1", "  edit list drops frames: 1", "  size change at frame: 1",
+                                 "  timestamp gap at frame: 1", "  unreadable: 1"], r.stderr
+
+
+def unreadable(path):
+    """FFmpeg's reason for refusing ``path``, as a scan row words it."""
+    import av
+
+    try:
+        av.open(path).close()
+    except Exception as e:
+        return " ".join(str(e).split())[:300]
+    raise AssertionError(f"{path} opens")
 
 
 def test_from_csv_loads_the_manifest(dataset, tmp_path):
     out = str(tmp_path / "manifest.csv")
     scan([dataset], out)
-    good = [r for r in rows_of(out) if not r["problem"].startswith(("unreadable", "damaged"))]
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS)
-        w.writeheader()
-        w.writerows(good)
+    # The damaged file stays: its 3 clips (starts 0, 27, 54) keep clear of keyframe 36's GOP.
+    good = [r for r in rows_of(out) if not r["problem"].startswith("unreadable")]
+    write_rows(out, *good)
     clips = shmloader.VideoClips.from_csv(out, clip_len=6, clips_per_video=3, sampling="uniform", size=(48, 64))
-    with shmloader.Loader(clips, batch_size=3, workers=2, timeout=60) as loader:
+    with shmloader.Loader(clips, batch_size=3, workers=1, timeout=60) as loader:
         got = [{k: np.array(v[i]) for k, v in b.items()} for b in loader for i in range(len(b["index"]))]
+        stats = loader.stats()
     assert len(got) == 3 * len(good)
+    damaged = next(i for i, r in enumerate(good) if r["problem"] == "damaged at frame 36")
+    assert sorted(int(s["start"]) for s in got if int(s["index"]) == damaged) == [0, 27, 54]
+    # The rows' decoders read them; only the files PyAV reads are probed (for their timestamps).
+    by = {d: sum(r["decoder"] == d for r in good) for d in ("decord", "pyav")}
+    assert by == {"decord": 2, "pyav": 5} and stats["probes"] == by["pyav"], stats
+    assert stats["decord"] == by["decord"] and stats["pyav"] == by["pyav"], stats
     for s in got:
         row = good[int(s["index"])]
         shown = reference(row["path"], (48, 64))
@@ -102,32 +128,109 @@ def test_from_csv_loads_the_manifest(dataset, tmp_path):
         np.testing.assert_array_equal(got_numbers, numbers[s["frames"]])
 
 
-def test_from_csv_trusts_a_row_until_its_file_changes(dataset, tmp_path):
-    """The workers take frame counts from the manifest instead of probing: a row that says 20
-    frames bounds the clips to them; once the file's mtime moves, it is probed again (60)."""
-    src = dataset / ("b_class" if (dataset / "b_class" / "plain.mp4").exists() else "a_class") / "plain.mp4"
+def plain_manifest(dataset, tmp_path):
+    """A copy of plain.mp4 (60 frames, 96x128, 25 fps) and its one-row manifest."""
+    src = next(dataset.glob("*/plain.mp4"))
     path = tmp_path / "plain.mp4"
     shutil.copy(src, path)
     out = str(tmp_path / "m.csv")
     scan([path], out, workers=1)
     (row,) = rows_of(out)
-    assert row["frames"] == "60"
-    row["frames"] = "20"
+    assert (row["frames"], row["height"], row["width"], row["fps"], row["rotation"], row["decoder"]) == \
+        ("60", "96", "128", "25", "0", "decord")
+    return path, out, row
+
+
+def write_rows(out, *rows):
     with open(out, "w", newline="") as f:
         w = csv.DictWriter(f, COLUMNS)
         w.writeheader()
-        w.writerow(row)
+        w.writerows(rows)
 
-    def last_starts():
-        clips = shmloader.VideoClips.from_csv(out, label_column=None, clip_len=4, clips_per_video=2,
-                                              sampling="uniform", size=(48, 64))
-        with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
-            return max(int(s) for b in loader for s in b["start"])
 
-    assert last_starts() == 20 - 4
+def load(out, workers=1, **kw):
+    """(samples, stats) of a loader over the manifest ``out``: clips of 4 frames, uniform."""
+    kw = {"clip_len": 4, "clips_per_video": 2, "sampling": "uniform", "size": (48, 64), **kw}
+    clips = shmloader.VideoClips.from_csv(out, label_column=None, **kw)
+    with shmloader.Loader(clips, batch_size=2, workers=workers, timeout=60) as loader:
+        got = [{k: np.array(v[i]) for k, v in b.items()} for b in loader for i in range(len(b["index"]))]
+        return got, loader.stats()
+
+
+def test_from_csv_trusts_a_row_until_its_file_changes(dataset, tmp_path):
+    """The workers take a row's numbers instead of probing (``stats()["probes"]`` 0): a row that
+    says 20 frames bounds the clips to them; once the file's mtime moves, or its size at the
+    same mtime, it is probed again, once per worker."""
+    path, out, row = plain_manifest(dataset, tmp_path)
+    got, stats = load(out)
+    assert max(int(s["start"]) for s in got) == 60 - 4 and stats.get("probes", 0) == 0 and stats["decord"] >= 1
+    write_rows(out, {**row, "frames": "20"})
+    got, stats = load(out, workers=2)
+    assert max(int(s["start"]) for s in got) == 20 - 4 and stats.get("probes", 0) == 0
     st = os.stat(path)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    assert last_starts() == 60 - 4
+    got, stats = load(out)
+    assert max(int(s["start"]) for s in got) == 60 - 4 and stats["probes"] == 1
+    # Another file of another length (and byte size) in its place, the row's mtime put back.
+    from shmloader.samples import write_video
+
+    write_video(path, 1, frames=40, size=(96, 128), gop=12)
+    assert os.path.getsize(path) != int(row["bytes"])
+    os.utime(path, ns=(st.st_atime_ns, int(row["mtime_ns"])))
+    got, stats = load(out)
+    assert max(int(s["start"]) for s in got) == 40 - 4 and stats["probes"] == 1
+
+
+def test_from_csv_uses_the_decoder_size_and_fps_columns(dataset, tmp_path):
+    """Each probe column of a row steers the workers (the file itself is plain.mp4): the
+    decoder column picks the decoder, a size other than the file's is refused at native size,
+    fps times the frames of ``fps=`` clips. (The rotation column does not: decord turns frames
+    itself, and PyAV reads a file's own probe for the timestamps it seeks by.)"""
+    path, out, row = plain_manifest(dataset, tmp_path)
+    _, numbers = codes(reference(str(path)))
+
+    write_rows(out, {**row, "decoder": "pyav"})
+    got, stats = load(out)
+    assert stats["pyav"] >= 1 and not stats.get("decord"), stats
+    assert stats["probes"] == 1  # PyAV seeks by timestamps, which a row does not hold
+
+    write_rows(out, {**row, "width": "256"})
+    clips = shmloader.VideoClips.from_csv(out, label_column=None, clip_len=4)  # native size, from the file
+    with shmloader.Loader(clips, batch_size=1, workers=1, timeout=60) as loader:
+        with pytest.raises(shmloader.SampleError, match="video is 96x256 but the loader's clips are 96x128"):
+            list(loader)
+
+    for fps, step in (("25", 5), ("50", 10)):  # 5 fps clips: every 5th frame, or every 10th by the row
+        write_rows(out, {**row, "fps": fps})
+        got, stats = load(out, fps=5, clip_len=4)
+        assert stats.get("probes", 0) == 0
+        for s in got:
+            assert (np.diff(s["frames"]) == step).all(), (fps, s["frames"])
+            np.testing.assert_array_equal(codes(s["video"])[1], numbers[s["frames"]])
+
+
+def test_from_csv_fps_on_timed_and_gap_rows(dataset, tmp_path):
+    """``fps=`` over a manifest: a constant-rate row is timed from its fps column, a row with a
+    timestamp gap from the file's own timestamps (probed once by the worker); each delivered
+    frame is the one a sequential decode shows at its instant, and a clip spans the gap."""
+    import av
+
+    out = str(tmp_path / "m.csv")
+    scan([next(dataset.glob("*/plain.mp4")), next(dataset.glob("*/gap.mkv"))], out, workers=1)
+    rows = rows_of(out)
+    assert [r["problem"] for r in rows] == ["", "timestamp gap at frame 30 (0.44 s)"]
+    got, stats = load(out, fps=5, clip_len=6, clips_per_video=4)
+    assert stats["probes"] == 1  # the gap row alone
+    crossed = False
+    for s in got:
+        path = rows[int(s["index"])]["path"]
+        with av.open(path) as c:
+            starts = np.array([f.time for f in c.decode(video=0)])
+        instants = starts[s["frames"][0]] + np.arange(6) / 5 + 1e-6
+        np.testing.assert_array_equal(s["frames"], np.searchsorted(starts, instants, side="right") - 1)
+        np.testing.assert_array_equal(codes(s["video"])[1], s["frames"])
+        crossed |= path.endswith("gap.mkv") and bool((s["frames"] < 30).any() and (s["frames"] >= 30).any())
+    assert crossed
 
 
 def test_scan_resumes_where_it_stopped(dataset, tmp_path):
@@ -187,3 +290,129 @@ def test_scan_keeps_the_spans_of_its_input_manifest(dataset, tmp_path):
     for i, want in ((0, [10, 11, 12, 13, 14]), (1, [42, 43, 44, 45, 46]), (3, [2, 3, 4, 5, 6])):
         assert list(b["frames"][i]) == want
         assert list(codes(b["video"][i])[1]) == want
+
+
+def test_csv_json_and_txt_inputs_give_the_folders_rows(dataset, tmp_path):
+    """The same files named by a CSV and a JSON manifest and a list, with paths relative to
+    each: the folder scan's rows three times over, in input order (a list has no labels)."""
+    folder = tmp_path / "folder.csv"
+    scan([dataset], folder)
+    rows = rows_of(folder)
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    rel = [os.path.relpath(row["path"], lists) for row in rows]
+    with open(lists / "a.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["label", "path"])
+        w.writerows([row["label"], p] for row, p in zip(rows, rel))
+    with open(lists / "b.json", "w") as f:
+        json.dump([{"path": p, "label": int(row["label"])} for row, p in zip(rows, rel)], f)
+    with open(lists / "c.txt", "w") as f:
+        f.write("# one path a line\n\n" + "\n".join(rel) + "\n")
+    out = tmp_path / "lists.csv"
+    r = scan([lists / "a.csv", lists / "b.json", lists / "c.txt"], out)
+    unlabelled = [{**row, "label": "-1"} for row in rows]
+    assert rows_of(out) == rows + rows + unlabelled
+    assert f"{3 * len(rows)} files in" in r.stderr
+
+
+def test_overwrite_scans_again(dataset, tmp_path):
+    """Without ``--overwrite`` a manifest of other inputs is refused and one of the same inputs
+    resumed (an altered row kept); with it, every file is probed again."""
+    out = tmp_path / "m.csv"
+    scan([dataset / "b_class"], out)
+    first = rows_of(out)
+    altered = [dict(row) for row in first]
+    altered[0]["frames"] = "7"
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        w.writerows(altered)
+    scan([dataset / "b_class"], out)
+    assert rows_of(out) == altered  # resumed: nothing left to probe
+    scan([dataset / "b_class"], out, extra=["--overwrite"])
+    assert rows_of(out) == first
+    r = scan([dataset], out, expect_ok=False)  # its rows start with a_class's
+    assert "not a scan of these inputs" in r.stderr and rows_of(out) == first
+    scan([dataset], out, extra=["--overwrite"])
+    assert [row["path"] for row in rows_of(out)] == [row["path"] for row in rows_of(scan_of(dataset, tmp_path))]
+
+
+def scan_of(folder, tmp_path):
+    out = tmp_path / "fresh.csv"
+    scan([folder], out)
+    return out
+
+
+@pytest.mark.parametrize("check", ["headers", "keyframes", "frames"])
+def test_check_decides_what_damage_is_found(tmp_path, check):
+    """``--check headers`` reads packets only: no damage found; ``keyframes`` (the default)
+    finds a damaged keyframe; ``frames`` also a damaged frame between keyframes. A file found
+    damaged goes to PyAV."""
+    from shmloader.samples import write_video
+
+    plain = write_video(tmp_path / "plain.mp4", 1, frames=60, size=(96, 128), gop=12)
+    key = cut_slice(plain, str(tmp_path / "key36.mp4"), 36)
+    inter = cut_slice(plain, str(tmp_path / "inter38.mp4"), 38)
+    out = tmp_path / "m.csv"
+    scan([plain, key, inter], out, extra=["--check", check])
+    found = {"headers": ("", ""), "keyframes": ("damaged at frame 36", ""),
+             "frames": ("damaged at frame 36", "damaged at frame 38")}[check]
+    want = [("", "decord")] + [(p, "pyav" if p else "decord") for p in found]
+    assert [(row["problem"], row["decoder"]) for row in rows_of(out)] == want
+    assert [row["path"] for row in rows_of(out)] == [str(plain), key, inter]
+
+
+def test_a_probe_that_hangs_gets_its_row_and_the_rest_go_on(dataset, tmp_path):
+    """A raw H.264 stream of 1 TiB of zeros (a sparse file: no disk used) among files: its
+    probe reads on for minutes looking for a start code; after ``--timeout`` seconds its row
+    says so, and the files after it get their own rows, in input order. (Its probe's memory
+    grows with what it read, ~0.8 GB in those 5 s.)"""
+    names = ["plain.mp4", "rotated.mp4", "gap.mkv"]
+    files = {os.path.basename(p): str(p) for p in dataset.glob("*/*")}
+    stuck = tmp_path / "stuck.h264"
+    with open(stuck, "wb") as f:
+        f.truncate(1 << 40)
+    listed = [files[names[0]], str(stuck), files[names[1]], files[names[2]]]
+    (tmp_path / "list.txt").write_text("\n".join(listed) + "\n")
+    out = tmp_path / "m.csv"
+    r = scan([tmp_path / "list.txt"], out, extra=["--timeout", "5"])
+    rows = rows_of(out)
+    assert [row["path"] for row in rows] == listed
+    assert rows[1]["problem"] == "unreadable: probe took over 5 s" and rows[1]["frames"] == ""
+    for row in rows[:1] + rows[2:]:
+        name = os.path.basename(row["path"])
+        assert (row["decoder"], row["problem"]) == WANT[name], row
+        assert int(row["frames"]) == 60
+    assert "4 files in" in r.stderr and "unreadable: 1" in r.stderr
+
+
+def test_a_file_decord_refuses_goes_to_pyav(tmp_path):
+    """A row that sends a raw H.264 stream (no container: decord cannot count its frames) to
+    decord: decord's error sends it to PyAV, once per worker (then PyAV straight away), every
+    clip exact. When neither reads it (the same byte count and mtime, other bytes), the error
+    gives both reasons."""
+    from shmloader.samples import write_video
+
+    path = tmp_path / "raw.h264"
+    write_video(path, 2, frames=40, size=(96, 128), gop=12)
+    out = str(tmp_path / "m.csv")
+    scan([path], out, workers=1)
+    (row,) = rows_of(out)
+    assert (row["decoder"], row["problem"]) == ("pyav", "no usable timestamps")
+    write_rows(out, {**row, "decoder": "decord"})
+    got, stats = load(out, clips_per_video=4)
+    assert len(got) == 4 and stats["decoder_fallbacks"] == 1 and not stats.get("decord"), stats
+    assert stats["pyav"] == 2  # two batches of two clips, the first one after decord's refusal
+    for s in got:
+        ids, numbers = codes(s["video"])
+        assert (ids == 2).all()
+        np.testing.assert_array_equal(numbers, s["frames"])
+    st = os.stat(path)
+    path.write_bytes(os.urandom(st.st_size))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    clips = shmloader.VideoClips.from_csv(out, label_column=None, clip_len=4, size=(48, 64))
+    with shmloader.Loader(clips, batch_size=1, workers=1, timeout=60) as loader:
+        with pytest.raises(shmloader.SampleError) as e:
+            list(loader)
+    assert str(path) in str(e.value) and "; decord: " in str(e.value), str(e.value)
