@@ -6,9 +6,12 @@ Every server is bound to 127.0.0.1, started and stopped here, and bounds its req
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
+import subprocess
+import sys
 import tarfile
 
 import av
@@ -247,9 +250,7 @@ def test_ffmpeg_protocols_are_still_refused_and_a_missing_extra_is_named():
     for p in ("concat:a.mp4|b.mp4", "pipe:0"):
         with pytest.raises(ValueError, match="allow_urls=True"):
             shmloader.VideoClips([p], clip_len=4, size=SIZE)
-    try:
-        import gcsfs  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("gcsfs") is None:
         with pytest.raises(ImportError, match=r'shmloader\[gcs\]'):
             shmloader.VideoClips(["gs://bucket/a.mp4"], clip_len=4)
     with pytest.raises(ValueError, match="fetch takes"):
@@ -373,10 +374,7 @@ def test_s3_videos_and_shards_equal_the_local_files(folder):
 # -- scan ----------------------------------------------------------------------------------------
 
 
-def _scan(*args: str) -> "subprocess.CompletedProcess":
-    import subprocess
-    import sys
-
+def _scan(*args: str) -> subprocess.CompletedProcess:
     r = subprocess.run([sys.executable, "-m", "shmloader", "scan", *args, "--workers", "2", "--quiet"],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
