@@ -29,7 +29,7 @@ import numpy as np
 
 from ._native_log import damage_seen
 from ._probe import VideoInfo, index_of, probe
-from ._storage import LOCAL, Storage, is_remote
+from ._storage import LOCAL, Storage, first_line, is_remote
 
 __all__ = ["Decord", "PyAV", "Decoding", "DecoderLimit"]
 
@@ -173,7 +173,7 @@ class PyAV:
             if cut is None:
                 raise
             raise ValueError(f"the file ends at frame {cut[0]} of the {cut[1]} its index lists (truncated?); "
-                             f"{_first_line(e)}") from e
+                             f"{first_line(e, 160)}") from e
 
     def _decode(self, info: VideoInfo, frames: np.ndarray, dest: np.ndarray, sw: int, sh: int,
                 turns: int) -> np.ndarray:
@@ -511,7 +511,7 @@ class Decoding:
                     raise
                 # decord refuses a file libavformat opened: PyAV reads it from now on.
                 refused = e
-                info = info.with_decoder("pyav", f"decord refuses it: {_first_line(e)}")
+                info = info.with_decoder("pyav", f"decord refuses it: {first_line(e, 160)}")
                 self._remember(info)
                 self.fallbacks += 1
         try:
@@ -528,9 +528,4 @@ class Decoding:
             if refused is None:
                 raise
             # Neither reads it: say both reasons (the worker adds the file's name).
-            raise ValueError(f"{_first_line(e)}; decord: {_first_line(refused)}") from e
-
-
-def _first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0][:160] if lines else type(e).__name__
+            raise ValueError(f"{first_line(e, 160)}; decord: {first_line(refused, 160)}") from e

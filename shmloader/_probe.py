@@ -45,7 +45,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._storage import LOCAL, Storage, is_remote
+from ._storage import LOCAL, Storage, first_line, is_remote
 
 __all__ = ["VideoInfo", "probe", "index_of", "DECODERS", "CHECKS", "DECORD_SHAPES"]
 
@@ -257,7 +257,7 @@ def _check_seeks(info: VideoInfo) -> VideoInfo:
         except DecoderLimit:
             return info  # decord cannot copy this width out here: the loader uses PyAV anyway
         except decord.Error as e:
-            return info.with_decoder("pyav", f"decord refuses it: {str(e).splitlines()[0][:160]}")
+            return info.with_decoder("pyav", f"decord refuses it: {first_line(e, 160)}")
         diff = np.abs(got.astype(np.int16) - ref) if got.shape == ref.shape else None
         if diff is None or diff.mean() > _SEEK_MEAN or np.percentile(diff, 99) > _SEEK_P99:
             return info.with_decoder("pyav", f"decord seeks wrong at frame {int(i)} (read by PyAV)")

@@ -48,7 +48,7 @@ from typing import Iterable, Iterator
 
 from ._manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
 from ._probe import CHECKS, probe
-from ._storage import Storage, expand, is_remote, member_url, split_member, tar_members
+from ._storage import Storage, expand, is_remote, member_url, shard_samples, split_member, tar_members
 
 __all__ = ["scan", "COLUMNS"]
 
@@ -116,17 +116,16 @@ def _shard_members(item: str, storage: Storage, extensions, passed_over) -> Iter
     exts = tuple(e.lower() for e in extensions)
     for shard in expand(item, storage):
         members = tar_members(storage, shard)
+        samples = shard_samples(members)
+        key_of = {name: key for key, parts in samples.items() for name in parts.values()}
         for name, place in members.items():
             if not name.lower().endswith(exts):
                 if passed_over is not None and not name.lower().endswith((".cls", ".json", ".txt")):
                     passed_over[os.path.splitext(name)[1].lower() or "(none)"] += 1
                 continue
-            stem = name.rsplit(".", 1)[0]
-            label = -1
-            if stem + ".cls" in members:
-                with storage.open(member_url(stem + ".cls", shard)) as f:
-                    text = f.read().decode("utf-8", "replace").strip()
-                label = int(text) if text.lstrip("-").isdigit() else -1
+            cls = samples[key_of[name]].get("cls") if name in key_of else None
+            text = storage.read_text(member_url(cls, shard)) if cls else ""
+            label = int(text) if text.lstrip("-").isdigit() else -1
             yield member_url(name, shard), label, place, {}
 
 

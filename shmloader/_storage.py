@@ -41,7 +41,7 @@ from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
 __all__ = ["Storage", "RangeFile", "LOCAL", "is_remote", "local_path", "split_member", "member_url", "redact",
-           "expand", "tar_members"]
+           "expand", "first_line", "shard_samples", "tar_members"]
 
 # ``scheme://`` of an fsspec URL, and the chain separator of a member URL.
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -180,7 +180,7 @@ class Storage:
             extra = _EXTRAS.get(protocol)
             hint = f'pip install "shmloader[{extra}]"' if extra else "install the fsspec package for it"
             raise ImportError(f"reading {protocol}:// URLs needs a package that is not installed ({hint}): "
-                              f"{_first_line(e)}") from None
+                              f"{first_line(e)}") from None
 
     def filesystem(self, url: str):
         """The fsspec filesystem for ``url``'s protocol (one per protocol and process)."""
@@ -196,13 +196,6 @@ class Storage:
                                                                             sock_read=self.timeout)}
             fs = self._fs[protocol] = cls(**kwargs)
         return fs
-
-    def exists(self, path: str) -> bool:
-        try:
-            self.size(path)
-            return True
-        except FileNotFoundError:
-            return False
 
     def size(self, path: str) -> int:
         return self._stat(path)[2]
@@ -262,6 +255,11 @@ class Storage:
 
     # -- reading -------------------------------------------------------------------------------
 
+    def read_text(self, path: str) -> str:
+        """A small file or member (a label, a caption) as text."""
+        with self.open_bytes(path) as f:
+            return f.read().decode("utf-8", "replace").strip()
+
     def media(self, path: str):
         """What FFmpeg opens: a local path as it is (FFmpeg's own file reading), else a RangeFile."""
         return local_path(path) if not is_remote(path) else self.open(path)
@@ -318,20 +316,20 @@ class Storage:
                 if code in (401, 403):
                     raise PermissionError(f"{self.name(url)}: access denied (HTTP {code})") from None
                 if cause is None or code in (404, 410) or isinstance(cause, (FileNotFoundError, PermissionError)):
-                    why = self.redact(_first_line(e))
+                    why = self.redact(first_line(e))
                     if not why or why in (url, self.name(url)) or url in why:
                         why = "no such file or object" if isinstance(e, FileNotFoundError) else type(e).__name__
                     raise type(e)(f"{self.name(url)}: {why}") from None
                 last = cause  # fsspec's HTTP says "not found" for any failed stat: the cause tells
             except _NOT_RETRIED as e:  # a mistake in the call or the options: no try will work
-                raise type(e)(f"{self.name(url)}: {self.redact(_first_line(e))}") from None
+                raise type(e)(f"{self.name(url)}: {self.redact(first_line(e))}") from None
             except Exception as e:  # reset, 5xx, timeout, throttling: the next try may work
                 last = e
             if attempt < self.retries:
                 time.sleep(delay)
                 delay *= 2
         raise OSError(f"{self.name(url)}: {what} failed {self.retries + 1} times; last: "
-                      f"{type(last).__name__}: {self.redact(_first_line(last))}") from None
+                      f"{type(last).__name__}: {self.redact(first_line(last))}") from None
 
     def read(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``url`` through the block cache (missing blocks fetched in one
@@ -465,9 +463,11 @@ def _merge(ranges: Iterable[tuple[int, int]], gap: int) -> list[tuple[int, int]]
     return [(lo, hi) for lo, hi in out]
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException, limit: int = 200) -> str:
+    """The first non-blank line of ``e``'s message, at most ``limit`` characters (its type's name
+    if it has none): what an error report repeats of a cause."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0][:200] if lines else type(e).__name__
+    return lines[0][:limit] if lines else type(e).__name__
 
 
 class RangeFile(io.RawIOBase):
@@ -536,6 +536,19 @@ def expand(urls: str | Iterable[str], storage: Storage) -> list[str]:
 
                 out.extend(sorted(glob.glob(os.path.abspath(local_path(p)))))
     return out
+
+
+def shard_samples(members: Iterable[str]) -> dict[str, dict[str, str]]:
+    """WebDataset's samples among a shard's member names, in shard order: key -> {extension: name},
+    the key being a name up to the first dot of its base name (``a/x.seg1.mp4``: ``a/x``,
+    ``seg1.mp4``); names without a dot belong to no sample."""
+    samples: dict[str, dict[str, str]] = {}
+    for name in members:
+        folder, base = os.path.split(name)
+        if "." in base:
+            stem, ext = base.split(".", 1)
+            samples.setdefault(os.path.join(folder, stem), {})[ext.lower()] = name
+    return samples
 
 
 def tar_members(storage: Storage, shard: str) -> dict[str, tuple[int, int]]:

@@ -26,7 +26,7 @@ from ._probe import DECODERS, VideoInfo
 from ._sampling import SEGMENTS, check_clip_options, check_spans, clip_frames, crop_windows, rate_frames, scaled_size
 from ._shared import SharedStrings
 from ._source import Spec, check_int
-from ._storage import Storage, expand, is_remote, local_path, member_url, split_member, tar_members
+from ._storage import Storage, expand, is_remote, local_path, member_url, shard_samples, split_member, tar_members
 
 __all__ = ["VideoClips"]
 
@@ -235,14 +235,7 @@ class VideoClips:
         for shard in shards:
             members = tar_members(storage, shard)
             storage.add_members(shard, members)
-            samples: dict[str, dict[str, str]] = {}
-            for name in members:
-                folder, base = os.path.split(name)
-                if "." not in base:
-                    continue
-                stem, ext = base.split(".", 1)
-                samples.setdefault(os.path.join(folder, stem), {})[ext.lower()] = name
-            for key, parts in samples.items():
+            for key, parts in shard_samples(members).items():
                 video = next((parts[e] for e in exts if e in parts), None)
                 if video is None:
                     continue
@@ -550,8 +543,7 @@ def _shard_label(storage: Storage, shard: str, key: str, parts: dict[str, str], 
     where = f"sample {key!r} of {storage.name(shard)}"
     if name is None:
         raise ValueError(f"{where} has no .{ext} member for its label (label_key={label_key!r}; None for no labels)")
-    with storage.open(member_url(name, shard)) as f:
-        text = f.read().decode("utf-8", "replace").strip()
+    text = storage.read_text(member_url(name, shard))
     try:
         value = json.loads(text)[field] if field else text
         return int(value)
