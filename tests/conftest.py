@@ -26,6 +26,19 @@ def videos(tmp_path_factory):
     return paths, [i % 3 for i in range(len(paths))]
 
 
+def state_after(source, batches: int, **kw) -> tuple[list[dict], dict]:
+    """The first ``batches`` batches (copied out of the ring) of ``Loader(source, **kw)`` and
+    ``state()`` after them, the loader closed: what a resume test starts from."""
+    import numpy as np
+
+    import shmloader
+
+    with shmloader.Loader(source, **kw) as loader:
+        it = iter(loader)
+        taken = [{k: np.array(v) for k, v in next(it).items()} for _ in range(batches)]
+        return taken, loader.state()
+
+
 # shmloader names nothing in /dev/shm (its segments are memfds and O_TMPFILEs). A name of ours could
 # only come from Python's shared_memory (psm_*) or carry our name; anything else there belongs to
 # other programs on a shared machine (torch_*, multiprocessing's sem.mp-*) and comes and goes.

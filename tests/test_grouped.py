@@ -15,6 +15,7 @@ import shmloader
 from shmloader._samples import read_codes
 
 from ._variants import reference as libav_reference
+from .conftest import state_after
 
 K = 4  # clips per video
 
@@ -94,11 +95,7 @@ def test_resume_mid_epoch_gives_the_same_batches(videos):
     kw = dict(batch_size=4, workers=2, shuffle=True, seed=3, epochs=2)
     with shmloader.Loader(grouped(paths), **kw) as loader:
         full = batches_of(loader)
-    with shmloader.Loader(grouped(paths), **kw) as loader:
-        it = iter(loader)
-        for _ in range(5):
-            next(it)
-        state = loader.state()
+    _, state = state_after(grouped(paths), 5, **kw)
     # The default window: 4 batches' worth of clips, 4 x 4 = 16 clips = 4 videos of K clips.
     assert state["group"] == K and state["group_window"] == 4
     with shmloader.Loader(grouped(paths), state=state, **kw) as loader:

@@ -13,6 +13,7 @@ import shmloader
 from shmloader._samples import read_codes
 
 from ._variants import frame_times
+from .conftest import state_after
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -94,11 +95,7 @@ def test_resume_gives_the_same_frames(timed_videos):
     kw = dict(batch_size=1, workers=2, shuffle=True, seed=4, epochs=2)
     with shmloader.Loader(clips, **kw) as loader:
         full = [(np.array(b["frames"]), np.array(b["mask"])) for b in loader]
-    with shmloader.Loader(clips, **kw) as loader:
-        it = iter(loader)
-        for _ in range(3):
-            next(it)
-        state = loader.state()
+    _, state = state_after(clips, 3, **kw)
     with shmloader.Loader(clips, state=state, **kw) as loader:
         rest = [(np.array(b["frames"]), np.array(b["mask"])) for b in loader]
     assert len(rest) == len(full) - 3

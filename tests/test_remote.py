@@ -25,6 +25,7 @@ from shmloader._samples import frame_image, make_videos, read_codes
 from shmloader._storage import Storage
 
 from ._servers import RangeServer, moto_s3
+from .conftest import state_after
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -289,10 +290,8 @@ def test_shards_resume_and_split_across_hosts(folder):
     clips = shmloader.VideoClips.from_shards(os.fspath(root / "shard-{000..001}.tar"), clip_len=8, size=SIZE,
                                              clips_per_video=2)
     full, _ = _run(clips, batch_size=2, shuffle=True, seed=5)
-    with shmloader.Loader(clips, batch_size=2, workers=2, shuffle=True, seed=5) as loader:
-        it = iter(loader)
-        first = [np.array(next(it)["index"]) for _ in range(2)]
-        state = loader.state()
+    taken, state = state_after(clips, 2, batch_size=2, workers=2, shuffle=True, seed=5)
+    first = [b["index"] for b in taken]
     rest, _ = _run(clips, batch_size=2, shuffle=True, seed=5, state=state)
     assert np.concatenate(first).tolist() + _indices(rest) == _indices(full)
     one = clips.with_options(clips_per_video=1)  # a sample per member: hosts split the members

@@ -15,6 +15,7 @@ import shmloader
 from shmloader._samples import read_codes
 
 from ._variants import frame_times, reference
+from .conftest import state_after
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -140,11 +141,7 @@ def test_resume_gives_the_same_segments(timed_videos):
     kw = dict(batch_size=1, workers=2, shuffle=True, seed=4, epochs=2)
     with shmloader.Loader(clips, **kw) as loader:
         full = [np.array(b["frames"]) for b in loader]
-    with shmloader.Loader(clips, **kw) as loader:
-        it = iter(loader)
-        for _ in range(5):
-            next(it)
-        state = loader.state()
+    _, state = state_after(clips, 5, **kw)
     with shmloader.Loader(clips, state=state, **kw) as loader:
         rest = [np.array(b["frames"]) for b in loader]
     assert len(rest) == len(full) - 5

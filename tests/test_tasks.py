@@ -15,6 +15,8 @@ import pytest
 
 import shmloader
 
+from .conftest import state_after
+
 pytestmark = pytest.mark.timeout(120)
 
 SPEC = {"i": ((), np.int64), "row": ((16,), np.float32)}
@@ -136,11 +138,7 @@ def test_resume_with_per_batch_tasks_is_exact():
     kw = dict(batch_size=8, workers=2, shuffle=True, seed=6, epochs=2)
     with shmloader.Loader(src, **kw) as loader:
         full = [np.array(b["row"]) for b in loader]
-    with shmloader.Loader(src, **kw) as loader:
-        it = iter(loader)
-        for _ in range(7):
-            next(it)
-        state = loader.state()
+    _, state = state_after(src, 7, **kw)
     with shmloader.Loader(src, state=state, **dict(kw, workers=3)) as loader:
         rest = [np.array(b["row"]) for b in loader]
     assert len(rest) == len(full) - 7

@@ -15,6 +15,7 @@ import pytest
 import shmloader
 
 from ._variants import codes, frame_times
+from .conftest import state_after
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -201,11 +202,7 @@ def test_spans_are_seeded_resumable_and_independent_of_the_worker_count(timed_vi
     for a, b in zip(one, three):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key])
-    with shmloader.Loader(clips, workers=2, **kw) as loader:
-        it = iter(loader)
-        for _ in range(2):
-            next(it)
-        state = loader.state()
+    _, state = state_after(clips, 2, workers=2, **kw)
     rest, _ = samples_of(clips, workers=2, state=state, **kw)
     assert len(rest) == len(one) - 4
     for a, b in zip(one[4:], rest):
@@ -250,11 +247,7 @@ def test_grouped_decode_takes_every_row_of_a_video_in_one_pass(timed_videos, tmp
         first, last = in_span(times, a, times[-1, 1] if b is None else b)
         assert first <= s["frames"].min() and s["frames"].max() <= last
         assert list(codes(s["video"])[1]) == list(s["frames"])
-    with shmloader.Loader(clips, workers=2, **kw) as loader:
-        it = iter(loader)
-        for _ in range(3):
-            next(it)
-        state = loader.state()
+    _, state = state_after(clips, 3, workers=2, **kw)
     assert state["groups"] == 4
     rest, _ = samples_of(clips, workers=2, state=state, **kw)
     assert [key(s) for s in rest] == [key(s) for s in grouped[9:]]
