@@ -255,7 +255,7 @@ def code_state() -> dict:
 def _run_at_commit(rev: str, argv: list[str]) -> int:
     """Run the script again against shmloader as it is in commit ``rev``: ``git archive`` of its
     shmloader/ into a temporary folder, first on PYTHONPATH and the run's working folder: workers
-    start as ``python -m shmloader._worker``, which puts the working folder before PYTHONPATH, so
+    start as ``python -m shmloader.engine.worker``, which puts the working folder before PYTHONPATH, so
     from the repository's root they would run the working tree's worker beside the commit's main
     process. Others may edit the working tree meanwhile."""
     import tempfile

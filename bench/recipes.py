@@ -251,7 +251,7 @@ def eval_steps(clips: ClipSet, wl: Workload, shard: int, shards: int):
 @functools.lru_cache(maxsize=None)
 def _times(path: str) -> np.ndarray:
     """The frame times shmloader's workers sample segments by (its probe), kept per file as they keep it."""
-    from shmloader._probe import probe
+    from shmloader.video.probe import probe
 
     return probe(path).times()
 

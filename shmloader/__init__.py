@@ -4,7 +4,7 @@ PyTorch (``loader.as_torch()``, ``shmloader.torch``), JAX (``shmloader.jax``) or
 
 import os as _os
 
-if _os.environ.pop("SHMLOADER_WORKER_STARTING", None):  # _pool.WORKER_ENV: this is a worker starting
+if _os.environ.pop("SHMLOADER_WORKER_STARTING", None):  # engine.pool.WORKER_ENV: this is a worker starting
     import signal as _signal
 
     # Ctrl-C reaches the whole process group; only the training process reports it. Ignored
@@ -15,7 +15,7 @@ from ._arrays import ArraySource, HDF5Source
 from ._errors import LoaderError, SampleError, WorkerDiedError
 from ._function import FunctionSource
 from ._loader import Loader, eval_loader
-from ._video import VideoClips
+from .video.clips import VideoClips
 
 __all__ = ["ArraySource", "FunctionSource", "HDF5Source", "Loader", "LoaderError", "SampleError", "VideoClips", "WorkerDiedError", "eval_loader"]
 __version__ = "0.1.0"  # the one place: pyproject.toml reads it (dynamic), CHANGELOG.md names it

@@ -6,8 +6,8 @@ import os
 
 import numpy as np
 
-from ._shared import SharedArrays
-from ._source import Spec
+from .engine.shared import SharedArrays
+from .engine.source import Spec
 
 __all__ = ["ArraySource", "HDF5Source"]
 

@@ -20,7 +20,7 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def make_videos_cmd(args) -> int:
-    from ._samples import make_videos
+    from .video.samples import make_videos
 
     paths, _ = make_videos(args.dir, count=args.count, frames=args.frames, size=args.size, codec=args.codec,
                            classes=args.classes)
@@ -86,7 +86,7 @@ def demo_cmd(args) -> int:
 
     _quiet_tensorflow()
 
-    from ._samples import make_videos
+    from .video.samples import make_videos
 
     folder = Path(args.videos) if args.videos else _cache_dir()
     print(f"sample videos: {folder}")
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--storage-options", metavar="JSON",
                    help='for URLs: fsspec options as JSON, e.g. \'{"client_kwargs": {"endpoint_url": "..."}}\'')
-    s.set_defaults(fn=lambda a: __import__("shmloader._scan", fromlist=["main"]).main(a))
+    s.set_defaults(fn=lambda a: __import__("shmloader.video.scan", fromlist=["main"]).main(a))
     args = parser.parse_args(argv)
     return args.fn(args)
 

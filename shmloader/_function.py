@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._source import Spec, check_sample, normalize_spec
+from .engine.source import Spec, check_sample, normalize_spec
 
 __all__ = ["FunctionSource"]
 

@@ -4,7 +4,7 @@ A ``keras.utils.PyDataset`` is what ``model.fit`` takes on every backend (tensor
 torch). Its batches are the loader's numpy views, handed over without a copy: each backend
 turns them into its own tensors (tf.data's ``from_generator``, ``jax.device_put``,
 ``torch.as_tensor``), all of which keep the array alive while their tensor lives, so the slot
-lease holds (NOTE [ Slot lease ] in ``_ring``).
+lease holds (NOTE [ Slot lease ] in ``engine.ring``).
 
 NOTE [ Keras probes ]
 The loader is a stream: ``dataset[i]`` is the next batch whatever ``i`` (Keras shuffles the

@@ -1,7 +1,7 @@
 """The Loader: the public face of a pipeline that decodes a source in worker processes into a
 ring of shared-memory batches. Arguments, iteration, statistics, resumable state, shards and
 the framework adapters live here; the event loop that owns the ring, the workers and the
-scheduler is ``_engine.Engine`` (see NOTE [ The engine loop ] there).
+scheduler is ``engine.core.Engine`` (see NOTE [ The engine loop ] there).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any, Callable, Iterator
 import cloudpickle
 import numpy as np
 
-from ._engine import Engine, Exhausted
+from .engine.core import Engine, Exhausted
 from ._errors import LoaderError
-from ._plan import EpochPlan, check_state, plan_state
-from ._ring import Layout, memory_for_ring
-from ._source import Source, check_int, probe_transform
+from .engine.plan import EpochPlan, check_state, plan_state
+from .engine.ring import Layout, memory_for_ring
+from .engine.source import Source, check_int, probe_transform
 
 __all__ = ["Loader", "eval_loader"]
 
@@ -36,10 +36,10 @@ _CONSUMER_HELD = 6
 # Share of the memory (or of shm_dir's free space) a default ring may take: the rest is for the
 # training process, TensorFlow's buffers and the batches a consumer copies or keeps.
 _RING_MEMORY_SHARE = 0.5
-# Grouped sources: batches' worth of samples in one shuffle window by default (see _plan).
+# Grouped sources: batches' worth of samples in one shuffle window by default (see engine.plan).
 _GROUP_WINDOW_BATCHES = 4
 # A batch goes out as runs of positions, one task and one reply each (NOTE [ Tasks and replies ]
-# in _schedule): one run per this many workers, at most _TASKS_PER_BATCH. Each reply wakes the
+# in engine.schedule): one run per this many workers, at most _TASKS_PER_BATCH. Each reply wakes the
 # main process, and a wake-up alone costs ~0.1 ms of CPU on a VM: with up to 8 workers a whole
 # batch is one task (the workers fill different batches side by side); with more, splitting a
 # batch keeps the ring needed to keep them all busy (and its memory) 4x smaller.
@@ -51,7 +51,7 @@ class Loader:
     """Decode ``source`` in ``workers`` processes into a ring of ``slots`` shared-memory batches.
 
     Iterating yields dicts of numpy arrays with a leading batch axis: views into shared
-    memory, valid for as long as you hold them (see NOTE [ Slot lease ] in ``_ring``).
+    memory, valid for as long as you hold them (see NOTE [ Slot lease ] in ``engine.ring``).
     ``len(loader)`` is the number of batches per epoch; ``epochs=None`` repeats forever.
     ``span_epochs=True`` cuts batches across epoch ends (``repeat().batch()``): every batch is
     whole but the last of a run, and ``len(loader)`` is the batches of ``epochs`` epochs.
@@ -161,7 +161,7 @@ class Loader:
         self.close()
 
     def close(self) -> None:
-        """Stop the workers and free the ring (see NOTE [ Shutdown ] in ``_pool``). Idempotent."""
+        """Stop the workers and free the ring (see NOTE [ Shutdown ] in ``engine.pool``). Idempotent."""
         self._engine.close()
 
     @property

@@ -2,7 +2,7 @@
 
 ``jax.device_put`` keeps the numpy array it was given alive until the transfer is done, and on
 the CPU backend the ``jax.Array`` simply wraps the array's memory (no copy) for as long as it
-lives. Either way the slot's lease holds (NOTE [ Slot lease ] in ``_ring``): a slot is written
+lives. Either way the slot's lease holds (NOTE [ Slot lease ] in ``engine.ring``): a slot is written
 again only when the arrays made from it are gone.
 """
 

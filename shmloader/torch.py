@@ -3,10 +3,10 @@
 NOTE [ Tensors and the slot lease ]
 ``torch.from_numpy`` keeps a reference to the numpy array it wraps for as long as the tensor's
 storage lives, and every view of the tensor shares that storage. So a tensor made from a slot
-view holds the slot's lease (NOTE [ Slot lease ] in ``_ring``) exactly as the numpy view does:
+view holds the slot's lease (NOTE [ Slot lease ] in ``engine.ring``) exactly as the numpy view does:
 the slot is written again only when every tensor of the batch, and every view of one, is gone.
 The pin-memory thread's host buffers follow the same rule: each hand-out is a fresh numpy array
-over a reused buffer, returned (``_ring.Returns``) when it dies, and the tensors wrap views
+over a reused buffer, returned (``engine.ring.Returns``) when it dies, and the tensors wrap views
 of it. A non-blocking copy to CUDA reads its pinned source after ``to()`` returns, so the source
 batch is kept until an event recorded after the copy has completed.
 """
@@ -29,7 +29,7 @@ except ImportError as e:  # pragma: no cover - exercised in a child interpreter 
                       "(torch==2.13.0; on a machine without a GPU, its CPU build)") from e
 
 from ._errors import LoaderError
-from ._ring import Layout, Returns
+from .engine.ring import Layout, Returns
 
 __all__ = ["TorchLoader", "as_torch"]
 

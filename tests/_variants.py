@@ -14,7 +14,7 @@ import os
 import av
 import numpy as np
 
-from shmloader._samples import frame_image, read_codes, write_video
+from shmloader.video.samples import frame_image, read_codes, write_video
 
 FPS = 25
 GOP = 12

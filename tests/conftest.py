@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from shmloader._samples import make_videos
+from shmloader.video.samples import make_videos
 
 FRAMES = 40  # per test video
 SIZE = (96, 128)  # native height, width of the test videos
@@ -137,7 +137,7 @@ def timed_videos(tmp_path_factory):
     """Frame-code videos of other lengths and frame rates, for sampling by time: 60 frames at
     25 fps, 37 at 50 fps, 13 at 10 fps, and 60 at a variable rate (40, 20, 80 and 33 ms
     frames), as ``[(path, video id)]``."""
-    from shmloader._samples import write_video
+    from shmloader.video.samples import write_video
 
     from ._variants import variable_rate
 

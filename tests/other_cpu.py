@@ -30,7 +30,7 @@ def main(cpu: str = "Haswell") -> int:
     os.chmod(wrapper, 0o755)
     code = (f"import sys; sys.executable = {wrapper!r}\n"
             "import decord, numpy, pytest\n"
-            "from shmloader._samples import write_video\n"
+            "from shmloader.video.samples import write_video\n"
             "import tempfile, os\n"
             "p = write_video(os.path.join(tempfile.mkdtemp(), 'w.mp4'), 1, frames=4)\n"
             "ok = []\n"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader._samples import frame_image, write_video
+from shmloader.video.samples import frame_image, write_video
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -183,7 +183,7 @@ def test_native_size_of_unreadable_first_file(tmp_path):
 def test_over_reported_file_loads_the_frames_it_holds(tmp_path):
     """The index lists 40 frames, the cut file holds fewer: the probe names it truncated, PyAV
     reads it (decord would trust the index), and every clip inside what remains is exact."""
-    from shmloader._probe import probe
+    from shmloader.video.probe import probe
     from shmloader.samples import read_codes
 
     path = tmp_path / "over_reported.mp4"

@@ -69,7 +69,7 @@ def test_tfrecord_route_converts_once_and_reads_the_epoch0_clips(clips, tmp_path
     assert tfrecord.convert(clips, WL, fmt) == info  # cached: nothing rewritten
     assert [os.path.getmtime(p) for p in info["files"]] == mtimes
 
-    from shmloader._samples import read_codes
+    from shmloader.video.samples import read_codes
 
     # Fixed clips: every clip read is one of epoch 0's (video, start), whatever the epoch.
     epoch0 = set()
@@ -191,7 +191,7 @@ def test_spdl_picks_the_frames_by_timestamp(clips, key):
     # decord's (FFmpeg builds differ, so SPDL's need not be decord's bit for bit).
     bad, worst = check_frames(clip[None], np.array([label]), clips, WL)
     assert bad == 0 and worst <= FRAME_MAD_TOLERANCE
-    from shmloader._samples import read_codes
+    from shmloader.video.samples import read_codes
 
     np.testing.assert_array_equal(read_codes(clip)[1], read_codes(ref)[1])
 
@@ -203,7 +203,7 @@ def test_torchcodec_decodes_the_same_frames(clips, key):
     bad, worst = check_frames(clip[None], np.array([label]), clips, WL)
     assert bad == 0 and worst <= FRAME_MAD_TOLERANCE
     start = np.random.default_rng((SEED, *key)).integers(0, 40 - WL.clip_len + 1)
-    from shmloader._samples import read_codes
+    from shmloader.video.samples import read_codes
 
     np.testing.assert_array_equal(read_codes(clip)[1], start + np.arange(WL.clip_len))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shmloader._samples import read_codes
+from shmloader.video.samples import read_codes
 
 pytestmark = pytest.mark.timeout(180)
 

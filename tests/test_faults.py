@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader._engine import _POLL_S
-from shmloader._pool import _GRACE_S
-from shmloader._samples import read_codes
+from shmloader.engine.core import _POLL_S
+from shmloader.engine.pool import _GRACE_S
+from shmloader.video.samples import read_codes
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader._samples import read_codes
+from shmloader.video.samples import read_codes
 
 from ._variants import reference as libav_reference
 from .conftest import state_after

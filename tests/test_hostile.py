@@ -36,7 +36,7 @@ def test_local_paths_are_made_absolute(tmp_path, monkeypatch):
 def forge(kind):
     def fn(i, rng):
         if i == 3:
-            from shmloader._protocol import DONE, FAILURE, NO_COUNTS, ST_DONE
+            from shmloader.engine.protocol import DONE, FAILURE, NO_COUNTS, ST_DONE
 
             done_fd = int(sys.argv[2])  # the worker's result pipe
             if kind == "count":  # a reply for a task it was not given
@@ -76,7 +76,7 @@ def test_workers_are_exec_not_fork():
     with shmloader.Loader(src, batch_size=2, workers=2) as loader:
         for pid in loader.worker_pids():
             cmd = psutil.Process(pid).cmdline()
-            assert cmd[cmd.index("-m") : cmd.index("-m") + 2] == ["-m", "shmloader._worker"]
+            assert cmd[cmd.index("-m") : cmd.index("-m") + 2] == ["-m", "shmloader.engine.worker"]
             assert psutil.Process(pid).ppid() == os.getpid()
 
 
@@ -97,7 +97,9 @@ def test_workers_import_the_training_process_shmloader_not_one_in_the_working_fo
     decoy = tmp_path / "work" / "shmloader"
     decoy.mkdir(parents=True)
     (decoy / "__init__.py").write_text("raise ImportError('the copy in the working folder was imported')\n")
-    (decoy / "_worker.py").write_text("raise SystemExit(3)\n")
+    (decoy / "engine").mkdir()
+    (decoy / "engine" / "__init__.py").write_text("")
+    (decoy / "engine" / "worker.py").write_text("raise SystemExit(3)\n")
     script = tmp_path / "train.py"
     script.write_text(DECOY)
     root = os.path.dirname(os.path.dirname(os.path.abspath(shmloader.__file__)))

@@ -15,7 +15,7 @@ import pytest
 
 import shmloader
 import shmloader.jax
-from shmloader._samples import read_codes
+from shmloader.video.samples import read_codes
 
 from ._examples import readme_example, run_child
 

@@ -20,7 +20,7 @@ FIT = textwrap.dedent("""
     import numpy as np
     import shmloader
     from shmloader._keras import KerasDataset
-    from shmloader._samples import read_codes
+    from shmloader.video.samples import read_codes
 
     # What Keras asks each dataset for, probes included, and when: ["begin"], ["end"], or the
     # (video, clip start) pairs of a batch, read from the frame codes of the pixels Keras got.

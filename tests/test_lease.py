@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 
 import shmloader
-from shmloader._samples import read_codes
+from shmloader.video.samples import read_codes
 
 from .conftest import our_mappings
 

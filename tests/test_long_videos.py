@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader import _probe
-from shmloader._decoders import Decoding
-from shmloader._probe import probe
+from shmloader.video import probe as _probe
+from shmloader.video.decoders import Decoding
+from shmloader.video.probe import probe
 
 from ._variants import codes, reference
 from .test_shapes import write
@@ -123,7 +123,7 @@ def test_the_loader_reads_long_videos_exactly(long_mp4, tmp_path):
 
 
 def test_pyav_keeps_a_container_per_file_until_the_file_changes(tmp_path):
-    from shmloader._samples import write_video
+    from shmloader.video.samples import write_video
 
     path = write_video(tmp_path / "v.mp4", 1, frames=40, size=(48, 64), gop=10)
     decoding = Decoding(1, "pyav")

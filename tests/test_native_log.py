@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader._native_log import is_native
+from shmloader.engine.native_log import is_native
 
 pytestmark = pytest.mark.timeout(60)
 
 SCRIPT = textwrap.dedent("""
     import sys
-    from shmloader import _native_log
+    from shmloader.engine import native_log as _native_log
     _native_log.capture()
     import decord
     print("progress 50%", end="\\r", file=sys.stderr, flush=True)

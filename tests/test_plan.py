@@ -161,7 +161,7 @@ def test_groups_of_several_sizes_stay_whole_in_windows_and_shards():
     """Groups of several sizes (e.g. the span rows of one video): each epoch holds every sample
     once, a window of groups holds whole groups, and the shards of an epoch are disjoint, whole
     groups each, the same size every epoch."""
-    from shmloader._plan import EpochPlan
+    from shmloader.engine.plan import EpochPlan
 
     sizes = [3, 1, 4, 1, 5, 2, 6, 2]
     groups = np.repeat(np.arange(len(sizes)), sizes)[np.random.default_rng(0).permutation(sum(sizes))]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader._decoders import DecoderLimit, Decoding
-from shmloader._probe import probe
+from shmloader.video.decoders import DecoderLimit, Decoding
+from shmloader.video.probe import probe
 
 from ._variants import codes, cut_slice, damage, decode_order, reference, textured, write_variants
 
@@ -271,7 +271,7 @@ def test_decord_limit_forced_sends_that_width_to_pyav(variants, monkeypatch):
     """The fallback branch on every CPU: decord made to refuse width 80 as it refuses some
     widths on AVX-512 CPUs (``DecoderLimit``). That width goes to PyAV, found once and then
     sent there straight away, with the right frames; other widths stay with decord."""
-    from shmloader import _decoders
+    from shmloader.video import decoders as _decoders
 
     path, vid = variants["plain"]
     info = probe(path)
@@ -434,7 +434,7 @@ def test_a_vp9_size_change_is_found_by_scan_not_by_the_loaders_probe(tmp_path):
 
     import av
 
-    from shmloader._samples import frame_image
+    from shmloader.video.samples import frame_image
 
     path = str(tmp_path / "two_sizes.webm")
     sizes, n = ((96, 128), (72, 160)), 30

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader._samples import frame_image, read_codes, write_video
+from shmloader.video.samples import frame_image, read_codes, write_video
 from shmloader.sampling import clip_frames
 
 from ._variants import reference as libav_reference
@@ -392,7 +392,7 @@ def test_decode_threads_decode_with_more_threads_and_the_same_frames(videos, dec
 def test_a_worker_probes_a_video_once_while_the_file_is_unchanged(tmp_path):
     """Read here as a worker reads: the native size (here for ``scale=``) and the rest of the
     probe are read at the first sample of a video and kept; a file that changed is probed again."""
-    from shmloader import _probe
+    from shmloader.video import probe as _probe
 
     path = write_video(tmp_path / "v.mp4", 3, frames=20)
     clips = shmloader.VideoClips([path], clip_len=4, clips_per_video=3, scale=64, crop=(48, 48))

@@ -20,9 +20,9 @@ import pytest
 
 import shmloader
 from shmloader import SampleError
-from shmloader._decoders import Decoding
-from shmloader._samples import frame_image, make_videos, read_codes
-from shmloader._storage import Storage
+from shmloader.video.decoders import Decoding
+from shmloader.video.samples import frame_image, make_videos, read_codes
+from shmloader.video.storage import Storage
 
 from ._servers import RangeServer, moto_s3
 from .conftest import state_after

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader._probe import probe
+from shmloader.video.probe import probe
 
 from ._variants import reference
 from .test_scan import rows_of, scan

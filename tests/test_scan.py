@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader._scan import COLUMNS
+from shmloader.video.scan import COLUMNS
 
 from ._variants import codes, cut_slice, reference
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader import _probe
-from shmloader._decoders import Decord, Decoding
-from shmloader._probe import DECORD_SHAPES, probe
-from shmloader._samples import frame_image
+from shmloader.video import probe as _probe
+from shmloader.video.decoders import Decord, Decoding
+from shmloader.video.probe import DECORD_SHAPES, probe
+from shmloader.video.samples import frame_image
 
 from ._variants import codes, reference
 from .test_scan import rows_of

@@ -368,7 +368,7 @@ def test_ring_that_cannot_be_reserved_clear_error(tmp_path, where, request):
 def test_ring_larger_than_memory_fails_before_allocating(monkeypatch, slots, needs):
     """The memory figure the loader reads is pinned at 400 MiB, so batches of 256 MiB cannot fit
     on any machine: 4 slots, or the 2 that slots=None falls back to, are refused up front."""
-    monkeypatch.setattr(shmloader._ring, "_available_memory", lambda: 400 << 20)
+    monkeypatch.setattr(shmloader.engine.ring, "_available_memory", lambda: 400 << 20)
     spec = {"x": ((64 << 20,), np.uint8)}
     src = shmloader.FunctionSource(lambda i, rng: None, spec, 4, check=False)
     with pytest.raises(shmloader.LoaderError) as info:

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 import shmloader
-from shmloader._samples import read_codes
+from shmloader.video.samples import read_codes
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 import shmloader
-from shmloader._samples import read_codes
+from shmloader.video.samples import read_codes
 
 from ._examples import run_child
 from .conftest import our_mappings

@@ -131,7 +131,7 @@ def test_rows_of_one_video_are_separate_samples_with_their_own_labels(timed_vide
 @pytest.mark.parametrize("decoder", ["auto", "pyav"])
 def test_spans_count_from_the_first_frame_shown(tmp_path, decoder):
     """An MPEG-TS stream starts at a timestamp above 0 (0.08 s here): a span counts from its first frame."""
-    from shmloader._samples import write_video
+    from shmloader.video.samples import write_video
 
     path = write_video(tmp_path / "stream.ts", 60, frames=40, gop=12)
     clips = shmloader.VideoClips([path], clip_len=10, sampling="center", spans=[(0.4, 0.8)], size=(48, 64),
@@ -170,7 +170,7 @@ def test_a_scan_manifest_with_spans_is_read_without_probing(timed_videos, tmp_pa
     import subprocess
     import sys
 
-    from shmloader._scan import COLUMNS
+    from shmloader.video.scan import COLUMNS
 
     paths = [timed_videos[0][0], timed_videos[3][0]]
     out = tmp_path / "scan.csv"

@@ -183,7 +183,7 @@ def test_installed_wheel_imports_from_the_venv_not_the_tree(installed, tmp_path)
 
 def test_installed_wheel_runs_the_demo(installed, tmp_path):
     """The console script pip made streams sample videos through tf.data with real workers (which
-    start as ``python -P -m shmloader._worker`` from the venv)."""
+    start as ``python -P -m shmloader.engine.worker`` from the venv)."""
     r = run_installed(installed, "shmloader", "demo", "--videos", str(tmp_path / "v"), "--count", "2",
                       "--workers", "1", "--batches", "2", "--batch-size", "2", "--clip-len", "4",
                       "--size", "32x40", cwd=tmp_path)

@@ -1,4 +1,4 @@
-"""Worker process entry point: ``python -m shmloader._worker FD...``.
+"""Worker process entry point: ``python -m shmloader.engine.worker FD...``.
 
 Workers are started by ``subprocess`` (fork+exec of a fresh interpreter), never by forking
 the training process (which may hold TensorFlow's threads) and never by multiprocessing's
@@ -10,10 +10,10 @@ defined in a notebook or a script's ``__main__`` work.
 Each worker: reads a task (items (slot, position, sample, epoch)), builds each sample's
 generator from ``(seed, epoch, sample)`` — the same whatever worker runs it — decodes straight
 into the slots (the samples of one video in one pass, when the source can), runs the transform
-in place, and answers with one DONE message (see NOTE [ Tasks and replies ] in ``_schedule``).
+in place, and answers with one DONE message (see NOTE [ Tasks and replies ] in ``engine.schedule``).
 A lifeline pipe, whose write end only the loader holds, ends the worker if the loader dies (see
-NOTE [ Shutdown ] in ``_pool``). What decord and FFmpeg print goes into the error of the sample
-that made them print (``_native_log``).
+NOTE [ Shutdown ] in ``engine.pool``). What decord and FFmpeg print goes into the error of the sample
+that made them print (``engine.native_log``).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _watch_lifeline(fd: int) -> None:
 
 
 def _error_payload(exc: BaseException) -> bytes:
-    from ._native_log import with_native_lines
+    from .native_log import with_native_lines
 
     t = type(exc)
     info = {
@@ -54,7 +54,7 @@ def _error_payload(exc: BaseException) -> bytes:
         "message": with_native_lines(str(exc)),
         "traceback": "".join(traceback.format_exception(exc)),
     }
-    from ._protocol import MAX_ERROR_BYTES
+    from .protocol import MAX_ERROR_BYTES
 
     data = json.dumps(info).encode()
     if len(data) > MAX_ERROR_BYTES:
@@ -80,10 +80,10 @@ def main(argv: list[str]) -> int:
     import cloudpickle  # noqa: F401  (registers what payload needs)
     import numpy as np
 
-    from . import _native_log as native_log
-    from ._protocol import (COUNTS, DONE, FAILURE, ITEMS, MAX_TASK_ITEMS, NO_COUNTS, OP_READ, ST_DONE,
+    from . import native_log
+    from .protocol import (COUNTS, DONE, FAILURE, ITEMS, MAX_TASK_ITEMS, NO_COUNTS, OP_READ, ST_DONE,
                             ST_READY, TASK, TASK_ITEM, write_all)
-    from ._ring import attach_views
+    from .ring import attach_views
 
     cfg = pickle.loads(payload)
     nslots = cfg["slots"]
@@ -154,7 +154,7 @@ class Rngs:
     def __getitem__(self, i: int):
         g = self._made.get(i)
         if g is None:
-            from ._plan import seeded
+            from .plan import seeded
 
             g = self._made[i] = seeded((*self._key, self._samples[i]))
         return g

@@ -4,7 +4,7 @@ Only these structs cross a pipe after start-up; frames never do. The loader unpa
 else from a worker: an error travels as UTF-8 JSON text of bounded length, never as a pickle;
 a reply must match the task it answers (its item count, failure indices in range), and the
 worker bounds-checks every slot and position it is given. See NOTE [ Tasks and replies ] in
-``_schedule`` for what a task and a reply mean.
+``engine.schedule`` for what a task and a reply mean.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ code only, and it must be: a signal handler runs between Python instructions, so
 landing inside a Python finalizer raises KeyboardInterrupt there, where CPython prints it as
 "Exception ignored" and drops it (and the slot with it) - the training script goes on. The
 engine moves returned slots back to its free list on its own thread, each time round its loop
-(NOTE [ The engine loop ] in ``_engine``); nothing wakes it, so when workers idle for want of a
+(NOTE [ The engine loop ] in ``engine.core``); nothing wakes it, so when workers idle for want of a
 slot while the consumer holds leases it polls the queue. The loader never hands out its last
 unleased slot: when the consumer already holds all the others, that batch is copied instead,
 so a consumer that hoards batches can neither deadlock the pipeline nor see data overwritten.
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from ._errors import LoaderError
+from .._errors import LoaderError
 
 __all__ = ["Field", "Layout", "Returns", "Ring", "attach_views", "memory_for_ring"]
 

@@ -3,11 +3,11 @@
 Inputs are folders (class sub-folders give labels, as ``VideoClips.from_folder``; a folder
 without class folders is scanned unlabelled), manifests (CSV with a ``path`` column and an
 optional ``label`` column, or JSON) and lists (one path per line), or video files; and, read
-through fsspec (``_storage``), URLs of files, prefixes ending in ``/`` (``s3://bucket/videos/``:
+through fsspec (``video.storage``), URLs of files, prefixes ending in ``/`` (``s3://bucket/videos/``:
 every video below, class sub-folders giving labels) and tar shards, their patterns included
 (``s3://b/shard-{000..099}.tar``: every video member, as ``tar://key.mp4::<shard>``, labelled
 by its ``key.cls`` where there is one). Each file
-is probed (``_probe``, ``check="keyframes"`` by default: every keyframe decoded, so a size
+is probed (``video.probe``, ``check="keyframes"`` by default: every keyframe decoded, so a size
 change is found in any codec) and written as one CSV row, in input order:
 
     path, label, frames, width, height, fps, duration, codec, pix_fmt, rotation, decoder,
@@ -19,7 +19,7 @@ member's data starts in its shard (empty for other files), so that ``from_csv`` 
 members' places to the workers and no shard's headers are read again.
 
 ``decoder`` is the one the loader will use (see NOTE [ Which decoder reads a file ] in
-``_probe``: with ``--check keyframes`` or ``frames`` a file decord would read is checked by
+``video.probe``: with ``--check keyframes`` or ``frames`` a file decord would read is checked by
 seeking into it); ``problem`` is empty when the file is fine, else ``unreadable: ...``,
 ``damaged at frame N``, ``truncated at frame N of M``, ``size change at frame N``, ``edit list
 drops N frames``, ``timestamp gap at frame N``, ``variable frame rate``, ``decord seeks wrong
@@ -46,9 +46,9 @@ import os
 import sys
 from typing import Iterable, Iterator
 
-from ._manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
-from ._probe import CHECKS, probe
-from ._storage import Storage, expand, is_remote, member_url, shard_samples, split_member, tar_members
+from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
+from .probe import CHECKS, probe
+from .storage import Storage, expand, is_remote, member_url, shard_samples, split_member, tar_members
 
 __all__ = ["scan", "COLUMNS"]
 

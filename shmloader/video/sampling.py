@@ -2,7 +2,7 @@
 
 Pure numpy and decided before decoding: the worker computes a sample's frames from the
 video's frame count (and timestamps, for clips in seconds) and the sample's generator, then
-decodes the sorted union of every clip's frames in one pass (see ``_video``).
+decodes the sorted union of every clip's frames in one pass (see ``video.clips``).
 
 NOTE [ Time spans, segments and frame rates ]
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._source import check_int
+from ..engine.source import check_int
 
 __all__ = ["SAMPLINGS", "SEGMENTS", "SHORT_POLICIES", "CROP_AT", "check_clip_options", "check_spans",
            "clip_frames", "rate_frames", "span_frames", "scaled_size", "crop_windows"]

@@ -29,9 +29,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-import shmloader
-
-from ._protocol import write_all
+from .protocol import write_all
 
 WORKER_ENV = "SHMLOADER_WORKER_STARTING"
 
@@ -49,7 +47,7 @@ class Worker:
     started: float
     ready: bool = False
     head_since: float = 0.0  # when the worker began its oldest outstanding task
-    outstanding: deque = field(default_factory=deque)  # tasks sent, oldest first (``_schedule.Task``)
+    outstanding: deque = field(default_factory=deque)  # tasks sent, oldest first (``engine.schedule.Task``)
     load: int = 0  # items in those tasks
     buf: bytearray = field(default_factory=bytearray)
     busy_s: float = 0.0
@@ -83,21 +81,21 @@ _SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    # `python -m shmloader._worker` must find this very package, installed or not.
-    root = os.path.dirname(os.path.dirname(os.path.abspath(shmloader.__file__)))
+    # `python -m shmloader.engine.worker` must find this very package, installed or not.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds shmloader/
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     # Decoding threads are chosen per worker; BLAS/OpenMP pools inside workers would oversubscribe.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
     # Read by shmloader/__init__ before its imports: a Ctrl-C while the worker still starts up
-    # must not print a KeyboardInterrupt from it (see _worker.main).
+    # must not print a KeyboardInterrupt from it (see engine.worker.main).
     env[WORKER_ENV] = "1"
     return env
 
 
 def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ...] = (),
                  cpu: int | None = None) -> Worker:
-    """Start one worker by fork+exec of a fresh interpreter (see ``_worker``)."""
+    """Start one worker by fork+exec of a fresh interpreter (see ``engine.worker``)."""
     task_r, task_w = os.pipe2(os.O_CLOEXEC)
     done_r, done_w = os.pipe2(os.O_CLOEXEC)
     life_r, life_w = os.pipe2(os.O_CLOEXEC)
@@ -107,7 +105,7 @@ def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ..
         os.lseek(cfg_fd, 0, os.SEEK_SET)
         child_fds = (task_r, done_w, life_r, ring_fd, cfg_fd)
         proc = subprocess.Popen(
-            [sys.executable, *_SAFE_PATH, "-m", "shmloader._worker", *map(str, child_fds),
+            [sys.executable, *_SAFE_PATH, "-m", "shmloader.engine.worker", *map(str, child_fds),
              *([str(cpu)] if cpu is not None else [])],
             pass_fds=child_fds + tuple(extra_fds), stdin=subprocess.DEVNULL, env=_env(), close_fds=True,
         )

@@ -37,8 +37,8 @@ from typing import Callable
 
 import numpy as np
 
-from ._errors import LoaderError
-from ._plan import EpochCursor, EpochPlan, StreamCursor
+from .._errors import LoaderError
+from .plan import EpochCursor, EpochPlan, StreamCursor
 
 __all__ = ["Batch", "Scheduler", "Task", "holding"]
 

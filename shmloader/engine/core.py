@@ -7,12 +7,12 @@ call: there is no background thread in the main process.
 
 NOTE [ The engine loop ]
 ``Engine.next()`` repeats, under one lock, until a batch can be handed out:
-  1. collect the slots whose leases died (NOTE [ Slot lease ] in ``_ring``);
+  1. collect the slots whose leases died (NOTE [ Slot lease ] in ``engine.ring``);
   2. ``Scheduler.dispatch``: free slots go to the next batches of the plan, their positions
-     become tasks (NOTE [ Tasks and replies ] in ``_schedule``);
+     become tasks (NOTE [ Tasks and replies ] in ``engine.schedule``);
   3. ``_feed``: queued tasks go to the least loaded live worker, as fixed-size messages;
   4. hand out the next ready batch (in plan order with ``ordered=True``), leased as views, or
-     copied when the consumer holds every other slot (NOTE [ Slot lease ] in ``_ring``);
+     copied when the consumer holds every other slot (NOTE [ Slot lease ] in ``engine.ring``);
   5. else wait on the workers' reply pipes and the earliest deadline; while a worker idles
      for want of a slot and the consumer holds leases, at most ``_RELEASE_POLL_S``.
 Invariants it keeps:
@@ -24,7 +24,7 @@ Invariants it keeps:
     ``on_error="skip"`` its tasks are resent or retried and a fresh worker takes its place.
   * After an error, the engine refuses to go on (``LoaderError`` from the earlier one) and the
     workers are stopped; ``close()`` from another thread ends iteration quietly.
-  * Shutdown (NOTE [ Shutdown ] in ``_pool``) runs once, on ``close()``, GC or exit.
+  * Shutdown (NOTE [ Shutdown ] in ``engine.pool``) runs once, on ``close()``, GC or exit.
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
-from ._interrupts import Deferred
-from ._plan import EpochPlan
-from ._pool import Pool, Worker, stop_workers
-from ._protocol import COUNTS, ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
-from ._ring import Layout, Ring
-from ._schedule import Batch, Scheduler, Task, holding
-from ._source import Source
+from .._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
+from .interrupts import Deferred
+from .plan import EpochPlan
+from .pool import Pool, Worker, stop_workers
+from .protocol import COUNTS, ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
+from .ring import Layout, Ring
+from .schedule import Batch, Scheduler, Task, holding
+from .source import Source
 
 __all__ = ["Engine", "Exhausted"]
 
@@ -152,7 +152,7 @@ class Engine:
                                 stats=self._stats, skipped=self.skipped, run=run)
 
     def close(self) -> None:
-        """Stop the workers and free the ring (NOTE [ Shutdown ] in ``_pool``). Idempotent."""
+        """Stop the workers and free the ring (NOTE [ Shutdown ] in ``engine.pool``). Idempotent."""
         self._closed = True
         self._finalizer()
 
@@ -404,7 +404,7 @@ class Engine:
 
 def _shutdown(workers: list[Worker], ring: Ring, selector: selectors.BaseSelector,
               release: Callable[[], None] | None) -> None:
-    """Steps 1-5 of NOTE [ Shutdown ] in ``_pool``; runs on close(), GC or interpreter exit."""
+    """Steps 1-5 of NOTE [ Shutdown ] in ``engine.pool``; runs on close(), GC or interpreter exit."""
     stop_workers(list(workers))
     workers.clear()
     selector.close()

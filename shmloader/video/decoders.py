@@ -1,6 +1,6 @@
 """The two decoders behind one small interface, and the per-worker choice between them.
 
-Both take a video's :class:`~shmloader._probe.VideoInfo` (the frame truth), a decode size and
+Both take a video's :class:`~shmloader.video.probe.VideoInfo` (the frame truth), a decode size and
 ascending frame indices, and write ``[n, h, w, 3]`` uint8 frames into ``out`` when it has that
 shape. Both decode with ``threads`` threads per worker, scale in FFmpeg's scaler (bicubic,
 then RGB) and seek to the keyframe before each stretch of wanted frames, decoding forward:
@@ -9,7 +9,7 @@ then RGB) and seek to the keyframe before each stretch of wanted frames, decodin
   slot. decord is imported here alone.
 - :class:`PyAV`: libavformat + libavcodec through PyAV, frames found by their timestamp in the
   probe's timeline (so edit lists, MPEG-TS and size changes come out as a player shows them),
-  turned as the container's rotation asks. av is imported here and in ``_probe``.
+  turned as the container's rotation asks. av is imported here and in ``video.probe``.
 
 :class:`Decoding` is what a worker holds: probes (cached), the choice per file (the probe's,
 or the user's ``decoder=``), and what decord was found unable to do on this machine — a decode
@@ -27,9 +27,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ._native_log import damage_seen
-from ._probe import VideoInfo, index_of, probe
-from ._storage import LOCAL, Storage, first_line, is_remote
+from ..engine.native_log import damage_seen
+from .probe import VideoInfo, index_of, probe
+from .storage import LOCAL, Storage, first_line, is_remote
 
 __all__ = ["Decord", "PyAV", "Decoding", "DecoderLimit"]
 

@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ._probe import DECODERS, VideoInfo
+from .probe import DECODERS, VideoInfo
 
 __all__ = ["VIDEO_EXTENSIONS", "URL", "class_folders", "walk_folder", "iter_manifest", "known_columns", "row_info"]
 

@@ -45,7 +45,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._storage import LOCAL, Storage, first_line, is_remote
+from .storage import LOCAL, Storage, first_line, is_remote
 
 __all__ = ["VideoInfo", "probe", "index_of", "DECODERS", "CHECKS", "DECORD_SHAPES"]
 
@@ -243,7 +243,7 @@ def _seek_positions(info: VideoInfo) -> np.ndarray:
 def _check_seeks(info: VideoInfo) -> VideoInfo:
     """``info`` sent to PyAV when decord, opening the file afresh and seeking as the loader
     does, gives other frames than PyAV's decode by timestamps at ``_seek_positions``."""
-    from ._decoders import Decord, DecoderLimit, PyAV
+    from .decoders import Decord, DecoderLimit, PyAV
 
     frames = _seek_positions(info)
     try:
@@ -468,7 +468,7 @@ def _from_index(c, path: str, touched: list, storage: Storage = LOCAL) -> _Pass 
     sample to the last, no frame is cut by an edit list, and the first and last GOPs, demuxed,
     show every frame's presentation time on the grid ``first + i * step``: then, with the frame
     count, the timeline is that grid. A decoder that meets a frame off it anywhere (PyAV checks
-    every frame it decodes) probes the file fully (``_decoders``). Keyframes are found by
+    every frame it decodes) probes the file fully (``video.decoders``). Keyframes are found by
     searching the index from the end (one search per keyframe), their sequence headers read by
     position (a size change needs the full read). ``c`` is the open container; ``touched``
     gets True once it has been read from (the full read must then open the file again)."""

@@ -1,17 +1,17 @@
 """VideoClips: clips of ``clip_len`` frames decoded inside the workers.
 
-What a video holds (its frame count, timestamps, size as shown) comes from ``_probe``, the
-presentation timeline libavformat gives; the frames come from decord or PyAV (``_decoders``),
+What a video holds (its frame count, timestamps, size as shown) comes from ``video.probe``, the
+presentation timeline libavformat gives; the frames come from decord or PyAV (``video.decoders``),
 chosen per file. Neither is imported here: the main process probes only the first video, when
 ``size=None`` asks for the native size.
 
 Every sample's clips are decoded in one pass: the worker works out all their frames first
-(``_sampling``), asks decord for the sorted union of them in ONE ``get_batch`` call, and
+(``video.sampling``), asks decord for the sorted union of them in ONE ``get_batch`` call, and
 then copies each clip (and crop window) out of that. decord seeks back to a keyframe on every
 ``get_batch`` call, so one call over the union decodes each stretch of the video once, where
 a call per clip would decode from the previous keyframe every time (1.6-3x the work on real
 videos). The same holds across samples: a worker handed several samples of one video (see
-``group_clips`` and ``_schedule``) decodes them all in one pass.
+``group_clips`` and ``engine.schedule``) decodes them all in one pass.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Sequence
 
 import numpy as np
 
-from ._manifest import URL, VIDEO_EXTENSIONS, class_folders, iter_manifest, known_columns, row_info, walk_folder
-from ._probe import DECODERS, VideoInfo
-from ._sampling import SEGMENTS, check_clip_options, check_spans, clip_frames, crop_windows, rate_frames, scaled_size
-from ._shared import SharedStrings
-from ._source import Spec, check_int
-from ._storage import Storage, expand, is_remote, local_path, member_url, shard_samples, split_member, tar_members
+from .manifest import URL, VIDEO_EXTENSIONS, class_folders, iter_manifest, known_columns, row_info, walk_folder
+from .probe import DECODERS, VideoInfo
+from .sampling import SEGMENTS, check_clip_options, check_spans, clip_frames, crop_windows, rate_frames, scaled_size
+from ..engine.shared import SharedStrings
+from ..engine.source import Spec, check_int
+from .storage import Storage, expand, is_remote, local_path, member_url, shard_samples, split_member, tar_members
 
 __all__ = ["VideoClips"]
 
@@ -67,7 +67,7 @@ class VideoClips:
     ``az://``, ``https://``, ``hf://``, members of tar shards as ``tar://key.mp4::<shard URL>``;
     the protocol's package is an extra, e.g. ``shmloader[s3]``), with ``storage_options`` passed
     to the filesystem (credentials, endpoint; or one dict per protocol). A remote file is read by
-    byte range, only what a clip needs (NOTE [ Reading remote files ] in ``_storage``), and
+    byte range, only what a clip needs (NOTE [ Reading remote files ] in ``video.storage``), and
     PyAV decodes it. ``fetch``: how, per worker: ``retries`` (5) with backoff from 0.1 s,
     ``timeout`` (30 s a request), ``block_size`` (128 KiB), ``cache_bytes`` (64 MiB). Other strings with a protocol prefix (FFmpeg's ``concat:``, ``pipe:``...)
     are refused unless ``allow_urls=True``.
@@ -76,7 +76,7 @@ class VideoClips:
     (container, codec) shapes whose random access is shown exact, and there not for long videos,
     edit lists that drop frames, size changes, rotation, a frame count the container
     contradicts, and any file decord refuses; PyAV for everything else (NOTE [ Which decoder
-    reads a file ] in ``_probe``); ``"decord"``
+    reads a file ] in ``video.probe``); ``"decord"``
     or ``"pyav"`` forces one. Frame counts, indices and timestamps are the probe's whichever
     decoder runs. ``decode_threads``: threads each worker's decoder uses (1: the workers are the
     parallelism).
@@ -373,7 +373,7 @@ class VideoClips:
         return state
 
     def worker_init(self) -> None:
-        from ._decoders import Decoding
+        from .decoders import Decoding
 
         if self.__dict__.pop("_has_labels", False):
             self.labels = self.paths.column("labels")
@@ -389,7 +389,7 @@ class VideoClips:
         """In a worker: decodes by decord and by PyAV, decodes decord handed to PyAV, probes
         read again (an index-read timeline found wrong), files probed, and bytes and requests
         fetched from remote storage so far; the loader's ``stats()`` sums them over its workers
-        (``_protocol.COUNTS``)."""
+        (``engine.protocol.COUNTS``)."""
         d = self._decoding
         if d is None:
             return {}
@@ -558,7 +558,7 @@ def _draw_scale(rng: np.random.Generator, scale: tuple[int, int]) -> int:
 
 def _native_size(path: str, storage: Storage) -> tuple[int, int]:
     """The first video's size as shown, read in the main process as a worker reads it."""
-    from ._probe import probe
+    from .probe import probe
 
     try:
         info = probe(path, storage=storage)

@@ -13,7 +13,7 @@ warning on the ``shmloader`` logger.
 
 ``SHMLOADER_NATIVE_LOG=stderr`` leaves descriptor 2 alone: every line goes to stderr as it comes.
 
-Wiring (``_worker.py``): ``capture()`` once at start-up, before the source's ``worker_init``;
+Wiring (``engine.worker``): ``capture()`` once at start-up, before the source's ``worker_init``;
 ``take()`` when a task arrives; ``with_native_lines(message)`` for the message of an error report.
 """
 

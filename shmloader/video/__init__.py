@@ -1,0 +1,12 @@
+"""Video: everything that turns a path into frames.
+
+What lives here: ``VideoClips``, the video source (``clips``); reading a file's frame truth
+(``probe``); the two decoders, decord and PyAV (``decoders``); where clips go in a video
+(``sampling``); manifests and ``shmloader scan`` (``manifest``, ``scan``); local, remote and tar
+reads (``storage``); the synthetic sample videos (``samples``).
+
+What it may import: the standard library, numpy, decord, PyAV, fsspec, ``shmloader._errors`` and
+the engine's contract for sources (``shmloader.engine.source``, ``.shared``, ``.native_log``),
+never the rest of the engine. Nothing here is public API; users import from ``shmloader``,
+``shmloader.samples`` and ``shmloader.sampling``.
+"""

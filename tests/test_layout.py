@@ -1,0 +1,93 @@
+"""The package's layout: the import paths users write stay where they are, and each subpackage
+imports only what its docstring allows (engine knows nothing of video; video sees only the
+engine's contract for sources)."""
+
+import ast
+import importlib
+import pathlib
+
+import pytest
+
+import shmloader
+
+PACKAGE = pathlib.Path(shmloader.__file__).parent
+
+# Every public import path and name, as the README and the docs use them. A move that drops or
+# renames one fails here.
+PUBLIC = {
+    "shmloader": ["ArraySource", "FunctionSource", "HDF5Source", "Loader", "LoaderError", "SampleError",
+                  "VideoClips", "WorkerDiedError", "eval_loader"],
+    "shmloader.samples": ["frame_image", "make_videos", "read_codes", "write_video"],
+    "shmloader.sampling": ["clip_frames", "crop_windows", "rate_frames", "scaled_size", "span_frames"],
+    "shmloader.torch": ["TorchLoader", "as_torch"],
+    "shmloader.jax": ["batches"],
+    "shmloader.tfdata": ["LoaderCheckpoint", "as_dataset", "distributed_dataset"],
+}
+
+# What each part may import from the package (NOTE: the subpackages' docstrings say the same).
+ALLOWED = {
+    "engine": {"shmloader._errors", "shmloader.engine"},
+    "video": {"shmloader._errors", "shmloader.video", "shmloader.engine.source", "shmloader.engine.shared",
+              "shmloader.engine.native_log"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_public_import_paths_hold_their_names(module):
+    mod = importlib.import_module(module)
+    assert sorted(mod.__all__) == sorted(PUBLIC[module])
+    for name in PUBLIC[module]:
+        assert getattr(mod, name) is not None, f"{module}.{name}"
+
+
+def _imports(path: pathlib.Path, package: str) -> set[str]:
+    """The shmloader modules a file imports, resolved to absolute names (function-level imports too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("shmloader"):
+                found |= {f"{target}.{a.name}" for a in node.names} if not node.module else {target}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("shmloader")}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("shmloader."):
+            found.add(node.value)  # -m shmloader.engine.worker, __import__("shmloader.video.scan")
+    return found
+
+
+@pytest.mark.parametrize("part", sorted(ALLOWED))
+def test_each_part_imports_only_what_it_may(part):
+    folder = PACKAGE / part
+    doc = importlib.import_module(f"shmloader.{part}").__doc__
+    assert doc and "What it may import" in doc and "What lives here" in doc
+    files = sorted(folder.glob("*.py"))
+    assert len(files) > 3
+    for path in files:
+        package = f"shmloader.{part}"
+        for target in _imports(path, package):
+            assert any(target == a or target.startswith(a + ".") for a in ALLOWED[part]), \
+                f"{path.relative_to(PACKAGE)} imports {target}"
+
+
+def test_the_checker_sees_a_forbidden_import(tmp_path):
+    """The rule above can fail: a file of the engine importing the video part is caught."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from ..video.probe import probe\n")
+    assert _imports(bad, "shmloader.engine") == {"shmloader.video.probe"}
+    bad.write_text("from .. import VideoClips\n")
+    assert _imports(bad, "shmloader.engine") == {"shmloader.VideoClips"}
+
+
+def test_every_module_of_the_package_is_in_the_wheel_list():
+    """pyproject lists the packages setuptools puts in the wheel: a subpackage missing there
+    installs a broken shmloader (tests/test_wheel.py runs the installed one)."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {"shmloader" + ("." + ".".join(p.parent.relative_to(PACKAGE).parts) if p.parent != PACKAGE else "")
+               for p in PACKAGE.rglob("__init__.py")}
+    assert listed == on_disk
