@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: demo test dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
+.PHONY: demo test typecheck dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: $(STAMP)
 # make test PYTEST_ARGS="--random-order"   runs the tests in a random order (pytest-random-order)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# mypy as configured in pyproject.toml (strict on the public API); make test runs it too (tests/test_typing.py)
+typecheck: $(STAMP)
+	$(PY) -m mypy
 
 # the sdist and the wheel in dist/, checked as PyPI would (twine check)
 dist: $(STAMP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from .engine.source import Spec
 __all__ = ["ArraySource", "HDF5Source"]
 
 
-def _rows(arrays: dict) -> int:
+def _rows(arrays: dict[str, Any]) -> int:
     lengths = {k: len(v) for k, v in arrays.items()}
     if len(set(lengths.values())) != 1:
         raise ValueError(f"all arrays need the same number of rows, got {lengths}")
@@ -36,7 +37,7 @@ class ArraySource:
         self.length = _rows(arrays)
         self._spec = {k: (tuple(a.shape[1:]), a.dtype) for k, a in arrays.items()}
         self._shared = SharedArrays(arrays)
-        self._views = None
+        self._views: dict[str, np.ndarray] = {}  # mapped in each worker (worker_init)
 
     def __len__(self) -> int:
         return self.length
@@ -56,21 +57,22 @@ class ArraySource:
     def describe(self, index: int) -> str:
         return f"row {index}"
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {"length": self.length, "_spec": self._spec, "_shared": self._shared}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._views = None
+        self._views = {}
 
     def worker_init(self) -> None:
         self._views = self._shared.views()
 
-    def read(self, index: int, rng, out: dict[str, np.ndarray]) -> None:
+    def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
         for k, dst in out.items():
             dst[...] = self._views[k][index]
 
-    def read_many(self, indices: list[int], rngs, outs, epoch_key=None) -> None:
+    def read_many(self, indices: list[int], rngs: Sequence[np.random.Generator], outs: Sequence[dict[str, np.ndarray]],
+                  epoch_key: Any = None) -> None:
         """All rows in one gather per array, straight into the slot when ``outs.block`` is a run."""
         idx = np.asarray(indices, dtype=np.intp)
         block = getattr(outs, "block", None)
@@ -90,14 +92,15 @@ class HDF5Source:
     row ``index`` of every dataset. Needs ``h5py``.
     """
 
-    def __init__(self, path: str | os.PathLike, datasets: list[str] | tuple[str, ...]) -> None:
+    def __init__(self, path: str | os.PathLike[str], datasets: list[str] | tuple[str, ...]) -> None:
         import h5py
 
         self.path = os.path.abspath(os.fspath(path))
         self.datasets = list(datasets)
         if not self.datasets:
             raise ValueError("datasets is empty")
-        self._spec, lengths = {}, {}
+        self._spec: Spec = {}
+        lengths: dict[str, int] = {}
         with h5py.File(self.path, "r") as f:
             for name in self.datasets:
                 if name not in f:
@@ -109,8 +112,9 @@ class HDF5Source:
                 lengths[name] = d.shape[0]
         if len(set(lengths.values())) != 1:
             raise ValueError(f"datasets need the same number of rows, got {lengths}")
-        self.length = next(iter(lengths.values()))
-        self._file = None
+        self.length: int = next(iter(lengths.values()))
+        self._file: Any = None  # h5py.File, opened in each worker
+        self._dsets: list[tuple[str, Any]] = []
 
     def __len__(self) -> int:
         return self.length
@@ -121,7 +125,7 @@ class HDF5Source:
     def describe(self, index: int) -> str:
         return f"{self.path!r}, row {index}"
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_file"] = None
         return state
@@ -132,11 +136,12 @@ class HDF5Source:
         self._file = h5py.File(self.path, "r")
         self._dsets = [(key, self._file[name]) for key, name in zip(self._spec, self.datasets)]
 
-    def read(self, index: int, rng, out: dict[str, np.ndarray]) -> None:
+    def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
         for key, d in self._dsets:
             d.read_direct(out[key], source_sel=np.s_[index])
 
-    def read_many(self, indices: list[int], rngs, outs, epoch_key=None) -> None:
+    def read_many(self, indices: list[int], rngs: Sequence[np.random.Generator], outs: Sequence[dict[str, np.ndarray]],
+                  epoch_key: Any = None) -> None:
         """All rows of each dataset in one HDF5 read (a point selection, in file order)."""
         wanted, back = np.unique(np.asarray(indices, dtype=np.int64), return_inverse=True)
         block = getattr(outs, "block", None)

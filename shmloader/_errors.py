@@ -43,7 +43,7 @@ class SampleError(LoaderError):
         self.exc_type = exc_type
         self.reason = reason
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[int, str, str, str]]:
         return (type(self), (self.index, self.where, self.exc_type, self.reason))
 
 
@@ -56,5 +56,5 @@ class WorkerDiedError(LoaderError):
         self.how = how
         self.holding = holding
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[int, str, str]]:
         return (type(self), (self.pid, self.how, self.holding))

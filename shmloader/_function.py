@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -19,7 +19,7 @@ class FunctionSource:
     ``check=True`` (default) ``fn(0, rng)`` runs once here so a spec mismatch fails now.
     """
 
-    def __init__(self, fn: Callable[[int, np.random.Generator], dict], spec: dict, length: int, *,
+    def __init__(self, fn: Callable[[int, np.random.Generator], dict[str, Any]], spec: Mapping[str, Any], length: int, *,
                  check: bool = True) -> None:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -50,5 +50,5 @@ class FunctionSource:
             np.copyto(dst, sample[name], casting="same_kind")
 
 
-def _name(fn) -> str:
+def _name(fn: object) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__

@@ -21,7 +21,7 @@ probe: leave ``steps_per_epoch`` unset.)
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
@@ -36,6 +36,9 @@ if int(keras.__version__.split(".")[0]) < 3:  # pragma: no cover
 
 from ._errors import LoaderError
 
+if TYPE_CHECKING:
+    from ._loader import Loader
+
 __all__ = ["KerasDataset", "as_keras"]
 
 # Batches Keras may take before training: the tensorflow backend's tensor-spec probe takes
@@ -45,12 +48,12 @@ _PROBE_BATCHES = 2
 Names = str | Sequence[str] | None
 
 
-def as_keras(loader, x: Names = "video", y: Names = "label") -> "KerasDataset":
+def as_keras(loader: Loader, x: Names = "video", y: Names = "label") -> KerasDataset:
     """A ``keras.utils.PyDataset`` of ``(batch[x], batch[y])`` (see ``KerasDataset``)."""
     return KerasDataset(loader, x=x, y=y)
 
 
-class KerasDataset(keras.utils.PyDataset):
+class KerasDataset(keras.utils.PyDataset):  # type: ignore[misc]  # Keras ships no types
     """The loader's batches as ``(inputs, targets)`` for ``model.fit`` / ``evaluate`` / ``predict``.
 
     ``x`` and ``y`` name the fields: a name gives that array, a list of names a dict of arrays
@@ -61,7 +64,7 @@ class KerasDataset(keras.utils.PyDataset):
     (``workers=1``): the loader's worker processes decode.
     """
 
-    def __init__(self, loader, x: Names = "video", y: Names = "label") -> None:
+    def __init__(self, loader: Loader, x: Names = "video", y: Names = "label") -> None:
         super().__init__(workers=1, use_multiprocessing=False)
         fields = set(loader.element_spec)
         for names in (x, y):
@@ -71,21 +74,22 @@ class KerasDataset(keras.utils.PyDataset):
         if x is None:
             raise ValueError("x must name at least one field")
         self._loader = loader
-        self._x, self._y = x, y
-        self._stream = None
+        self._x: str | Sequence[str] = x
+        self._y = y
+        self._stream: Iterator[dict[str, np.ndarray]] | None = None
         self._in_epoch = False
         self._served = 0  # batches served since the current epoch (or probe) began
-        self._kept: list[tuple] = []  # the first of them, in case they were a probe
-        self._replay: deque[tuple] = deque()  # probed batches, served again first
+        self._kept: list[tuple[Any, ...]] = []  # the first of them, in case they were a probe
+        self._replay: deque[tuple[Any, ...]] = deque()  # probed batches, served again first
 
     @property
-    def loader(self):
+    def loader(self) -> Loader:
         return self._loader
 
     def __len__(self) -> int:
         return len(self._loader)
 
-    def __getitem__(self, index: int) -> tuple:
+    def __getitem__(self, index: int) -> tuple[Any, ...]:
         batch = self._replay.popleft() if self._replay else self._pack(self._next())
         self._served += 1
         if self._served <= _PROBE_BATCHES:
@@ -123,7 +127,7 @@ class KerasDataset(keras.utils.PyDataset):
             self._stream = None  # the pass is over: the next one starts
         raise LoaderError("the loader delivered no batch in a whole pass")
 
-    def _pack(self, batch: dict[str, np.ndarray]) -> tuple:
+    def _pack(self, batch: dict[str, np.ndarray]) -> tuple[Any, ...]:
         x = _select(batch, self._x)
         return (x,) if self._y is None else (x, _select(batch, self._y))
 
@@ -134,5 +138,5 @@ def _as_list(names: Names) -> list[str]:
     return [names] if isinstance(names, str) else list(names)
 
 
-def _select(batch: dict[str, np.ndarray], names: Names):
+def _select(batch: dict[str, np.ndarray], names: str | Sequence[str]) -> np.ndarray | dict[str, np.ndarray]:
     return batch[names] if isinstance(names, str) else {name: batch[name] for name in names}

@@ -11,16 +11,22 @@ import os
 import pickle
 import sys
 import time
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import cloudpickle
 import numpy as np
 
-from .engine.core import Engine, Exhausted
 from ._errors import LoaderError
+from .engine.core import Engine, Exhausted
 from .engine.plan import EpochPlan, check_state, plan_state
 from .engine.ring import Layout, memory_for_ring
 from .engine.source import Source, check_int, probe_transform
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from ._keras import KerasDataset
+    from .torch import TorchLoader
 
 __all__ = ["Loader", "eval_loader"]
 
@@ -61,9 +67,9 @@ class Loader:
                  slots: int | None = None, shuffle: bool = False, seed: int = 0,
                  epochs: int | None = 1, drop_remainder: bool = False, ordered: bool = True,
                  on_error: str = "raise", timeout: float = 60.0,
-                 transform: Callable[[dict, np.random.Generator], Any] | None = None,
+                 transform: Callable[[dict[str, np.ndarray], np.random.Generator], Any] | None = None,
                  shm_dir: str | None = None, shard: tuple[int, int] = (0, 1),
-                 state: dict | None = None, log_every: float | None = None,
+                 state: dict[str, Any] | None = None, log_every: float | None = None,
                  pin_workers: bool = False, group_window: int | None = None,
                  span_epochs: bool = False) -> None:
         check_int("batch_size", batch_size, 1)
@@ -157,7 +163,7 @@ class Loader:
     def __enter__(self) -> "Loader":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -205,7 +211,8 @@ class Loader:
                 f"{s['samples_per_worker_s']:.1f} samples/s per busy worker"
                 + (f"; recommended workers: {rec}" if rec else ""))
 
-    def as_dataset(self, prefetch: int | None = -1, input_context=None):
+    def as_dataset(self, prefetch: int | None = -1, input_context: tf.distribute.InputContext | None = None
+                   ) -> tf.data.Dataset:
         """A ``tf.data.Dataset`` over this loader (``prefetch=-1`` is ``tf.data.AUTOTUNE``).
 
         With a ``tf.distribute.InputContext`` the loader serves shard
@@ -217,13 +224,14 @@ class Loader:
             self.set_shard(input_context.input_pipeline_id, input_context.num_input_pipelines)
         return as_dataset(self, prefetch)
 
-    def as_torch(self, pin_memory: bool = False, device=None, shard: tuple[int, int] | None = None):
+    def as_torch(self, pin_memory: bool = False, device: Any = None, shard: tuple[int, int] | None = None
+                 ) -> TorchLoader:
         """Batches as dicts of ``torch.Tensor``, zero-copy (``shmloader.torch.TorchLoader``)."""
         from .torch import as_torch
 
         return as_torch(self, pin_memory=pin_memory, device=device, shard=shard)
 
-    def as_keras(self, x="video", y="label"):
+    def as_keras(self, x: str | Sequence[str] = "video", y: str | Sequence[str] | None = "label") -> KerasDataset:
         """A ``keras.utils.PyDataset`` of ``(batch[x], batch[y])`` for ``model.fit`` on any
         Keras 3 backend (``shmloader._keras.KerasDataset``)."""
         from ._keras import as_keras
@@ -242,7 +250,7 @@ class Loader:
         self._plan = plan
         self._engine.set_plan(plan)
 
-    def load_state(self, state: dict) -> None:
+    def load_state(self, state: dict[str, Any]) -> None:
         """Start from ``state`` (a ``state()`` dict), as ``Loader(..., state=)`` does; before the
         first batch. ValueError when it was saved with other settings."""
         if self._engine.started:
@@ -269,7 +277,7 @@ class Loader:
         return plan_state(self._plan, self._start, done, exact=self._engine.counters["skipped"] == 0)
 
 
-def eval_loader(source: Source, *, batch_size: int, workers: int | None = 1, **kwargs) -> Loader:
+def eval_loader(source: Source, *, batch_size: int, workers: int | None = 1, **kwargs: Any) -> Loader:
     """A loader for validation or test: every clip exactly once, in order, the last partial batch
     kept; ``VideoClips`` become deterministic (``VideoClips.for_eval``: uniform starts, the
     smallest scale, center crops). One worker by default, so that an evaluation pass beside a training loader takes one core rather than all of them.

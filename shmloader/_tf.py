@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
 import tensorflow as tf
+
+if TYPE_CHECKING:
+    from ._loader import Loader
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def output_signature(loader) -> dict[str, tf.TensorSpec]:
+def output_signature(loader: Loader) -> dict[str, tf.TensorSpec]:
     return {name: tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
             for name, (shape, dtype) in loader.element_spec.items()}
 
 
-def as_dataset(loader, prefetch: int | None = AUTOTUNE) -> tf.data.Dataset:
+def as_dataset(loader: Loader, prefetch: int | None = AUTOTUNE) -> tf.data.Dataset:
     """``from_generator`` over the loader: TF aliases the yielded slots (no copy), and each
     slot returns to the ring when TF lets go of its tensors (NOTE [ Slot lease ])."""
     ds = tf.data.Dataset.from_generator(loader.__iter__, output_signature=output_signature(loader))
@@ -21,14 +26,15 @@ def as_dataset(loader, prefetch: int | None = AUTOTUNE) -> tf.data.Dataset:
     return ds
 
 
-def distributed_dataset(strategy: tf.distribute.Strategy, make_loader, global_batch_size: int):
+def distributed_dataset(strategy: tf.distribute.Strategy, make_loader: Callable[[int], Loader], global_batch_size: int
+                        ) -> tuple[tf.distribute.DistributedDataset, list[Loader]]:
     """``strategy.distribute_datasets_from_function`` over one loader per input pipeline (host).
 
     ``make_loader(batch_size)`` builds the loader with the per-replica batch size; each pipeline
     serves its own shard of every epoch, so the hosts together see each sample once per epoch.
     Returns the distributed dataset and the list of loaders built here (close them when done).
     """
-    loaders = []
+    loaders: list[Loader] = []
 
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         loader = make_loader(ctx.get_per_replica_batch_size(global_batch_size))
@@ -38,7 +44,7 @@ def distributed_dataset(strategy: tf.distribute.Strategy, make_loader, global_ba
     return strategy.distribute_datasets_from_function(dataset_fn), loaders
 
 
-class LoaderCheckpoint(tf.keras.callbacks.Callback):
+class LoaderCheckpoint(tf.keras.callbacks.Callback):  # type: ignore[misc]  # TensorFlow ships no types
     """Write ``loader.state()`` as JSON to ``path`` at the end of every Keras epoch.
 
     tf.data cannot checkpoint a ``from_generator`` pipeline, so save the loader's position next
@@ -47,16 +53,16 @@ class LoaderCheckpoint(tf.keras.callbacks.Callback):
     ``model.fit(..., initial_epoch=...)``.
     """
 
-    def __init__(self, loader, path: str) -> None:
+    def __init__(self, loader: Loader, path: str) -> None:
         super().__init__()
         self.loader = loader
         self.path = path
         self.steps = 0
 
-    def on_train_batch_end(self, batch, logs=None) -> None:
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self.steps += 1
 
-    def on_epoch_end(self, epoch, logs=None) -> None:
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         import json
         import os
 

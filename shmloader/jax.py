@@ -9,13 +9,16 @@ again only when the arrays made from it are gone.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 try:
     import jax
 except ImportError as e:  # pragma: no cover - exercised in a child interpreter by the tests
     raise ImportError("shmloader.jax needs JAX: pip install 'shmloader[jax]' (CPU), or JAX for "
                       "your accelerator") from e
+
+if TYPE_CHECKING:
+    from ._loader import Loader
 
 __all__ = ["batches"]
 
@@ -25,7 +28,7 @@ __all__ = ["batches"]
 _PREFETCH = 2
 
 
-def batches(loader, sharding: Any = None, *, shard: tuple[int, int] | None = None,
+def batches(loader: Loader, sharding: Any = None, *, shard: tuple[int, int] | None = None,
             prefetch: int | None = None) -> Iterator[dict[str, jax.Array]]:
     """Yield the loader's batches as dicts of ``jax.Array``, through ``jax.device_put``.
 
@@ -52,7 +55,7 @@ def batches(loader, sharding: Any = None, *, shard: tuple[int, int] | None = Non
     return _batches(loader, sharding, prefetch)
 
 
-def _batches(loader, sharding, prefetch: int) -> Iterator[dict[str, jax.Array]]:
+def _batches(loader: Loader, sharding: Any, prefetch: int) -> Iterator[dict[str, jax.Array]]:
     ahead: deque[dict[str, jax.Array]] = deque()
     for batch in loader:
         ahead.append(jax.device_put(batch, sharding))
@@ -63,10 +66,10 @@ def _batches(loader, sharding, prefetch: int) -> Iterator[dict[str, jax.Array]]:
         yield ahead.popleft()
 
 
-def _platforms(sharding) -> set[str]:
+def _platforms(sharding: Any) -> set[str]:
     """The platforms ``device_put(x, sharding)`` puts arrays on."""
     if sharding is None:
         return {jax.devices()[0].platform}
     if isinstance(sharding, jax.sharding.Sharding):
-        return {d.platform for d in sharding.device_set}
+        return {d.platform for d in sharding.device_set}  # type: ignore[attr-defined]
     return {getattr(sharding, "platform", "")}

@@ -18,7 +18,7 @@ import threading
 import warnings
 import weakref
 from collections import deque
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 import numpy as np
 
@@ -30,6 +30,9 @@ except ImportError as e:  # pragma: no cover - exercised in a child interpreter 
 
 from ._errors import LoaderError
 from .engine.ring import Layout, Returns
+
+if TYPE_CHECKING:
+    from ._loader import Loader
 
 __all__ = ["TorchLoader", "as_torch"]
 
@@ -45,8 +48,8 @@ _POLL_S = 0.1
 _JOIN_S = 5.0
 
 
-def as_torch(loader, pin_memory: bool = False, device: Any = None,
-             shard: tuple[int, int] | None = None) -> "TorchLoader":
+def as_torch(loader: Loader, pin_memory: bool = False, device: Any = None,
+             shard: tuple[int, int] | None = None) -> TorchLoader:
     """Wrap ``loader`` so that iterating yields dicts of ``torch.Tensor`` (see ``TorchLoader``)."""
     return TorchLoader(loader, pin_memory=pin_memory, device=device, shard=shard)
 
@@ -69,7 +72,7 @@ class TorchLoader:
     is continued by the next one (the pin thread keeps what it prefetched).
     """
 
-    def __init__(self, loader, *, pin_memory: bool = False, device: Any = None,
+    def __init__(self, loader: Loader, *, pin_memory: bool = False, device: Any = None,
                  shard: tuple[int, int] | None = None) -> None:
         self._loader = loader
         self._device = _check_device(device)
@@ -87,7 +90,7 @@ class TorchLoader:
         self._in_pass = False
         self._base = loader.stats()["batches"]  # delivered before this adapter existed
         self._yielded = 0
-        self._inflight: deque[tuple[Any, dict]] = deque()  # (CUDA event, host batch being copied)
+        self._inflight: deque[tuple[Any, dict[str, torch.Tensor]]] = deque()  # (CUDA event, host batch being copied)
 
     # ----------------------------------------------------------------- public
     def __len__(self) -> int:
@@ -99,11 +102,11 @@ class TorchLoader:
     def __enter__(self) -> "TorchLoader":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
-    def loader(self):
+    def loader(self) -> Loader:
         return self._loader
 
     def state_dict(self) -> dict[str, Any]:
@@ -127,7 +130,7 @@ class TorchLoader:
         self._sync()
 
     # --------------------------------------------------------------- iterating
-    def _batches(self, take) -> Iterator[dict[str, torch.Tensor]]:
+    def _batches(self, take: Callable[[], dict[str, torch.Tensor]]) -> Iterator[dict[str, torch.Tensor]]:
         try:
             while True:
                 # No local keeps a batch while the generator is suspended: its slot (or host
@@ -136,7 +139,7 @@ class TorchLoader:
         except _Done:
             return
 
-    def _ring_taker(self):
+    def _ring_taker(self) -> Callable[[], dict[str, torch.Tensor]]:
         batches = iter(self._loader)
 
         def take() -> dict[str, torch.Tensor]:
@@ -156,7 +159,7 @@ class TorchLoader:
             self._pin.request_pass()
             self._in_pass = True
         item = self._pin.get()
-        if item is _END:
+        if isinstance(item, _End):
             self._in_pass = False
             raise _Done
         if isinstance(item, _Failure):
@@ -172,7 +175,7 @@ class TorchLoader:
         if dev.type != "cuda":
             return {k: v.to(dev) for k, v in host.items()}
         out = {k: v.to(dev, non_blocking=True) for k, v in host.items()}
-        event = torch.cuda.Event()
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
         event.record(torch.cuda.current_stream(dev))
         self._inflight.append((event, host))  # the source must outlive the copy: see the NOTE
         while self._inflight and self._inflight[0][0].query():
@@ -184,7 +187,7 @@ class TorchLoader:
             self._inflight.popleft()[0].synchronize()
 
 
-def _check_device(device: Any):
+def _check_device(device: Any) -> torch.device | None:
     if device is None:
         return None
     dev = torch.device(device)
@@ -214,7 +217,12 @@ class _Failure:
         self.error = error
 
 
-_END = object()
+class _End:
+    """The pass is over (what the thread puts after the last batch)."""
+
+
+_END = _End()
+_Item = Union[dict[str, torch.Tensor], _End, _Failure]  # what the pin thread hands over
 
 
 class _HostBuffers:
@@ -225,8 +233,9 @@ class _HostBuffers:
     ``base`` of the field views, and its finalizer fires only when the last of them dies.
     """
 
-    def __init__(self, loader, pinned: bool) -> None:
-        spec = {name: (shape[1:], dtype) for name, (shape, dtype) in loader.element_spec.items()}
+    def __init__(self, loader: Loader, pinned: bool) -> None:
+        spec = {name: (tuple(int(d) for d in shape[1:] if d is not None), dtype)
+                for name, (shape, dtype) in loader.element_spec.items()}
         self._layout = Layout.build(spec, loader.batch_size)
         self._pinned = pinned
         self._lent = Returns()  # buffers come back from whatever thread drops their last tensor
@@ -251,7 +260,7 @@ class _HostBuffers:
     def _allocate(self) -> memoryview:
         buf = torch.empty(self._layout.slot_bytes, dtype=torch.uint8, pin_memory=self._pinned)
         self.allocated += 1
-        return memoryview(buf.numpy())  # keeps buf (and its pinned block) alive
+        return memoryview(buf.numpy())  # type: ignore[arg-type]  # keeps buf (and its pinned block) alive
 
 
 class _PinThread:
@@ -263,10 +272,10 @@ class _PinThread:
     process (daemon). Errors travel to the consumer as they were raised.
     """
 
-    def __init__(self, loader, buffers: _HostBuffers) -> None:
+    def __init__(self, loader: Loader, buffers: _HostBuffers) -> None:
         self.buffers = buffers
-        self.out: queue.Queue = queue.Queue(maxsize=_PIN_DEPTH)
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.out: queue.Queue[_Item] = queue.Queue(maxsize=_PIN_DEPTH)
+        self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=_pin_loop, name="shmloader-pin-memory", daemon=True,
                                         args=(loader, buffers, self.out, self._requests, self._stop))
@@ -275,7 +284,7 @@ class _PinThread:
     def request_pass(self) -> None:
         self._requests.put(True)
 
-    def get(self):
+    def get(self) -> _Item:
         while True:
             try:
                 return self.out.get(timeout=_POLL_S)
@@ -298,7 +307,7 @@ class _PinThread:
             self._thread.join(_JOIN_S)
 
 
-def _pin_loop(loader, buffers: _HostBuffers, out: queue.Queue, requests: queue.SimpleQueue,
+def _pin_loop(loader: Loader, buffers: _HostBuffers, out: queue.Queue[_Item], requests: queue.SimpleQueue[bool],
               stop: threading.Event) -> None:
     while not stop.is_set():
         try:
@@ -314,14 +323,14 @@ def _pin_loop(loader, buffers: _HostBuffers, out: queue.Queue, requests: queue.S
                 if not _put(out, item, stop):
                     return
                 del item
-            item = _END
+            end: _Item = _END
         except BaseException as e:  # the consumer raises it, with its cause and traceback
-            item = _Failure(e)
-        if not _put(out, item, stop):
+            end = _Failure(e)
+        if not _put(out, end, stop):
             return
 
 
-def _put(out: queue.Queue, item, stop: threading.Event) -> bool:
+def _put(out: queue.Queue[_Item], item: _Item, stop: threading.Event) -> bool:
     while not stop.is_set():
         try:
             out.put(item, timeout=_POLL_S)

@@ -190,6 +190,19 @@ def test_installed_wheel_runs_the_demo(installed, tmp_path):
     assert "through loader.as_dataset()" in r.stdout and "clips/s" in r.stdout, r.stdout
 
 
+def test_installed_wheel_is_typed(installed, tmp_path):
+    """A user's type checker finds the installed wheel's types (``py.typed``): mypy, pointed at the
+    fresh venv's interpreter from outside the tree, sees the signatures, not ``Any``."""
+    user = tmp_path / "user.py"
+    user.write_text("import shmloader\nreveal_type(shmloader.Loader(shmloader.VideoClips(['a.mp4']), batch_size=2))\n"
+                    "shmloader.Loader(shmloader.VideoClips(['a.mp4']), batch_size='2')\n")
+    r = subprocess.run([sys.executable, "-m", "mypy", "--python-executable", str(installed / "python"),
+                        "--no-incremental", str(user)], capture_output=True, text=True, timeout=300,
+                       env=fresh_env(), cwd=tmp_path)
+    assert 'Revealed type is "shmloader._loader.Loader"' in r.stdout, r.stdout + r.stderr
+    assert 'Argument "batch_size" to "Loader" has incompatible type "str"' in r.stdout, r.stdout
+
+
 def test_installed_wheel_scans_videos(installed, videos, tmp_path):
     """``shmloader scan`` of a class folder of real videos (and one file that is no video)."""
     paths, _ = videos

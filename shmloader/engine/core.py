@@ -38,7 +38,7 @@ import time
 import warnings
 import weakref
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
@@ -392,7 +392,7 @@ class Engine:
         self._stats["worker_restarts"] += 1
         self._pool.spawn(w.wid)
 
-    def _protocol_error(self, w: Worker, what: str) -> None:
+    def _protocol_error(self, w: Worker, what: str) -> NoReturn:
         w.proc.kill()
         self._pool.remove(w)
         raise LoaderError(f"worker pid {w.pid} sent {what}; it was stopped")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
+from typing import Any, Callable
 
 __all__ = ["Deferred"]
 
@@ -32,7 +33,7 @@ class Deferred:
     __slots__ = ("_old", "_pending", "_safe")
 
     def __init__(self) -> None:
-        self._old = None
+        self._old: Callable[[int, FrameType | None], Any] | None = None
         self._pending: tuple[FrameType | None] | None = None  # (frame,) of a signal not yet acted on
         self._safe = False
 
@@ -54,7 +55,7 @@ class Deferred:
             old(signal.SIGINT, *pending)
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
-        if self._safe:
+        if self._safe and self._old is not None:
             self._old(signum, frame)
         elif self._pending is None:
             self._pending = (frame,)
@@ -62,7 +63,7 @@ class Deferred:
     def check(self) -> None:
         """A point where the books are whole: run the handler of a signal that came meanwhile."""
         pending = self._pending
-        if pending is not None:
+        if pending is not None and self._old is not None:
             self._pending = None
             self._old(signal.SIGINT, *pending)
 

@@ -38,7 +38,7 @@ class EpochPlan:
     it from position ``i``, so the shards of an epoch are disjoint and together hold all of it."""
 
     def __init__(self, num_samples: int, batch_size: int, *, shuffle: bool, seed: int,
-                 drop_remainder: bool, shard: tuple[int, int] = (0, 1), group: int = 1,
+                 drop_remainder: bool, shard: tuple[int, ...] = (0, 1), group: int = 1,
                  window: int = 1, span_epochs: bool = False, groups: np.ndarray | None = None) -> None:
         self.groups = None
         if groups is not None:  # groups of several sizes: members of each, in id order
@@ -187,10 +187,10 @@ class StreamCursor:
         self.plan = plan
         self.batch_size = plan.batch_size
         self.n = plan.samples_per_epoch()
-        self.total = None if pass_end is None else pass_end * self.n
+        self.total: int | None = None if pass_end is None else pass_end * self.n  # None: endless
         self.limit = self.total
         if self.total is not None and plan.drop_remainder:
-            self.limit -= (self.total - pass_start * self.n) % self.batch_size
+            self.limit = self.total - (self.total - pass_start * self.n) % self.batch_size
         self.pos = pos  # next sample for a new batch
         self.tail = self.limit  # next sample of the dropped remainder
         self._orders: dict[int, np.ndarray] = {}
@@ -231,7 +231,7 @@ class StreamCursor:
         if self.has_batch():
             self.pos += 1
             return self._at(self.pos - 1)
-        if self.tail < self.total:
+        if self.tail is not None and self.total is not None and self.tail < self.total:
             self.tail += 1
             return self._at(self.tail - 1)
         return None

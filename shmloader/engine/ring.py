@@ -141,7 +141,7 @@ class Ring:
         self.slots = slots
         self.nbytes = layout.slot_bytes * slots
         self.fd = _create_segment(self.nbytes, shm_dir)
-        self._mm = mmap.mmap(self.fd, self.nbytes)
+        self._mm: mmap.mmap | None = mmap.mmap(self.fd, self.nbytes)
         whole = np.frombuffer(self._mm, np.uint8)
         self.address = whole.ctypes.data
         # The loader's own (unleased) views of each slot, for compaction and copies.
@@ -156,6 +156,7 @@ class Ring:
 
         See NOTE [ Slot lease ].
         """
+        assert self._mm is not None, "the ring is closed"
         size = self.layout.slot_bytes
         buf = np.frombuffer(self._mm, np.uint8, count=size, offset=slot * size)
         out = self.layout.views(buf, n)
@@ -202,7 +203,7 @@ class Returns:
         ref.thing = thing
         self._out[id(ref)] = ref
 
-    def returned(self) -> list:
+    def returned(self) -> list[Any]:
         """What came back since the last call."""
         things = []
         while not self._queue.empty():
@@ -218,6 +219,7 @@ class Returns:
 
 class _Ref(weakref.ref):
     __slots__ = ("thing",)
+    thing: Any
 
 
 def attach_views(fd: int, layout: Layout, slots: int) -> list[dict[str, np.ndarray]]:

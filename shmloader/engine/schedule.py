@@ -148,6 +148,7 @@ class Scheduler:
     def begin_pass(self) -> None:
         """After a finished pass, the next ``epochs`` epochs (iterating the loader again)."""
         if self.plan_done and not self.inflight and self._epochs is not None and self.seq:
+            assert self._pass_end is not None  # a pass of ``epochs`` epochs has an end
             if self.plan.span_epochs:  # the next pass begins where this one was meant to end
                 self._start, self._cursor = (self._pass_end, 0), None
                 next_epoch = self._pass_end
@@ -162,12 +163,12 @@ class Scheduler:
         if self.plan.span_epochs:
             if cur is None:
                 start = self._start[0] * self.plan.samples_per_epoch() + self._start[1]
-                first = 0 if self._epochs is None else self._pass_end - self._epochs
+                first = 0 if self._epochs is None or self._pass_end is None else self._pass_end - self._epochs
                 cur = self._cursor = StreamCursor(self.plan, start, first, self._pass_end)
             return cur if cur.has_batch() else None
         while cur is None or not cur.has_batch():
             epoch = self._start[0] if cur is None else cur.epoch + 1
-            if (self._epochs is not None and epoch >= self._pass_end) or (cur is not None and cur.limit == 0):
+            if (self._pass_end is not None and epoch >= self._pass_end) or (cur is not None and cur.limit == 0):
                 return None
             fresh = self._cursor = EpochCursor(self.plan, epoch)
             if cur is None:  # resuming mid-epoch: the batches before were delivered already
@@ -211,14 +212,14 @@ class Scheduler:
         b = next(iter(self.inflight.values()), None)
         return b is not None and not b.pending
 
-    def _gather(self, cur: EpochCursor, items: list[tuple[Batch, int, int]]) -> None:
+    def _gather(self, cur: Cursor, items: list[tuple[Batch, int, int]]) -> None:
         groups = self._groups[cur.epoch]
         for item in items:
             g = int(groups.group_of(item[2]))
             groups.waiting.setdefault(g, []).append(item)
         self._release_groups(cur)
 
-    def _release_groups(self, cur: EpochCursor) -> None:
+    def _release_groups(self, cur: Cursor) -> None:
         """Send every waiting group whose items all have slots now."""
         groups = self._groups.get(cur.epoch)
         if groups is None:
@@ -230,7 +231,7 @@ class Scheduler:
             del self._groups[cur.epoch]
 
     # --------------------------------------------------------------- replies
-    def task_done(self, task: Task, failed: dict[int, str]) -> list[tuple[Task, int]]:
+    def task_done(self, task: Task, failed: dict[int, bytes]) -> list[tuple[Task, int]]:
         """A worker answered ``task``; ``failed``: item index -> reason. Returns the failed
         items for the loader to raise on or skip (it knows the ``on_error`` policy)."""
         if len(failed) < len(task):

@@ -17,7 +17,7 @@ videos). The same holds across samples: a worker handed several samples of one v
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from .sampling import SEGMENTS, check_clip_options, check_spans, clip_frames, cr
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec, check_int
 from .storage import Storage, expand, is_remote, local_path, member_url, shard_samples, split_member, tar_members
+
+if TYPE_CHECKING:
+    from .decoders import Decoding
 
 __all__ = ["VideoClips"]
 
@@ -82,7 +85,9 @@ class VideoClips:
     parallelism).
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike], labels: Sequence[int] | None = None, *,
+    classes: list[str]  # the class folder names, label i is classes[i] (from_folder only)
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None = None, *,
                  clip_len: int | None = None, frame_step: int = 1, clips_per_video: int = 1,
                  clips_per_sample: int = 1, sampling: str = "random", fps: float | None = None,
                  max_frames: int | None = None, spans: Sequence[tuple[float | None, float | None]] | None = None,
@@ -90,22 +95,23 @@ class VideoClips:
                  scale: int | tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
                  crop_at: str = "center", group_clips: bool = False, allow_urls: bool = False,
                  decode_threads: int = 1, decoder: str = "auto",
-                 storage_options: dict | None = None, fetch: dict | None = None) -> None:
-        paths = [os.fspath(p) for p in paths]
-        if not paths:
+                 storage_options: dict[str, Any] | None = None, fetch: dict[str, Any] | None = None) -> None:
+        given = [os.fspath(p) for p in paths]
+        if not given:
             raise ValueError("paths is empty")
         clip_len, fps, size, scale, crop = check_clip_options(
             clip_len=clip_len, frame_step=frame_step, clips_per_video=clips_per_video,
             clips_per_sample=clips_per_sample, sampling=sampling, fps=fps, short_video=short_video,
             size=size, scale=scale, crop=crop, crop_at=crop_at, max_frames=max_frames)
-        spans = check_spans(spans, len(paths))
+        times = check_spans(spans, len(given))
+        codes = None
         if labels is not None:
-            labels = np.asarray(labels)
-            if labels.shape != (len(paths),):
-                raise ValueError(f"labels has shape {labels.shape}, expected ({len(paths)},): one per path")
-            if labels.dtype.kind not in "iub":
-                raise ValueError(f"labels must be integers, got dtype {labels.dtype}")
-            labels = labels.astype(np.int64)
+            codes = np.asarray(labels)
+            if codes.shape != (len(given),):
+                raise ValueError(f"labels has shape {codes.shape}, expected ({len(given)},): one per path")
+            if codes.dtype.kind not in "iub":
+                raise ValueError(f"labels must be integers, got dtype {codes.dtype}")
+            codes = codes.astype(np.int64)
         if decoder not in _DECODER_CHOICES:
             raise ValueError(f"decoder must be one of {_DECODER_CHOICES}, got {decoder!r}")
         check_int("decode_threads", decode_threads, 1)
@@ -116,8 +122,9 @@ class VideoClips:
         if unknown:
             raise ValueError(f"fetch takes {FETCH_OPTIONS}, got {sorted(unknown)}")
         self.storage = Storage(storage_options, **self.fetch)
-        resolved, remote = [], False
-        for p in paths:
+        resolved: list[str] = []
+        remote = False
+        for p in given:
             p = local_path(p)
             if is_remote(p):
                 remote = True
@@ -134,13 +141,13 @@ class VideoClips:
             raise ValueError("decoder='decord' reads local files only; remote paths are read by PyAV "
                              "(decoder='auto' or 'pyav')")
         self.paths = resolved
-        self.labels = labels
-        self.spans = spans  # [n, 2] seconds from each video's first frame, or None
+        self.labels = codes
+        self.spans = times  # [n, 2] seconds from each video's first frame, or None
         # Rows of one file (several spans of a video): the first row's index, so that a worker
         # handed several of them decodes the file once (read_many).
-        self.files = None if spans is None else _first_rows(resolved)
+        self.files = None if times is None else _first_rows(resolved)
         self.max_frames = None if max_frames is None else int(max_frames)
-        self.clip_len = int(clip_len)
+        self.clip_len = clip_len
         self.frame_step = int(frame_step)
         self.clips_per_video = int(clips_per_video)
         self.clips_per_sample = int(clips_per_sample)
@@ -159,7 +166,7 @@ class VideoClips:
         if size is None and scale is None and crop is None:
             size = _native_size(self.paths[0], self.storage)
         self.size = size  # the size frames are decoded at, when it is fixed
-        self._decoding = None
+        self._decoding: Decoding | None = None
         self._known: dict[str, np.ndarray] | None = None  # manifest columns, see from_csv
         self._members: dict[str, np.ndarray] | None = None  # offset, size of tar members, see from_shards
         self._table: SharedStrings | None = None
@@ -168,8 +175,8 @@ class VideoClips:
         self._users = 0  # loaders holding the table (acquire/release)
 
     @classmethod
-    def from_folder(cls, root: str | os.PathLike, *, extensions: Sequence[str] = VIDEO_EXTENSIONS,
-                    **kwargs) -> "VideoClips":
+    def from_folder(cls, root: str | os.PathLike[str], *, extensions: Sequence[str] = VIDEO_EXTENSIONS,
+                    **kwargs: Any) -> VideoClips:
         """Videos in class sub-folders: ``root/<class>/*.mp4``; labels follow the sorted class names.
 
         The class names are kept in ``clips.classes`` (label ``i`` is ``classes[i]``).
@@ -183,9 +190,9 @@ class VideoClips:
         return clips
 
     @classmethod
-    def from_csv(cls, manifest: str | os.PathLike, *, path_column: str = "path",
+    def from_csv(cls, manifest: str | os.PathLike[str], *, path_column: str = "path",
                  label_column: str | None = "label", start_column: str = "start", end_column: str = "end",
-                 **kwargs) -> "VideoClips":
+                 **kwargs: Any) -> VideoClips:
         """Videos listed in a CSV (with a header) or JSON manifest; relative paths are taken
         against the manifest's folder. JSON: a list of ``{"path": ..., "label": ...}`` objects.
 
@@ -202,7 +209,7 @@ class VideoClips:
         listed = list(iter_manifest(manifest, path_column, label_column))
         if not listed:
             raise ValueError(f"{manifest!r} lists no videos")
-        labels = None if label_column is None else [label for _, label, _ in listed]
+        labels: list[Any] | None = None if label_column is None else [label for _, label, _ in listed]
         rows = [row for _, _, row in listed]
         if "spans" not in kwargs and (start_column in rows[0] or end_column in rows[0]):
             kwargs["spans"] = [(_seconds(manifest, n, row.get(start_column)), _seconds(manifest, n, row.get(end_column)))
@@ -214,8 +221,8 @@ class VideoClips:
 
     @classmethod
     def from_shards(cls, urls: str | Sequence[str], *, video_key: str | Sequence[str] = SHARD_VIDEO_KEYS,
-                    label_key: str | None = "cls", storage_options: dict | None = None,
-                    fetch: dict | None = None, **kwargs) -> "VideoClips":
+                    label_key: str | None = "cls", storage_options: dict[str, Any] | None = None,
+                    fetch: dict[str, Any] | None = None, **kwargs: Any) -> VideoClips:
         """Every sample of WebDataset tar shards (video2dataset's output): a sample is the members
         sharing a key (``key.mp4`` beside ``key.cls`` / ``key.json`` / ``key.txt``), its video the
         first member with an extension in ``video_key``.
@@ -252,7 +259,7 @@ class VideoClips:
         clips._members = {"offset": np.asarray(offsets, np.int64), "size": np.asarray(sizes, np.int64)}
         return clips
 
-    def options(self) -> dict:
+    def options(self) -> dict[str, Any]:
         """The constructor's keyword arguments that made this source (paths aside)."""
         return dict(labels=self.labels, clip_len=None if self.max_frames else self.clip_len,
                     frame_step=self.frame_step, clips_per_video=self.clips_per_video,
@@ -264,7 +271,7 @@ class VideoClips:
                     decode_threads=self.decode_threads, decoder=self.decoder,
                     storage_options=self.storage.options, fetch=self.fetch)
 
-    def with_options(self, **changes) -> "VideoClips":
+    def with_options(self, **changes: Any) -> VideoClips:
         """A copy with some constructor arguments changed, e.g. ``sampling="uniform"`` for evaluation."""
         kwargs = self.options()
         kwargs.update(changes)
@@ -274,12 +281,12 @@ class VideoClips:
             clips.classes = self.classes
         return clips
 
-    def for_eval(self) -> "VideoClips":
+    def for_eval(self) -> VideoClips:
         """The same clips made deterministic for evaluation: ``sampling="uniform"`` instead of
         random starts (``"segments_uniform"`` instead of ``"segments"``: each segment's centre),
         the short side ``S_min`` of a ``scale`` range, ``crop_at="center"`` instead of random
         windows (``"three"`` stays)."""
-        changes = {}
+        changes: dict[str, Any] = {}
         if self.sampling in ("random", "segments"):
             changes["sampling"] = {"random": "uniform", "segments": "segments_uniform"}[self.sampling]
         if self.scale is not None and self.scale[0] != self.scale[1]:
@@ -315,11 +322,13 @@ class VideoClips:
         return np.repeat(dense.astype(np.int64), self.clips_per_video)
 
     def spec(self) -> Spec:
-        h, w = self.crop or self.size
+        shape = self.crop or self.size
+        assert shape is not None, "the constructor fixes a crop or a size"
+        h, w = shape
         k, t, v = self.clips_per_sample, self.clip_len, self.views
         scalar = ((), np.dtype(np.int64))
         lead = () if k == 1 else (k,)
-        spec = {"video": ((t, h, w, 3) if v == 1 else (v, t, h, w, 3), np.dtype(np.uint8)),
+        spec: Spec = {"video": ((t, h, w, 3) if v == 1 else (v, t, h, w, 3), np.dtype(np.uint8)),
                 "label": scalar, "index": scalar, "start": (lead, np.dtype(np.int64)),
                 "frames": ((*lead, t), np.dtype(np.int64))}
         if self.max_frames is not None:  # up to max_frames frames: which are real
@@ -336,8 +345,8 @@ class VideoClips:
         its workers: each worker maps it instead of unpickling its own copy, so a worker's
         memory does not grow with the number of videos."""
         if self._table is None:
-            columns = {} if self.labels is None else {"labels": self.labels}
-            if self.spans is not None:
+            columns: dict[str, np.ndarray] = {} if self.labels is None else {"labels": self.labels}
+            if self.spans is not None and self.files is not None:
                 columns.update(spans=self.spans, files=self.files)
             columns.update({f"known_{k}": a for k, a in (self._known or {}).items()})
             columns.update({f"member_{k}": a for k, a in (self._members or {}).items()})
@@ -361,7 +370,7 @@ class VideoClips:
             self._table.close()
             self._table = None
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_decoding"] = None
         state["paths"] = self._shared_table()  # indexable like the list, a few bytes to pickle
@@ -375,14 +384,15 @@ class VideoClips:
     def worker_init(self) -> None:
         from .decoders import Decoding
 
+        table = cast(SharedStrings, self.paths)  # in a worker: the shared table (see __getstate__)
         if self.__dict__.pop("_has_labels", False):
-            self.labels = self.paths.column("labels")
+            self.labels = table.column("labels")
         if self.__dict__.pop("_has_spans", False):
-            self.spans, self.files = self.paths.column("spans"), self.paths.column("files")
+            self.spans, self.files = table.column("spans"), table.column("files")
         if self._known is not None:
-            self._known = {k: self.paths.column(f"known_{k}") for k in self._known}
+            self._known = {k: table.column(f"known_{k}") for k in self._known}
         if self._members is not None:
-            self._members = {k: self.paths.column(f"member_{k}") for k in self._members}
+            self._members = {k: table.column(f"member_{k}") for k in self._members}
         self._decoding = Decoding(self.decode_threads, self.decoder, self.storage)
 
     def counters(self) -> dict[str, int]:
@@ -398,12 +408,17 @@ class VideoClips:
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""
-        member = split_member(path) if self._members is not None else None
-        if member is not None and self._members["size"][v] >= 0:  # where it lies: no header is read
-            self.storage.add_members(member[1], {member[0]: (int(self._members["offset"][v]),
-                                                             int(self._members["size"][v]))})
+        members = self._members
+        member = split_member(path) if members is not None else None
+        if members is not None and member is not None and members["size"][v] >= 0:  # no header is read
+            self.storage.add_members(member[1], {member[0]: (int(members["offset"][v]), int(members["size"][v]))})
         row = None if self._known is None else row_info(self._known, v, path)
-        return self._decoding.info(path) if row is None else self._decoding.info(path, *row)
+        return self._worker_decoding.info(path) if row is None else self._worker_decoding.info(path, *row)
+
+    @property
+    def _worker_decoding(self) -> Decoding:
+        assert self._decoding is not None, "the decoders are made in the workers (worker_init)"
+        return self._decoding
 
     def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
         self.read_many([index], [rng], [out])
@@ -421,19 +436,20 @@ class VideoClips:
             by_file.setdefault(v if self.files is None else int(self.files[v]), []).append(i)
         remote = any(is_remote(self.paths[v]) for v in by_file)
         if remote and len(by_file) > 1:  # their probes' requests together, not one after another
-            self._decoding.probe_ahead([self.paths[v] for v in by_file])
+            self._worker_decoding.probe_ahead([self.paths[v] for v in by_file])
         plans = [self._plan_video(v, [(indices[i] // self.clips_per_video, indices[i] % self.clips_per_video,
                                        rngs[i], outs[i]) for i in items], epoch_key)
                  for v, items in by_file.items()]
         if remote:  # every clip's bytes in one round of requests (NOTE [ Reading remote files ])
-            self._decoding.prefetch([(info, union) for _, info, passes in plans for _, _, union, _ in passes])
+            self._worker_decoding.prefetch([(info, union) for _, info, passes in plans for _, _, union, _ in passes])
         for v, info, passes in plans:
             for size, group, union, direct in passes:
-                decoded = self._decoding.decode(info, size, union, direct)
+                decoded = self._worker_decoding.decode(info, size, union, direct)
                 for out, row, frames, _, rng in group:
                     _fill(self, out, row, frames, union, decoded, rng, done=decoded is direct)
 
-    def _plan_video(self, v: int, items: list, epoch_key) -> tuple[int, VideoInfo, list]:
+    def _plan_video(self, v: int, items: list[tuple[int, int, np.random.Generator, dict[str, np.ndarray]]],
+                    epoch_key: tuple[int, int] | None) -> tuple[int, VideoInfo, list[Any]]:
         """What the samples ``items`` = [(row, clip, rng, out)] of the rows of file ``v`` take:
         ``(v, info, passes)``, a pass per decode size: ``(size, [(out, row, frames [K, T], size,
         rng)...], union of their frames, the slot to decode into directly or None)``."""
@@ -444,9 +460,9 @@ class VideoClips:
         if self.fps is not None or self.sampling in SEGMENTS or self.spans is not None:
             pts = info.times()
             if pts is None:  # a manifest row of a variable-rate video: read the timestamps
-                pts = self._decoding.info(path).times()
+                pts = self._worker_decoding.info(path).times()
         native = (info.height, info.width)
-        if self.native and self.crop is None and native != tuple(self.size):
+        if self.native and self.crop is None and self.size is not None and native != tuple(self.size):
             raise ValueError(f"video is {native[0]}x{native[1]} but the loader's clips are "
                              f"{self.size[0]}x{self.size[1]}; pass size=(height, width) to resize, or crop=")
         fixed = None if self.native else self.size  # decode size unless scaled per video
@@ -455,8 +471,9 @@ class VideoClips:
             shared_scale = _draw_scale(np.random.default_rng((*epoch_key, v, 1)), self.scale)
         plans = []  # (out, row, frames [K, T], decode size, rng) per sample
         for row, c, rng, out in items:
-            span = None if self.spans is None else tuple(self.spans[row])
+            span = None if self.spans is None else (float(self.spans[row][0]), float(self.spans[row][1]))
             if self.max_frames is not None:
+                assert self.fps is not None, "max_frames comes with fps"
                 frames = rate_frames(n, pts, fps=self.fps, max_frames=self.max_frames, sampling=self.sampling,
                                      short_video=self.short_video, rng=rng, span=span)[None]
             else:
@@ -481,7 +498,8 @@ class VideoClips:
         return v, info, passes
 
 
-def _fill(clips: VideoClips, out, v, frames, union, decoded, rng, done: bool) -> None:
+def _fill(clips: VideoClips, out: dict[str, np.ndarray], v: int, frames: np.ndarray, union: np.ndarray,
+          decoded: np.ndarray, rng: np.random.Generator, done: bool) -> None:
     """Sample ``out`` of row ``v``: its clips (and crop windows) copied out of ``decoded``
     (the frames ``union``), unless ``done`` (decoded straight into the slot), and its fields.
     With ``max_frames``, the ``t = frames.shape[1]`` frames found fill the front of ``video``
@@ -514,12 +532,12 @@ def _fill(clips: VideoClips, out, v, frames, union, decoded, rng, done: bool) ->
 
 def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``a`` seen with another shape; raises rather than copy (a copy would not reach the slot)."""
-    b = a.view()
+    b: np.ndarray = a.view()
     b.shape = shape
     return b
 
 
-def _member_columns(rows: list[tuple[str, dict]]) -> dict[str, np.ndarray] | None:
+def _member_columns(rows: list[tuple[str, dict[str, Any]]]) -> dict[str, np.ndarray] | None:
     """Offsets and sizes of the tar members a manifest lists (its ``offset`` and ``bytes``
     columns); size -1 where a row does not say (the worker reads that shard's headers)."""
     if not any(split_member(p) and str(row.get("offset", "")).strip() for p, row in rows):
@@ -568,7 +586,7 @@ def _native_size(path: str, storage: Storage) -> tuple[int, int]:
     return info.height, info.width
 
 
-def _seconds(manifest: str, n: int, cell) -> float | None:
+def _seconds(manifest: str, n: int, cell: str | float | None) -> float | None:
     """A manifest's start or end cell in seconds; None when empty."""
     if cell is None or (isinstance(cell, str) and not cell.strip()):
         return None

@@ -24,6 +24,7 @@ import ctypes
 import re
 from collections import Counter, OrderedDict
 from dataclasses import replace
+from typing import Any, cast
 
 import numpy as np
 
@@ -123,7 +124,7 @@ class PyAV:
         self._storage = storage
         self._scale = _Scaler()
         self._buf: np.ndarray | None = None
-        self._open: OrderedDict[str, tuple[tuple[int, int], object]] = OrderedDict()  # path -> (stamp, container)
+        self._open: OrderedDict[str, tuple[tuple[int, int], Any]] = OrderedDict()  # path -> (stamp, container)
 
     def _container(self, path: str):
         """An open container of ``path`` kept from an earlier clip while the file is unchanged,
@@ -251,11 +252,12 @@ class PyAV:
                     if last is not None and frame.pts <= last:
                         raise _Unordered
                     last = frame.pts
-                i = index_of(pts, frame.pts)
-                if i is None:
+                found = index_of(pts, frame.pts)
+                if found is None:
                     if info.indexed and frame.pts is not None:
                         raise OffTimeline(f"{info.path!r}: a frame at {frame.pts} is off the index's timeline")
                     continue  # not a shown frame
+                i = found
                 if left is not None:  # draining after the stretch
                     yield None, i, frame
                     left -= 1
@@ -294,7 +296,9 @@ def _byte_ranges(info: VideoInfo, frames: np.ndarray) -> list[tuple[int, int]]:
     """The bytes a decode of ``frames`` reads: from the packet of the keyframe before each
     wanted frame to the wanted frame's packet, ``_REORDER_MAX`` packets of reordering either
     side where the decode order of frames is not known (a timeline read from the index)."""
-    spans, n = info.spans, len(info.spans)
+    spans = info.spans
+    assert spans is not None, "byte spans are probed for remote files only"
+    n = len(spans)
     keys = info.keyframes if info.keyframes is not None and len(info.keyframes) else np.zeros(1, np.int64)
     at = np.clip(np.searchsorted(keys, frames, side="right") - 1, 0, None)
     first = np.minimum(keys[at], frames)
@@ -303,7 +307,7 @@ def _byte_ranges(info: VideoInfo, frames: np.ndarray) -> list[tuple[int, int]]:
     else:
         lo, hi = first - _REORDER_MAX, frames + _REORDER_MAX
     lo, hi = np.clip(lo, 0, n - 1), np.clip(hi, 0, n - 1)
-    out = []
+    out: list[list[int]] = []
     for a, b in zip(lo.tolist(), hi.tolist()):
         if not out or a > out[-1][1]:
             out.append([a, b])
@@ -368,7 +372,7 @@ class _Scaler:
 
     def __init__(self) -> None:
         self._key: tuple | None = None
-        self._graph = None
+        self._graph: Any = None  # av.filter.Graph
 
     def __call__(self, frame, width: int, height: int) -> np.ndarray:
         key = (frame.width, frame.height, frame.format.name, width, height)
@@ -506,7 +510,7 @@ class Decoding:
                     raise
                 self.unsupported.add(width)
                 self.fallbacks += 1
-            except self.decoder("decord").Error as e:
+            except cast(Decord, self.decoder("decord")).Error as e:
                 if self._choice == "decord":
                     raise
                 # decord refuses a file libavformat opened: PyAV reads it from now on.

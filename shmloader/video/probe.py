@@ -42,6 +42,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -267,7 +268,19 @@ def _check_seeks(info: VideoInfo) -> VideoInfo:
 class _Pass:
     """What one read of a file found (see ``_read``)."""
 
-    first = None
+    container: str
+    codec: str
+    declared: int  # the frame count the container declares (0: none)
+    time_base: Fraction
+    dropped: int  # frames an edit list drops
+    kept: int
+    pts: np.ndarray | None  # presentation timestamps in display order; None: no usable ones
+    durations: np.ndarray | None
+    decode_pos: np.ndarray | None
+    keyframes: np.ndarray | None
+    step: float
+    fps: float
+    first: Any = None  # the first decoded frame (av.VideoFrame)
     damaged: int | None = None
     # The timestamp of the first damaged packet or frame: ``damaged`` becomes its frame index
     # once the timeline is known (frames come out a reorder delay after their packets go in).
@@ -278,7 +291,7 @@ class _Pass:
     unordered = False
     indexed = False
     delay = False
-    spans = None
+    spans: np.ndarray | None = None
 
     def __init__(self) -> None:
         self.sizes: list[tuple[int, int, int]] = []  # (frame index, height, width) at each size
@@ -320,8 +333,14 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL) -> _Pass:
     r.time_base = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
     end = _indexed_end(s)
     size = storage.size(path)
-    stamps, durations, key_stamps, frame_stamps, dts, spans = [], [], [], [], [], []
-    headers, r.dropped, kept, n, broke = None, 0, 0, 0, False
+    stamps: list[int | None] = []  # per packet in decode order; None: unstamped
+    durations: list[int] = []
+    key_stamps: list[int] = []
+    frame_stamps: list[tuple[int, int | None, int, int]] = []  # (n, pts, height, width) per frame out
+    dts: list[int | None] = []
+    spans: list[tuple[int, int]] = []
+    headers: bytes | None = None
+    r.dropped, kept, n, broke = 0, 0, 0, False
 
     def take(p) -> bool:
         """Decode packet ``p`` (None: flush) as ``decode`` says; False once done."""
@@ -410,12 +429,12 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL) -> _Pass:
     r.fps = float(s.average_rate) if s.average_rate else (1.0 / r.step if r.step > 0 else 0.0)
     if decode != "first":
         r.decoded = n if decode == "frames" else None
-        for i, t, h, w in frame_stamps:
+        for i, t, height, width in frame_stamps:
             j = i if decode == "frames" else index_of(r.pts, t)
             if j is not None and j >= kept:
                 continue
-            if not r.sizes or r.sizes[-1][1:] != (h, w):
-                r.sizes.append((-1 if j is None else j, h, w))
+            if not r.sizes or r.sizes[-1][1:] != (height, width):
+                r.sizes.append((-1 if j is None else j, height, width))
     return r
 
 
@@ -429,7 +448,7 @@ def _stamps_in_decode_order(path: str, stamps: list, delay: bool, storage: Stora
         return False
     import av
 
-    out = []
+    out: list[int] = []
     with av.open(storage.media(path), metadata_errors="ignore") as c:
         s = c.streams.video[0]
         s.codec_context.thread_count = 1
@@ -481,7 +500,8 @@ def _from_index(c, path: str, touched: list, storage: Storage = LOCAL) -> _Pass 
     if n < (2 if remote else _INDEXED_MIN_FRAMES) or n != s.frames or not s.time_base:
         return None
     first_e, last_e = entries[0], entries[n - 1]
-    if _indexed_end(s) > storage.size(path) or first_e.is_discard:
+    end = _indexed_end(s)
+    if end is None or end > storage.size(path) or first_e.is_discard:
         return None  # cut off, or an edit list: the full read says what is shown
     cc = s.codec_context
     cc.thread_count = 1
@@ -561,7 +581,7 @@ def _spans(pos_size: list) -> np.ndarray:
 def _gop(c, s, r: _Pass, first: bool) -> list[tuple[int, int]] | None:
     """(pts, dts) of the packets from here to the next keyframe (``first``: decoding the first
     frame into ``r.first`` on the way) or to the end; None if any is unstamped or discarded."""
-    out = []
+    out: list[tuple[int, int]] = []
     for p in c.demux(s):
         if p.size == 0:
             break

@@ -48,7 +48,7 @@ def read_codes(video: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ids, frames
 
 
-def write_video(path: str | os.PathLike, video_id: int, frames: int = 48, size: tuple[int, int] = (96, 128),
+def write_video(path: str | os.PathLike[str], video_id: int, frames: int = 48, size: tuple[int, int] = (96, 128),
                 codec: str = "libx264", fps: int = 25, gop: int | None = None) -> str:
     """Write one synthetic video with a real codec (``libx264`` or ``mpeg4``).
 
@@ -84,7 +84,7 @@ def write_video(path: str | os.PathLike, video_id: int, frames: int = 48, size: 
     return path
 
 
-def make_videos(folder: str | os.PathLike, count: int = 8, frames: int = 48, size: tuple[int, int] = (96, 128),
+def make_videos(folder: str | os.PathLike[str], count: int = 8, frames: int = 48, size: tuple[int, int] = (96, 128),
                 codec: str = "libx264", classes: int = 2, fps: int = 25,
                 gop: int | None = None) -> tuple[list[str], list[int]]:
     """Write ``count`` videos ``video_000.mp4``... (skipping those already there); return paths, labels.

@@ -30,6 +30,8 @@ first two seconds a player shows, whatever the first timestamp is).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..engine.source import check_int
@@ -48,8 +50,10 @@ CROP_AT = ("center", "random", "three")
 _EPS_S = 1e-6
 
 
-def check_clip_options(*, clip_len, frame_step, clips_per_video, clips_per_sample, sampling, fps,
-                       short_video, size, scale, crop, crop_at, max_frames=None):
+def check_clip_options(*, clip_len: int | None, frame_step: int, clips_per_video: int, clips_per_sample: int,
+                       sampling: str, fps: float | None, short_video: str, size: Any, scale: Any, crop: Any,
+                       crop_at: str, max_frames: int | None = None
+                       ) -> tuple[int, float | None, tuple[int, int] | None, tuple[int, int] | None, tuple[int, int] | None]:
     """``VideoClips``' clip arguments checked together: (clip_len, fps, size, scale, crop)
     normalised, or a ValueError naming the argument. ``clip_len=None``: 16, or ``max_frames``."""
     if max_frames is not None:
@@ -106,7 +110,7 @@ def check_clip_options(*, clip_len, frame_step, clips_per_video, clips_per_sampl
     return int(clip_len), fps, size, scale, crop
 
 
-def check_spans(spans, count: int) -> np.ndarray | None:
+def check_spans(spans: Any, count: int) -> np.ndarray | None:
     """Per-video time spans ``[(start, end)]`` in seconds (None or NaN: open) as a float64
     ``[count, 2]`` array (open ends 0 and inf), or a ValueError naming the bad one."""
     if spans is None:
@@ -133,7 +137,7 @@ def check_spans(spans, count: int) -> np.ndarray | None:
     return out
 
 
-def _pair(name: str, value) -> tuple[int, int]:
+def _pair(name: str, value: Any) -> tuple[int, int]:
     try:
         a, b = value
         ok = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in (a, b))
@@ -144,7 +148,7 @@ def _pair(name: str, value) -> tuple[int, int]:
     return int(a), int(b)
 
 
-def _scale_range(scale) -> tuple[int, int]:
+def _scale_range(scale: Any) -> tuple[int, int]:
     if isinstance(scale, (int, np.integer)) and not isinstance(scale, bool):
         lo = hi = int(scale)
     else:
@@ -191,11 +195,11 @@ def clip_frames(num_frames: int, pts: np.ndarray | None, *, clip_len: int, frame
     if sampling in SEGMENTS:
         return _segment_frames(num_frames, pts, clip_len, sampling, clips, total_clips, short_video, rng)
     if fps is None:
-        span = (clip_len - 1) * frame_step + 1
-        last = num_frames - span
+        reach = (clip_len - 1) * frame_step + 1
+        last = num_frames - reach
         offsets = np.arange(clip_len, dtype=np.int64) * frame_step
         if last < 0:
-            what = f"{clip_len} frames every {frame_step} = {span} frames"
+            what = f"{clip_len} frames every {frame_step} = {reach} frames"
             return _short(num_frames, offsets, clip_len, what, len(clips), short_video)
         starts = _starts(last, sampling, clips, total_clips, rng)
         return starts[:, None] + offsets[None, :]
@@ -211,7 +215,7 @@ def clip_frames(num_frames: int, pts: np.ndarray | None, *, clip_len: int, frame
         return _short(num_frames, frames[inside], clip_len, what, len(clips), short_video)
     starts = _starts(last, sampling, clips, total_clips, rng)
     frames = np.searchsorted(begin, begin[starts][:, None] + instants[None, :] + _EPS_S, side="right") - 1
-    return np.clip(frames, 0, num_frames - 1).astype(np.int64)
+    return np.asarray(np.clip(frames, 0, num_frames - 1), np.int64)
 
 
 def _segment_frames(n: int, pts: np.ndarray | None, segments: int, sampling: str, clips: list[int],
@@ -228,7 +232,7 @@ def _segment_frames(n: int, pts: np.ndarray | None, segments: int, sampling: str
         where = np.repeat(((np.asarray(clips, np.float64) + 0.5) / total)[:, None], segments, axis=1)
     instants = t0 + (np.arange(segments) + where) * length
     frames = np.searchsorted(pts[:, 0], instants + _EPS_S, side="right") - 1
-    return np.clip(frames, 0, n - 1).astype(np.int64)
+    return np.asarray(np.clip(frames, 0, n - 1), np.int64)
 
 
 def rate_frames(num_frames: int, pts: np.ndarray | None, *, fps: float, max_frames: int, sampling: str,
@@ -250,7 +254,7 @@ def rate_frames(num_frames: int, pts: np.ndarray | None, *, fps: float, max_fram
     if count > max_frames:
         k = np.round(np.linspace(0, count - 1, max_frames)) if max_frames > 1 else np.array([(count - 1) // 2])
     frames = np.searchsorted(pts[:, 0], t0 + phase + k * step + _EPS_S, side="right") - 1
-    return np.clip(frames, 0, num_frames - 1).astype(np.int64)
+    return np.asarray(np.clip(frames, 0, num_frames - 1), np.int64)
 
 
 def span_frames(num_frames: int, pts: np.ndarray | None, span: tuple[float, float],
@@ -306,16 +310,16 @@ def _check_pts(pts: np.ndarray | None, num_frames: int) -> np.ndarray:
     """The frame timestamps, if they can be trusted: increasing start times, positive
     durations, and each frame starting no earlier than half way through the one before (a
     container without timestamps gets made-up ones that fail this: 1 ms apart, 40 ms long)."""
-    pts = None if pts is None else np.asarray(pts, dtype=np.float64)
-    ok = pts is not None and pts.shape == (num_frames, 2) and bool(np.isfinite(pts).all())
-    if ok:
-        begin, end = pts[:, 0], pts[:, 1]
+    times = None if pts is None else np.asarray(pts, dtype=np.float64)
+    ok = times is not None and times.shape == (num_frames, 2) and bool(np.isfinite(times).all())
+    if times is not None and ok:
+        begin, end = times[:, 0], times[:, 1]
         length = end - begin
         ok = bool((length > 0).all() and (begin[1:] >= begin[:-1] + length[:-1] / 2).all())
-    if not ok:
+    if times is None or not ok:
         raise ValueError("cannot read the video's frame timestamps, which sampling by time needs (fps=, "
                          "segments, spans): the container reports none, or they overlap or run backwards")
-    return pts
+    return times
 
 
 def scaled_size(height: int, width: int, short_side: int) -> tuple[int, int]:

@@ -44,7 +44,7 @@ import json
 import multiprocessing
 import os
 import sys
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
 from .probe import CHECKS, probe
@@ -93,9 +93,9 @@ def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS,
                 yield path, label, None, {}
         elif item.lower().endswith((".csv", ".json")):
             for path, _, row in iter_manifest(item, label_column=None):
-                label = row.get("label")
+                given = row.get("label")
                 span = {c: "" if row[c] is None else row[c] for c in SPAN_COLUMNS if c in row}
-                yield path, int(label) if label not in (None, "") else -1, None, span
+                yield path, int(given) if given not in (None, "") else -1, None, span
         elif item.lower().endswith(".txt"):
             base = os.path.dirname(item)
             with open(item) as f:
@@ -165,9 +165,9 @@ def _columns(inputs: list[str]) -> tuple[str, ...]:
     return COLUMNS
 
 
-def _blank(path: str, label: int, problem: str = "") -> dict:
+def _blank(path: str, label: int, problem: str = "") -> dict[str, Any]:
     """A row with only its path, label and problem filled in."""
-    row = dict.fromkeys(COLUMNS, "")
+    row: dict[str, Any] = dict.fromkeys(COLUMNS, "")
     row.update(path=path, label=label, problem=problem)
     return row
 
@@ -231,7 +231,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     if os.path.exists(out) and not overwrite:
         resumed = _resume(out, todo, columns)
     mode = "a" if resumed else "w"
-    summary = {"rows": resumed, "resumed": resumed, "decoders": collections.Counter(),
+    summary: dict[str, Any] = {"rows": resumed, "resumed": resumed, "decoders": collections.Counter(),
                "problems": collections.Counter(), "unreadable": 0, "passed_over": passed_over}
     from tqdm import tqdm
 

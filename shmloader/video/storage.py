@@ -73,6 +73,14 @@ def is_remote(path: str) -> bool:
     return m[1].lower() in _fsspec_protocols()
 
 
+def _scheme(url: str) -> re.Match[str]:
+    """The ``scheme://`` of a URL (``is_remote`` said it has one)."""
+    m = _SCHEME.match(url)
+    if m is None:
+        raise ValueError(f"not a URL: {url!r}")
+    return m
+
+
 @functools.lru_cache(maxsize=1)
 def _fsspec_protocols() -> frozenset[str]:
     from fsspec.registry import known_implementations, registry
@@ -167,7 +175,7 @@ class Storage:
         m = split_member(url)
         if m is not None:
             return Storage.protocol(m[1])
-        return _SCHEME.match(url)[1].lower() if is_remote(url) else "file"
+        return _scheme(url)[1].lower() if is_remote(url) else "file"
 
     @staticmethod
     def filesystem_class(protocol: str):
@@ -184,7 +192,7 @@ class Storage:
 
     def filesystem(self, url: str):
         """The fsspec filesystem for ``url``'s protocol (one per protocol and process)."""
-        protocol = _SCHEME.match(url)[1].lower()
+        protocol = _scheme(url)[1].lower()
         fs = self._fs.get(protocol)
         if fs is None:
             cls = self.filesystem_class(protocol)
@@ -224,9 +232,9 @@ class Storage:
             size = info.get("size")
             if size is None:
                 raise OSError(f"{self.name(path)}: the server does not say the file's size")
-            tag = info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or \
+            etag = info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or \
                 info.get("last_modified") or ""
-            got = (now, (int(size), _hash(str(tag))), int(size))
+            got = (now, (int(size), _hash(str(etag))), int(size))
         self._stats[path] = got
         _bound(self._stats, _KEPT)
         return got
@@ -306,7 +314,8 @@ class Storage:
     def _call(self, url: str, what: str, op):
         """``op(filesystem)``, retried with backoff on anything but a missing file."""
         fs = self.filesystem(url)
-        delay, last = _BACKOFF, None
+        delay = _BACKOFF
+        last_error: BaseException = OSError("no attempt")
         for attempt in range(self.retries + 1):
             try:
                 return op(fs)
@@ -320,16 +329,16 @@ class Storage:
                     if not why or why in (url, self.name(url)) or url in why:
                         why = "no such file or object" if isinstance(e, FileNotFoundError) else type(e).__name__
                     raise type(e)(f"{self.name(url)}: {why}") from None
-                last = cause  # fsspec's HTTP says "not found" for any failed stat: the cause tells
+                last_error = cause  # fsspec's HTTP says "not found" for any failed stat: the cause tells
             except _NOT_RETRIED as e:  # a mistake in the call or the options: no try will work
                 raise type(e)(f"{self.name(url)}: {self.redact(first_line(e))}") from None
             except Exception as e:  # reset, 5xx, timeout, throttling: the next try may work
-                last = e
+                last_error = e
             if attempt < self.retries:
                 time.sleep(delay)
                 delay *= 2
         raise OSError(f"{self.name(url)}: {what} failed {self.retries + 1} times; last: "
-                      f"{type(last).__name__}: {self.redact(first_line(last))}") from None
+                      f"{type(last_error).__name__}: {self.redact(first_line(last_error))}") from None
 
     def read(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``url`` through the block cache (missing blocks fetched in one
@@ -343,9 +352,8 @@ class Storage:
             for k in range(first, last + 1):
                 if (url, k) in self._blocks:
                     self._blocks.move_to_end((url, k))
-        if any(p is None for p in parts):  # evicted by a read beside this one: fetch them again
-            parts = [p if p is not None else self._fill(url, [k])[0] for k, p in zip(range(first, last + 1), parts)]
-        data = b"".join(parts)
+        # a block evicted by a read beside this one is fetched again
+        data = b"".join(p if p is not None else self._fill(url, [k])[0] for k, p in zip(range(first, last + 1), parts))
         lo = start - first * b
         return data[lo : lo + end - start]
 
@@ -390,7 +398,7 @@ class Storage:
     def prefetch_many(self, wanted: Iterable[tuple[str, list[tuple[int, int]]]]) -> None:
         """``prefetch`` for several files at once, the requests sent together (``_PARALLEL`` at
         a time): the clips of a task wait one round trip, not one each."""
-        jobs = []
+        jobs: list[tuple[str, list[int]]] = []
         for path, ranges in wanted:
             if not is_remote(path):
                 continue
@@ -528,7 +536,7 @@ def expand(urls: str | Iterable[str], storage: Storage) -> list[str]:
             if not any(ch in p for ch in "*?["):
                 out.append(p if is_remote(p) else os.path.abspath(local_path(p)))
             elif is_remote(p):
-                scheme = _SCHEME.match(p)[0]
+                scheme = _scheme(p)[0]
                 found = storage._call(p, "listing", lambda fs: fs.glob(p))
                 out.extend(sorted(f if _SCHEME.match(f) else scheme + f for f in found))
             else:

@@ -1,0 +1,52 @@
+"""The package's types, as users' type checkers and editors see them (``py.typed``; mypy strict on
+the modules of the public API, the default checks on the internals: see pyproject.toml)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PUBLIC_API = Path(__file__).parent / "typing" / "public_api.py"
+
+
+def mypy(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", *args], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+
+
+def test_the_package_type_checks():
+    """``mypy`` (the configuration in pyproject.toml) finds nothing in shmloader/."""
+    r = mypy()
+    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-2000:]
+    assert (ROOT / "shmloader" / "py.typed").exists()
+
+
+def revealed(path: Path) -> tuple[dict[int, str], dict[int, str]]:
+    """(line -> type mypy reveals, line -> type the ``# -> type`` comment expects)."""
+    r = mypy(str(path))
+    assert "error:" not in r.stdout, r.stdout
+    got = {int(m[1]): m[2] for m in re.finditer(r":(\d+): note: Revealed type is \"(.*)\"", r.stdout)}
+    wanted = {n: m[1].split("  (")[0] for n, line in enumerate(path.read_text().splitlines(), 1)
+              if (m := re.search(r"reveal_type\(.*# -> (.*)$", line))}
+    return got, wanted
+
+
+def test_users_see_the_public_types():
+    """Each ``reveal_type`` of the main calls in tests/typing/public_api.py (Loader, VideoClips,
+    the batches, as_torch, as_keras, shmloader.jax, sampling) is the type its comment names."""
+    got, wanted = revealed(PUBLIC_API)
+    assert len(wanted) >= 18
+    assert got == wanted
+
+
+def test_a_wrong_call_is_an_error(tmp_path):
+    """The types catch mistakes: a misspelt keyword, a path list given as a string batch size."""
+    user = tmp_path / "user.py"
+    user.write_text("import shmloader\n"
+                    "clips = shmloader.VideoClips(['a.mp4'], clip_length=8)\n"
+                    "loader = shmloader.Loader(clips, batch_size='4')\n")
+    r = mypy(str(user))
+    assert r.returncode == 1
+    assert 'Unexpected keyword argument "clip_length" for "VideoClips"' in r.stdout, r.stdout
+    assert 'Argument "batch_size" to "Loader" has incompatible type "str"; expected "int"' in r.stdout, r.stdout

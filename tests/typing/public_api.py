@@ -1,0 +1,36 @@
+"""What users' editors and type checkers see for the main calls: tests/test_typing.py runs mypy
+on this file and compares each ``reveal_type`` with the comment ``# -> type`` beside it. Never run."""
+
+import numpy as np
+from typing_extensions import reveal_type
+
+import shmloader
+import shmloader.jax
+import shmloader.sampling
+import shmloader.samples
+import shmloader.torch
+
+paths, labels = shmloader.samples.make_videos("videos")
+reveal_type(paths)  # -> list[str]
+clips = shmloader.VideoClips(paths, labels, clip_len=8, size=(64, 64))
+reveal_type(clips)  # -> shmloader.video.clips.VideoClips
+reveal_type(shmloader.VideoClips.from_folder("videos"))  # -> shmloader.video.clips.VideoClips
+reveal_type(clips.for_eval())  # -> shmloader.video.clips.VideoClips
+loader = shmloader.Loader(clips, batch_size=4, workers=2)
+reveal_type(loader)  # -> shmloader._loader.Loader
+for batch in loader:
+    reveal_type(batch)  # -> dict[str, numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]]]
+reveal_type(loader.stats())  # -> dict[str, Any]
+reveal_type(loader.state())  # -> dict[str, Any]
+reveal_type(loader.element_spec)  # -> dict[str, tuple[tuple[int | None, ...], numpy.dtype[Any]]]
+reveal_type(loader.as_torch())  # -> shmloader.torch.TorchLoader
+reveal_type(shmloader.torch.as_torch(loader, pin_memory=True))  # -> shmloader.torch.TorchLoader
+for tensors in loader.as_torch():
+    reveal_type(tensors)  # -> dict[str, torch._tensor.Tensor]
+reveal_type(loader.as_keras())  # -> shmloader._keras.KerasDataset
+reveal_type(loader.as_dataset())  # -> Any  (TensorFlow ships no types)
+for arrays in shmloader.jax.batches(loader):
+    reveal_type(arrays)  # -> dict[str, jax._src.basearray.Array]
+reveal_type(shmloader.eval_loader(clips, batch_size=4))  # -> shmloader._loader.Loader
+reveal_type(shmloader.ArraySource({"x": np.zeros((10, 3))}))  # -> shmloader._arrays.ArraySource
+reveal_type(shmloader.sampling.clip_frames)  # -> def (num_frames: int, pts: numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]] | None, *, clip_len: int, frame_step: int, fps: float | None, sampling: str, clips: list[int], total_clips: int, short_video: str, rng: numpy.random._generator.Generator, span: tuple[float, float] | None =) -> numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]]
