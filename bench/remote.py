@@ -14,6 +14,9 @@ clips of every video scaled to ``side x side``:
   requests of a task's clips sent together;
 * ``shm-shards``: shmloader ``VideoClips.from_shards`` over the shards' URLs (members by range;
   a worker keeps each member's probe once read: with few members, most clips skip it);
+* ``shm-url-grouped``, ``shm-shards-grouped``: the same with ``group_clips=True``: the clips of a
+  video go to one worker as one task, which probes the file once and fetches their packets in one
+  round of requests, as webdataset reads a sample once for all its clips;
 * ``webdataset``: the usual route: webdataset streams whole shards (curl) in a torch DataLoader,
   each video's bytes decoded by decord from memory (all its clips from one reader);
 * ``download``: each video downloaded whole to a temporary file, then its clips decoded by decord.
@@ -47,7 +50,7 @@ from workloads import CLIPS_PER_VIDEO, ClipSet, Workload, make_clipset
 sys.path.insert(0, harness.ROOT)
 from tests._servers import RangeServer  # noqa: E402  (the tests' server, bound to 127.0.0.1)
 
-ROUTES = ("local", "shm-url", "shm-shards", "webdataset", "download")
+ROUTES = ("local", "shm-url", "shm-url-grouped", "shm-shards", "shm-shards-grouped", "webdataset", "download")
 
 
 def options(p) -> None:
@@ -114,11 +117,14 @@ def run(cell, rep: int, args, ctx: dict) -> dict:
     served = {}
     with RangeServer(ctx["folder"], latency=latency / 1000, max_requests=10**7) as srv:
         rel = [os.path.basename(p) for p in clips.paths]
+        urls = ClipSet(tuple(f"{srv.url(r)}?name={j}" for j in range(args.names) for r in rel),
+                       tuple(clips.labels) * args.names)
         make = {
             "local": lambda: _shm(ClipSet(clips.paths, clips.labels), wl, args),
-            "shm-url": lambda: _shm(ClipSet(tuple(f"{srv.url(r)}?name={j}" for j in range(args.names) for r in rel),
-                                            tuple(clips.labels) * args.names), wl, args),
+            "shm-url": lambda: _shm(urls, wl, args),
+            "shm-url-grouped": lambda: _shm(urls, wl, args, group_clips=True),
             "shm-shards": lambda: _shm_shards([srv.url(s) for s in ctx["shards"]], wl, args),
+            "shm-shards-grouped": lambda: _shm_shards([srv.url(s) for s in ctx["shards"]], wl, args, group_clips=True),
             "webdataset": lambda: _webdataset([srv.url(s) for s in ctx["shards"]], wl, args, len(clips.paths)),
             "download": lambda: _download([srv.url(r) for r in rel], clips.labels, wl, args),
         }[route]
@@ -154,18 +160,19 @@ def _fetch(args) -> dict:
     return {"cache_bytes": int(args.cache_mb * 2**20)}
 
 
-def _shm(clips: ClipSet, wl: Workload, args):
+def _shm(clips: ClipSet, wl: Workload, args, group_clips: bool = False):
     import loaders
 
-    return loaders.shm(clips, wl, args.workers, args.batch_size, fetch=_fetch(args))
+    return loaders.shm(clips, wl, args.workers, args.batch_size, fetch=_fetch(args), group_clips=group_clips)
 
 
-def _shm_shards(urls: list[str], wl: Workload, args):
+def _shm_shards(urls: list[str], wl: Workload, args, group_clips: bool = False):
     import loaders
     import shmloader
 
     source = shmloader.VideoClips.from_shards(urls, clip_len=wl.clip_len, clips_per_video=CLIPS_PER_VIDEO,
-                                              size=wl.size, sampling="random", fetch=_fetch(args))
+                                              size=wl.size, sampling="random", fetch=_fetch(args),
+                                              group_clips=group_clips)
     loader = shmloader.Loader(source, batch_size=args.batch_size, workers=args.workers, shuffle=True, seed=0,
                               epochs=None, drop_remainder=True)
     return loaders._loader_pipeline(loader, iter(loader.as_dataset()))
