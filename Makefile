@@ -7,12 +7,12 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: demo test dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
+.PHONY: demo test docs dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
-	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,hdf5,samples,bench,notebooks,test]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,hdf5,samples,bench,notebooks,docs,test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,6 +21,11 @@ demo: $(STAMP)
 # make test PYTEST_ARGS="--random-order"   runs the tests in a random order (pytest-random-order)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# the docs site in site/ (mkdocs-material; --strict: a broken link, a missing API reference or any
+# other warning fails the build); `.venv/bin/mkdocs serve` shows it while you edit docs/
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 # the sdist and the wheel in dist/, checked as PyPI would (twine check)
 dist: $(STAMP)
@@ -63,4 +68,4 @@ notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache build dist
+	rm -rf $(VENV) .cache .pytest_cache build dist site
