@@ -25,7 +25,7 @@ test: $(STAMP)
 # the docs site in site/ (mkdocs-material; --strict: a broken link, a missing API reference or any
 # other warning fails the build); `.venv/bin/mkdocs serve` shows it while you edit docs/
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # the sdist and the wheel in dist/, checked as PyPI would (twine check)
 dist: $(STAMP)
