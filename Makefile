@@ -7,12 +7,12 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: demo test typecheck dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
+.PHONY: demo test typecheck docs dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
-	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,hdf5,samples,bench,notebooks,test]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,hdf5,samples,bench,notebooks,docs,test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -25,6 +25,11 @@ test: $(STAMP)
 # mypy as configured in pyproject.toml (strict on the public API); make test runs it too (tests/test_typing.py)
 typecheck: $(STAMP)
 	$(PY) -m mypy
+
+# the docs site in site/ (mkdocs-material; --strict: a broken link, a missing API reference or any
+# other warning fails the build); `.venv/bin/mkdocs serve` shows it while you edit docs/
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # the sdist and the wheel in dist/, checked as PyPI would (twine check)
 dist: $(STAMP)
@@ -67,4 +72,4 @@ notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache build dist
+	rm -rf $(VENV) .cache .pytest_cache build dist site

@@ -213,7 +213,7 @@ RESULTS = os.path.join(BENCH, "results")
 
 @pytest.mark.parametrize("name", sorted(f[: -len(".json")] for f in os.listdir(RESULTS) if f.endswith(".json")))
 def test_committed_report_is_what_its_json_renders(tmp_path, name):
-    """README: `bench/report.py <name>.json --write` writes the report again from its json alone:
+    """docs/benchmarks/index.md: `bench/report.py <name>.json --write` writes the report again from its json alone:
     for every committed result, the .md beside it, byte for byte, naming its own plots."""
     import shutil
 

@@ -17,7 +17,7 @@ import shmloader
 import shmloader.jax
 from shmloader.video.samples import read_codes
 
-from ._examples import readme_example, run_child
+from ._examples import doc_example, run_child
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -130,7 +130,7 @@ def test_jax_grad_training_step(videos):
     paths, labels = videos
     namespace = {"paths": paths, "labels": labels,
                  "clips": shmloader.VideoClips(paths, labels, clip_len=8, frame_step=2, size=(64, 64))}
-    exec(readme_example("jax-train"), namespace)
+    exec(doc_example("jax-train"), namespace)
     w, loss, loss_fn, step = namespace["w"], namespace["loss"], namespace["loss_fn"], namespace["step"]
     assert np.isfinite(float(loss)) and float(jnp.abs(w).sum()) > 0  # it trained
     with shmloader.Loader(namespace["clips"], batch_size=4, seed=1) as loader:

@@ -11,7 +11,7 @@ import pytest
 
 import shmloader
 
-from ._examples import readme_example, run_child
+from ._examples import doc_example, run_child
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -104,7 +104,7 @@ def trained(events, n):
 @pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
 def test_fit_predict_evaluate_on_each_backend(videos, backend):
     paths, _ = videos
-    example = readme_example("keras-fit").replace("epochs=2)", "epochs=2, verbose=0)")
+    example = doc_example("keras-fit").replace("epochs=2)", "epochs=2, verbose=0)")
     r = run_child(FIT, json.dumps(paths), example, env={"KERAS_BACKEND": backend})
     assert r["backend"] == backend
     assert len(r["loss"]) == len(r["val_loss"]) == 2 and np.isfinite(r["loss"] + r["val_loss"]).all()

@@ -136,12 +136,12 @@ def test_bad_max_frames_arguments(timed_videos, kw, name):
         shmloader.VideoClips([timed_videos[0][0]], **{"max_frames": M, **kw})
 
 
-def test_the_readmes_video_llm_recipe(timed_videos):
-    from ._examples import readme_example
+def test_the_docs_video_llm_recipe(timed_videos):
+    from ._examples import doc_example
 
     paths = [p for p, _ in timed_videos]
     namespace = {"shmloader": shmloader, "paths": paths}
-    exec(readme_example("video-llm"), namespace)
+    exec(doc_example("video-llm"), namespace)
     mask, frames = np.array(namespace["mask"]), np.array(namespace["frames"])
     assert namespace["video"].shape == (4, 64, 224, 224, 3) and mask.shape == (4, 64)
     # 2 fps: 5 frames of the 2.4 s video, 2 of the 0.74 s one, 3 of the 1.3 s one, 5 of the 2.33 s one

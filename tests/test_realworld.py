@@ -427,7 +427,7 @@ def test_no_usable_timestamps_is_named_and_fps_refused(tmp_path):
 
 def test_a_vp9_size_change_is_found_by_scan_not_by_the_loaders_probe(tmp_path):
     """VP9 states its frame size in each keyframe, not in sequence headers the loader's probe
-    reads: the probe the loader runs (``check="headers"``) sees one size, as the README says;
+    reads: the probe the loader runs (``check="headers"``) sees one size, as the docs say (FAQ, limits);
     ``scan``'s default ``check="keyframes"`` names the change and sends the file to PyAV, which
     then scales both sizes to the clip size (every frame's code exact)."""
     import fractions

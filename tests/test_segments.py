@@ -169,12 +169,12 @@ def test_bad_segment_arguments(timed_videos, kw, name):
         shmloader.VideoClips([timed_videos[0][0]], **{"clip_len": N, "sampling": "segments", **kw})
 
 
-def test_the_readmes_tsn_recipe(timed_videos):
-    from ._examples import readme_example
+def test_the_docs_tsn_recipe(timed_videos):
+    from ._examples import doc_example
 
     paths = [p for p, _ in timed_videos]
     namespace = {"shmloader": shmloader, "paths": paths, "labels": [0, 1, 0, 1]}
-    exec(readme_example("tsn"), namespace)
+    exec(doc_example("tsn"), namespace)
     with namespace["train"] as train, namespace["test"] as test:
         b = next(iter(train))
         assert b["video"].shape == (4, 8, 224, 224, 3)  # 4 videos, batches of 8

@@ -253,15 +253,15 @@ def test_grouped_decode_takes_every_row_of_a_video_in_one_pass(timed_videos, tmp
     assert [key(s) for s in rest] == [key(s) for s in grouped[9:]]
 
 
-def test_the_readmes_span_recipe(timed_videos, tmp_path, monkeypatch):
-    from ._examples import readme_example
+def test_the_docs_span_recipe(timed_videos, tmp_path, monkeypatch):
+    from ._examples import doc_example
 
     rows = [{"path": os.path.relpath(timed_videos[v][0], tmp_path), "label": v, "start": a, "end": b}
             for v, a, b in [(0, 0.2, 1.0), (0, 1.2, 1.5), (2, 0.5, 0.9)]]
     write_csv(tmp_path / "train.csv", rows)
     monkeypatch.chdir(tmp_path)
     namespace = {"shmloader": shmloader}
-    exec(readme_example("spans"), namespace)
+    exec(doc_example("spans"), namespace)
     got, stats = samples_of(namespace["clips"], batch_size=3, workers=1)
     assert stats["tasks"] == 2  # the two rows of the 25 fps video in one pass
     for s in got:

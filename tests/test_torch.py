@@ -17,7 +17,7 @@ import torch
 import shmloader
 from shmloader.video.samples import read_codes
 
-from ._examples import readme_example, run_child
+from ._examples import doc_example, run_child
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -201,7 +201,7 @@ def test_pin_memory_raises_the_sample_error_with_its_cause():
 def test_conv3d_sgd_step(videos):
     paths, labels = videos
     namespace = {"paths": paths, "labels": labels}
-    exec(readme_example("torch-train"), namespace)
+    exec(doc_example("torch-train"), namespace)
     model, loss = namespace["model"], namespace["loss"]
     assert torch.isfinite(loss)
     # One more SGD step on one batch lowers the loss on that batch: gradients reach the Conv3d.
@@ -224,7 +224,7 @@ def test_conv3d_sgd_step(videos):
 
 @pytest.mark.parametrize("pin_memory", [False, True])
 def test_resume_after_n_batches_is_exact(videos, tmp_path, pin_memory):
-    """The README's resume example, stopped after 5 batches and run again, delivers the rest of
+    """The docs' resume example, stopped after 5 batches and run again, delivers the rest of
     an uninterrupted run exactly (pixels included); the pin thread's prefetch is not counted."""
     paths, labels = videos
     clips = shmloader.VideoClips(paths, labels, clip_len=4, size=(32, 40))
@@ -249,7 +249,7 @@ def test_resume_after_n_batches_is_exact(videos, tmp_path, pin_memory):
                 raise Stop
 
         with shmloader.Loader(clips, **kw) as loader:
-            example = readme_example("torch-resume")
+            example = doc_example("torch-resume")
             if not pin_memory:
                 example = example.replace("pin_memory=True", "pin_memory=False")
             namespace = {"loader": loader, "train_step": train_step, "torch": torch, "os": os}

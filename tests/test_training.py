@@ -74,7 +74,7 @@ def fails_on_5(i, rng):
 
 
 def test_state_is_exact_until_a_sample_is_skipped():
-    """README: after skipped samples, ``state()["exact"]`` is false (a skip pulls a later sample
+    """docs/guide/resuming.md: after skipped samples, ``state()["exact"]`` is false (a skip pulls a later sample
     forward, so a resumed run cannot repeat the stream to the sample)."""
     src = shmloader.FunctionSource(fails_on_5, {"x": ((), np.int64)}, 12, check=False)
     with shmloader.Loader(src, batch_size=4, workers=1, on_error="skip") as loader:
