@@ -61,6 +61,34 @@ class Loader:
     ``len(loader)`` is the number of batches per epoch; ``epochs=None`` repeats forever.
     ``span_epochs=True`` cuts batches across epoch ends (``repeat().batch()``): every batch is
     whole but the last of a run, and ``len(loader)`` is the batches of ``epochs`` epochs.
+
+    :param source: what to load: ``VideoClips``, ``ArraySource``, ``HDF5Source``,
+        ``FunctionSource`` or any object with ``__len__``, ``spec()``, ``describe(i)``,
+        ``worker_init()`` and ``read(i, rng, out)``.
+    :param batch_size: samples per batch.
+    :param workers: worker processes; None: one per CPU this process may run on.
+    :param slots: batches in the ring; None: enough to keep every worker busy plus what a consumer
+        and its prefetch hold, within half the available memory.
+    :param shuffle: shuffle each epoch from ``(seed, epoch)``.
+    :param seed: seeds the shuffle, clip starts and every sample's ``rng``: a run is the same for
+        the same seed whatever the worker count.
+    :param epochs: epochs per pass (one iteration); None: for ever.
+    :param drop_remainder: drop each epoch's last short batch.
+    :param ordered: deliver batches in plan order (False: as they complete; no ``state()``).
+    :param on_error: ``"raise"`` a ``SampleError`` naming the sample, or ``"skip"`` it and refill
+        its place from the same epoch.
+    :param timeout: seconds one sample may take before its worker is killed and replaced.
+    :param transform: ``transform(sample, rng)`` run in the workers on each sample: change the
+        arrays in place and return None, or return a new dict (its shapes become the batch's).
+    :param shm_dir: a tmpfs folder for the ring (an unnamed file) instead of an anonymous memfd.
+    :param shard: ``(index, count)``: serve every ``count``-th sample of each epoch from ``index``
+        (one shard per host).
+    :param state: a ``state()`` dict to resume from: the same batches an uninterrupted run gives.
+    :param log_every: seconds between ``stats_line()`` logs on the ``shmloader`` logger.
+    :param pin_workers: pin worker ``i`` and its threads to the ``i``-th usable CPU.
+    :param group_window: videos per shuffle window of a grouped source (``group_clips=True``).
+    :param span_epochs: cut batches across epoch ends.
+    :raises ValueError: a bad argument, or a ``state`` saved with other settings.
     """
 
     def __init__(self, source: Source, *, batch_size: int, workers: int | None = None,
