@@ -83,6 +83,32 @@ class VideoClips:
     or ``"pyav"`` forces one. Frame counts, indices and timestamps are the probe's whichever
     decoder runs. ``decode_threads``: threads each worker's decoder uses (1: the workers are the
     parallelism).
+
+    :param paths: video files, fsspec URLs or tar members (``tar://key.mp4::<shard>``).
+    :param labels: an integer per path (``label`` is -1 without them).
+    :param clip_len: frames per clip (16 by default; not with ``max_frames``).
+    :param frame_step: take every ``frame_step``-th frame.
+    :param clips_per_video: samples per video in an epoch.
+    :param clips_per_sample: clips of one video in each sample (a ``[K, ...]`` leading axis).
+    :param sampling: ``"random"``, ``"uniform"``, ``"center"``, ``"segments"`` (TSN: one frame
+        in each of ``clip_len`` equal stretches) or ``"segments_uniform"``.
+    :param fps: pick frames every ``1/fps`` seconds of presentation time instead of by index.
+    :param max_frames: with ``fps``: up to this many frames of the whole video (or span), evenly
+        thinned, padded, with a ``mask`` field.
+    :param spans: per path ``(start, end)`` seconds (None: open) the clips must lie in.
+    :param short_video: ``"error"``, ``"repeat_last"`` or ``"wrap"`` for a video shorter than a clip.
+    :param size: ``(height, width)`` every frame is stretched to while decoding; None: native.
+    :param scale: the short side scaled to ``S``, or drawn in ``(S_min, S_max)``; needs ``crop``.
+    :param crop: ``(height, width)`` window cut at ``crop_at``.
+    :param crop_at: ``"center"``, ``"random"`` or ``"three"`` (three views per clip).
+    :param group_clips: decode the samples of a video together, in one pass by one worker.
+    :param allow_urls: hand other protocol strings (``concat:``, ``pipe:``...) to FFmpeg.
+    :param decode_threads: threads each worker's decoder uses.
+    :param decoder: ``"auto"`` (each file's probe chooses), ``"decord"`` or ``"pyav"``.
+    :param storage_options: options of the fsspec filesystem (credentials, endpoint), or one
+        dict per protocol.
+    :param fetch: ``retries``, ``timeout``, ``block_size``, ``cache_bytes`` of remote reads.
+    :raises ValueError: a bad argument, naming it.
     """
 
     classes: list[str]  # the class folder names, label i is classes[i] (from_folder only)
