@@ -6,6 +6,7 @@ shows at the index the loader reports (by frame code), and close to it in pixels
 from __future__ import annotations
 
 import re
+import textwrap
 
 import numpy as np
 import pytest
@@ -423,6 +424,61 @@ def test_no_usable_timestamps_is_named_and_fps_refused(tmp_path):
         with pytest.raises(shmloader.SampleError, match="cannot read the video's frame timestamps") as e:
             list(loader)
     assert path in str(e.value)
+
+
+RAW_PROBE = textwrap.dedent("""
+    import json, os, sys, threading, time
+
+    def peak_mib():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+    def guard():  # an unbounded probe would take the machine's memory: stop it at 1 GiB
+        while True:
+            if peak_mib() > 1024:
+                print(json.dumps({"error": "over 1 GiB"}), flush=True)
+                os._exit(0)
+            time.sleep(0.05)
+
+    from shmloader._probe import probe
+    before = peak_mib()
+    threading.Thread(target=guard, daemon=True).start()
+    out = {}
+    for check in ("headers", "keyframes"):
+        try:
+            probe(sys.argv[1], check=check)
+            out[check] = "read"
+        except Exception as e:
+            out[check] = f"{type(e).__name__}: {e}"
+    print(json.dumps({**out, "grew_mib": peak_mib() - before}))
+""")
+
+
+def test_a_raw_stream_with_no_frame_in_it_is_refused_in_bounded_memory(tmp_path, caplog):
+    """A raw H.264 stream (no container) of 1 TiB of zeros, a sparse file: FFmpeg's parser keeps
+    every byte it reads looking for where a frame starts (~160 MB/s, for as long as the file
+    lasts). The probe reads at most ``_RAW_GAP`` past the last frame, then refuses the file with
+    the reason: its memory grows by a few times that, at most. Through the loader: the
+    skip names the file and the reason; a real raw stream beside it is read."""
+    from shmloader._probe import _RAW_GAP
+    from shmloader.samples import write_video
+
+    from ._examples import run_child
+
+    zeros = str(tmp_path / "zeros.h264")
+    with open(zeros, "wb") as f:
+        f.truncate(1 << 40)
+    r = run_child(RAW_PROBE, zeros, timeout=120)
+    why = f"no frame starts in {_RAW_GAP >> 20} MiB of the raw stream from byte 0 (not a raw video stream?)"
+    assert r.get("headers") == r.get("keyframes") == f"NoFrameBoundary: {why}", r
+    assert r["grew_mib"] < 3 * (_RAW_GAP >> 20), r
+    real = write_video(tmp_path / "real.h264", 5, frames=30, size=(96, 128), gop=12)
+    clips = shmloader.VideoClips([zeros, real], clip_len=6, size=(48, 64))
+    with shmloader.Loader(clips, batch_size=1, workers=1, timeout=60, on_error="skip") as loader:
+        got = [int(b["index"][0]) for b in loader]
+        skipped = loader.skipped
+    assert got == [1] and [(i, why in reason) for i, _, reason in skipped] == [(0, True)], skipped
+    assert f"skipped sample 0 ({zeros!r}): shmloader._probe.NoFrameBoundary: {why}" in caplog.text
 
 
 def test_a_vp9_size_change_is_found_by_scan_not_by_the_loaders_probe(tmp_path):

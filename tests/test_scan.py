@@ -366,17 +366,21 @@ def test_check_decides_what_damage_is_found(tmp_path, check):
     assert [row["path"] for row in rows_of(out)] == [str(plain), key, inter]
 
 
+def never_ending(path) -> str:
+    """A 1 TiB sparse DV file of zeros (no disk used): FFmpeg's DV demuxer reads on for ever
+    looking for a frame header, its memory flat."""
+    with open(path, "wb") as f:
+        f.truncate(1 << 40)
+    return str(path)
+
+
 def test_a_probe_that_hangs_gets_its_row_and_the_rest_go_on(dataset, tmp_path):
-    """A raw H.264 stream of 1 TiB of zeros (a sparse file: no disk used) among files: its
-    probe reads on for minutes looking for a start code; after ``--timeout`` seconds its row
-    says so, and the files after it get their own rows, in input order. (Its probe's memory
-    grows with what it read, ~0.8 GB in those 5 s.)"""
+    """A file whose probe never ends among files: after ``--timeout`` seconds its row says so,
+    and the files after it get their own rows, in input order."""
     names = ["plain.mp4", "rotated.mp4", "gap.mkv"]
     files = {os.path.basename(p): str(p) for p in dataset.glob("*/*")}
-    stuck = tmp_path / "stuck.h264"
-    with open(stuck, "wb") as f:
-        f.truncate(1 << 40)
-    listed = [files[names[0]], str(stuck), files[names[1]], files[names[2]]]
+    stuck = never_ending(tmp_path / "stuck.dv")
+    listed = [files[names[0]], stuck, files[names[1]], files[names[2]]]
     (tmp_path / "list.txt").write_text("\n".join(listed) + "\n")
     out = tmp_path / "m.csv"
     r = scan([tmp_path / "list.txt"], out, extra=["--timeout", "5"])
@@ -388,14 +392,6 @@ def test_a_probe_that_hangs_gets_its_row_and_the_rest_go_on(dataset, tmp_path):
         assert (row["decoder"], row["problem"]) == WANT[name], row
         assert int(row["frames"]) == 60
     assert "4 files in" in r.stderr and "unreadable: 1" in r.stderr
-
-
-def never_ending(path) -> str:
-    """A 1 TiB sparse DV file of zeros (no disk used): FFmpeg's DV demuxer reads on for ever
-    looking for a frame header, its memory flat."""
-    with open(path, "wb") as f:
-        f.truncate(1 << 40)
-    return str(path)
 
 
 def kill_whoever_opens(root: int, path: str, stop: threading.Event, killed: list) -> None:
