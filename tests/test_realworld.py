@@ -222,22 +222,32 @@ def test_damage_decord_meets_is_handed_to_pyav(tmp_path):
         assert diff.mean(axis=(1, 2, 3)).max() < 0.5 and diff.max() <= 2, (frames, diff.mean(axis=(1, 2, 3)))
 
 
-def test_frames_decoded_from_a_damaged_frame_are_not_delivered(tmp_path):
-    """Damage inside a GOP of a textured video: the frame the decoder marks damaged, and every
-    frame decoded from it (up to the next keyframe), fail; clips before it arrive intact."""
-    bad = damage(textured(str(tmp_path / "textured.mp4"), 7), str(tmp_path / "damaged.mp4"), at=0.85,
-                 length=600, seed=3)
-    found = probe(bad, check="frames")
-    first_bad = int(re.search(r"damaged at frame (\d+)", found.problem).group(1))
-    assert found.decoder == "pyav" and 30 < first_bad < 59  # inside the last GOP (keyframe 30)
-    clips = shmloader.VideoClips([bad], clip_len=6, clips_per_video=10, sampling="uniform", size=(48, 64),
-                                 decoder="pyav")
+@pytest.mark.parametrize("group_clips", [False, True])
+def test_frames_decoded_from_a_damaged_frame_are_not_delivered(tmp_path, group_clips):
+    """PyAV reading a file whose damage is inside a GOP that is not the last (frame 42 of a
+    textured 90-frame H.264, keyframes 0, 30, 60, half its slice cut): the frame the decoder
+    marks damaged and every frame decoded from it up to the next keyframe (in decode order: the
+    B-frames shown before it too) fail; the clips before them, and every clip from keyframe 60
+    on, arrive with the clean file's frames. One pass over a video's clips
+    (``group_clips``) decodes through the damage into the next GOP: the same clips arrive."""
+    clean = textured(str(tmp_path / "clean.mp4"), 7, frames=90, gop=30)
+    bad = cut_slice(clean, str(tmp_path / "damaged.mp4"), 42)
+    dpos = decode_order(clean)
+    spoiled = np.flatnonzero((dpos >= dpos[42]) & (dpos < dpos[60]))
+    assert spoiled.min() < 42 and spoiled.max() == 59  # B-frames before it, and the rest of its GOP
+    starts = np.arange(15) * 6  # 15 uniform 6-frame clips of 90 frames
+    want = [int(s) for s in starts if not np.isin(np.arange(s, s + 6), spoiled).any()]
+    assert want[-5:] == [60, 66, 72, 78, 84] and 0 < len(want) < 15
+    ref = reference(clean)
+    clips = shmloader.VideoClips([bad], clip_len=6, clips_per_video=15, sampling="uniform", decoder="pyav",
+                                 group_clips=group_clips)
     got, stats = samples(clips, on_error="skip")
-    assert stats["skipped"] >= 1 and stats["skipped"] + len(got) == 10
-    assert any(int(s["frames"][-1]) < first_bad for s in got)
+    assert sorted(int(s["start"]) for s in got) == want
+    assert stats["skipped"] == 15 - len(want) and stats["pyav"] > 0 and not stats.get("decord"), stats
     for s in got:
-        assert int(s["frames"][-1]) < first_bad  # nothing decoded from the damaged frame
         np.testing.assert_array_equal(codes(s["video"])[1], s["frames"])
+        diff = np.abs(s["video"].astype(np.int16) - ref[s["frames"]])
+        assert diff.mean(axis=(1, 2, 3)).max() < 0.5 and diff.max() <= 2, (s["frames"], diff.mean())
 
 
 @pytest.mark.parametrize("width", [24, 96])
