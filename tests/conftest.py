@@ -124,12 +124,24 @@ def leaks(before_shm: set[str], before_kids: set[int], wait_s: float = 5.0) -> l
 
 @pytest.fixture(autouse=True)
 def no_leaks():
-    """After each test: no worker process, no /dev/shm entry and no descriptor of ours."""
+    """After each test: no worker process, no /dev/shm entry and no descriptor of ours, and
+    the test process scheduled as before (a library that leaves it real-time, as SVT-AV1 does
+    when run as root, makes every worker started after it real-time too)."""
     before_shm = shm_entries()
     before_kids = {p.pid for p in live_children()}
     yield
     found = leaks(before_shm, before_kids)
+    if scheduling() != _SCHEDULING:  # compared with the start: a module fixture may have changed it
+        found.append(f"the test process's scheduling was {_SCHEDULING}, is {scheduling()}")
     assert not found, "; ".join(found)
+
+
+def scheduling() -> tuple[int, int]:
+    """This thread's scheduling policy and priority."""
+    return os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+
+
+_SCHEDULING = scheduling()
 
 
 @pytest.fixture(scope="session")

@@ -143,6 +143,42 @@ def test_worker_dies_raises_worker_died(fn, how, tmp_path):
     assert info.value.pid in pids and "sample 7" in info.value.holding
 
 
+def closes_its_reply_pipe_on_7(i, rng):
+    if i == 7:
+        os.close(int(sys.argv[2]))  # the worker's reply pipe (python -m shmloader.engine.worker TASK DONE ...)
+        time.sleep(3600)
+    return {"i": np.int64(i)}
+
+
+@pytest.mark.timeout(60)
+def test_worker_that_closes_its_reply_pipe_but_stays_is_killed():
+    """A reply pipe at its end while its worker goes on (what a worker ending in uninterruptible
+    sleep shows): the loader waits ``_REAP_S`` for it to end, not for ever, then kills it and
+    raises WorkerDiedError saying so."""
+    from shmloader.engine.pool import _REAP_S
+
+    with shmloader.Loader(source(closes_its_reply_pipe_on_7), batch_size=4, workers=2, timeout=600) as loader:
+        pids = loader.worker_pids()
+        with pytest.raises(shmloader.WorkerDiedError, match=f"closed its reply pipe but had not ended {_REAP_S:g} s "
+                           r"later \(killed\); it was working on .*sample 7") as info:
+            delivered(loader)
+        assert loader.worker_pids() == []
+    assert info.value.pid in pids
+    wait_for_exit = time.monotonic() + 10
+    while psutil_alive(info.value.pid) and time.monotonic() < wait_for_exit:
+        time.sleep(0.05)
+    assert not psutil_alive(info.value.pid)
+
+
+def psutil_alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def exits_3_on_7(i, rng):
     if i == 7:
         os._exit(3)

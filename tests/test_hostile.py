@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import psutil
@@ -75,7 +76,11 @@ def test_workers_are_exec_not_fork():
     src = shmloader.FunctionSource(lambda i, rng: {"x": np.zeros(2)}, {"x": ((2,), np.float64)}, 4)
     with shmloader.Loader(src, batch_size=2, workers=2) as loader:
         for pid in loader.worker_pids():
-            cmd = psutil.Process(pid).cmdline()
+            # Popen returns once the child has begun its exec (vfork); its arguments show only
+            # once the exec is through, which on a busy CPU may be a moment later.
+            deadline = time.monotonic() + 30
+            while not (cmd := psutil.Process(pid).cmdline()) and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert cmd[cmd.index("-m") : cmd.index("-m") + 2] == ["-m", "shmloader.engine.worker"]
             assert psutil.Process(pid).ppid() == os.getpid()
 

@@ -120,6 +120,27 @@ def test_prefetch_puts_batches_ahead_and_state_counts_steps(prefetch):
         assert [np.asarray(b["i"]).tolist() for b in shmloader.jax.batches(loader, prefetch=prefetch)] == expected[steps:]
 
 
+def test_prefetch_default_follows_where_the_arrays_go(monkeypatch):
+    """Without ``prefetch=``: nothing ahead when the arrays go to the CPU, whether ``sharding``
+    is None, a CPU device or a sharding over CPU devices; 2 batches ahead when they go to an
+    accelerator (the platform made to say "gpu" here, on a machine without one)."""
+    def delivered_with_the_first(sharding=None) -> int:
+        with code_loader() as loader:
+            batches = shmloader.jax.batches(loader, sharding)
+            try:
+                next(batches)
+                return loader.stats()["batches"]
+            finally:
+                batches.close()
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("batch",))
+    for sharding in (None, jax.devices()[0], jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())):
+        assert shmloader.jax._platforms(sharding) == {"cpu"}
+        assert delivered_with_the_first(sharding) == 1, sharding
+    monkeypatch.setattr(shmloader.jax, "_platforms", lambda sharding: {"gpu"})
+    assert delivered_with_the_first() == 3
+
+
 def test_prefetch_below_zero_is_refused():
     with code_loader() as loader:
         with pytest.raises(ValueError, match="prefetch must be >= 0, got -1"):

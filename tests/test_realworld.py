@@ -5,7 +5,7 @@ shows at the index the loader reports (by frame code), and close to it in pixels
 
 from __future__ import annotations
 
-import re
+import textwrap
 
 import numpy as np
 import pytest
@@ -221,22 +221,32 @@ def test_damage_decord_meets_is_handed_to_pyav(tmp_path):
         assert diff.mean(axis=(1, 2, 3)).max() < 0.5 and diff.max() <= 2, (frames, diff.mean(axis=(1, 2, 3)))
 
 
-def test_frames_decoded_from_a_damaged_frame_are_not_delivered(tmp_path):
-    """Damage inside a GOP of a textured video: the frame the decoder marks damaged, and every
-    frame decoded from it (up to the next keyframe), fail; clips before it arrive intact."""
-    bad = damage(textured(str(tmp_path / "textured.mp4"), 7), str(tmp_path / "damaged.mp4"), at=0.85,
-                 length=600, seed=3)
-    found = probe(bad, check="frames")
-    first_bad = int(re.search(r"damaged at frame (\d+)", found.problem).group(1))
-    assert found.decoder == "pyav" and 30 < first_bad < 59  # inside the last GOP (keyframe 30)
-    clips = shmloader.VideoClips([bad], clip_len=6, clips_per_video=10, sampling="uniform", size=(48, 64),
-                                 decoder="pyav")
+@pytest.mark.parametrize("group_clips", [False, True])
+def test_frames_decoded_from_a_damaged_frame_are_not_delivered(tmp_path, group_clips):
+    """PyAV reading a file whose damage is inside a GOP that is not the last (frame 42 of a
+    textured 90-frame H.264, keyframes 0, 30, 60, half its slice cut): the frame the decoder
+    marks damaged and every frame decoded from it up to the next keyframe (in decode order: the
+    B-frames shown before it too) fail; the clips before them, and every clip from keyframe 60
+    on, arrive with the clean file's frames. One pass over a video's clips
+    (``group_clips``) decodes through the damage into the next GOP: the same clips arrive."""
+    clean = textured(str(tmp_path / "clean.mp4"), 7, frames=90, gop=30)
+    bad = cut_slice(clean, str(tmp_path / "damaged.mp4"), 42)
+    dpos = decode_order(clean)
+    spoiled = np.flatnonzero((dpos >= dpos[42]) & (dpos < dpos[60]))
+    assert spoiled.min() < 42 and spoiled.max() == 59  # B-frames before it, and the rest of its GOP
+    starts = np.arange(15) * 6  # 15 uniform 6-frame clips of 90 frames
+    want = [int(s) for s in starts if not np.isin(np.arange(s, s + 6), spoiled).any()]
+    assert want[-5:] == [60, 66, 72, 78, 84] and 0 < len(want) < 15
+    ref = reference(clean)
+    clips = shmloader.VideoClips([bad], clip_len=6, clips_per_video=15, sampling="uniform", decoder="pyav",
+                                 group_clips=group_clips)
     got, stats = samples(clips, on_error="skip")
-    assert stats["skipped"] >= 1 and stats["skipped"] + len(got) == 10
-    assert any(int(s["frames"][-1]) < first_bad for s in got)
+    assert sorted(int(s["start"]) for s in got) == want
+    assert stats["skipped"] == 15 - len(want) and stats["pyav"] > 0 and not stats.get("decord"), stats
     for s in got:
-        assert int(s["frames"][-1]) < first_bad  # nothing decoded from the damaged frame
         np.testing.assert_array_equal(codes(s["video"])[1], s["frames"])
+        diff = np.abs(s["video"].astype(np.int16) - ref[s["frames"]])
+        assert diff.mean(axis=(1, 2, 3)).max() < 0.5 and diff.max() <= 2, (s["frames"], diff.mean())
 
 
 @pytest.mark.parametrize("width", [24, 96])
@@ -423,6 +433,61 @@ def test_no_usable_timestamps_is_named_and_fps_refused(tmp_path):
         with pytest.raises(shmloader.SampleError, match="cannot read the video's frame timestamps") as e:
             list(loader)
     assert path in str(e.value)
+
+
+RAW_PROBE = textwrap.dedent("""
+    import json, os, sys, threading, time
+
+    def peak_mib():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+    def guard():  # an unbounded probe would take the machine's memory: stop it at 1 GiB
+        while True:
+            if peak_mib() > 1024:
+                print(json.dumps({"error": "over 1 GiB"}), flush=True)
+                os._exit(0)
+            time.sleep(0.05)
+
+    from shmloader.video.probe import probe
+    before = peak_mib()
+    threading.Thread(target=guard, daemon=True).start()
+    out = {}
+    for check in ("headers", "keyframes"):
+        try:
+            probe(sys.argv[1], check=check)
+            out[check] = "read"
+        except Exception as e:
+            out[check] = f"{type(e).__name__}: {e}"
+    print(json.dumps({**out, "grew_mib": peak_mib() - before}))
+""")
+
+
+def test_a_raw_stream_with_no_frame_in_it_is_refused_in_bounded_memory(tmp_path, caplog):
+    """A raw H.264 stream (no container) of 1 TiB of zeros, a sparse file: FFmpeg's parser keeps
+    every byte it reads looking for where a frame starts (~160 MB/s, for as long as the file
+    lasts). The probe reads at most ``_RAW_GAP`` past the last frame, then refuses the file with
+    the reason: its memory grows by a few times that, at most. Through the loader: the
+    skip names the file and the reason; a real raw stream beside it is read."""
+    from shmloader.video.probe import _RAW_GAP
+    from shmloader.samples import write_video
+
+    from ._examples import run_child
+
+    zeros = str(tmp_path / "zeros.h264")
+    with open(zeros, "wb") as f:
+        f.truncate(1 << 40)
+    r = run_child(RAW_PROBE, zeros, timeout=120)
+    why = f"no frame starts in {_RAW_GAP >> 20} MiB of the raw stream from byte 0 (not a raw video stream?)"
+    assert r.get("headers") == r.get("keyframes") == f"NoFrameBoundary: {why}", r
+    assert r["grew_mib"] < 3 * (_RAW_GAP >> 20), r
+    real = write_video(tmp_path / "real.h264", 5, frames=30, size=(96, 128), gop=12)
+    clips = shmloader.VideoClips([zeros, real], clip_len=6, size=(48, 64))
+    with shmloader.Loader(clips, batch_size=1, workers=1, timeout=60, on_error="skip") as loader:
+        got = [int(b["index"][0]) for b in loader]
+        skipped = loader.skipped
+    assert got == [1] and [(i, why in reason) for i, _, reason in skipped] == [(0, True)], skipped
+    assert f"skipped sample 0 ({zeros!r}): shmloader.video.probe.NoFrameBoundary: {why}" in caplog.text
 
 
 def test_a_vp9_size_change_is_found_by_scan_not_by_the_loaders_probe(tmp_path):

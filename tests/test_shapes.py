@@ -9,6 +9,7 @@ wrong; truncated downloads and one-keyframe B-frame clips read as what they hold
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import av
@@ -29,6 +30,12 @@ pytestmark = pytest.mark.timeout(180)
 
 FRAMES, GOP, CLIP = 72, 12, 6
 
+# What an encoder writes depends on its thread count, which FFmpeg picks from the CPUs this
+# process may use (3 on 2 CPUs): with 1 or 2, the MPEG-2 encoder stamps two B-frames of the VOB
+# with their neighbours' times, and the probe rightly finds no usable timestamps. The files are
+# the same on every host with the count fixed at what 2 CPUs give.
+_ENCODER_THREADS = 3
+
 
 def scan(inputs, out) -> tuple[list[dict], str]:
     """``shmloader scan`` in its own process (test_scan's runner): (rows, what it printed)."""
@@ -41,9 +48,10 @@ def write(path, codec: str, *, bframes: int = 0, fmt: str | None = None, frames:
     """A frame-code video of ``codec`` in the container ``path``'s extension (or ``fmt``) names,
     one keyframe every ``gop`` frames and up to ``bframes`` B-frames between references."""
     h, w = size
-    with av.open(os.fspath(path), "w", format=fmt, options=container_options or {}) as c:
+    with _same_scheduling(), av.open(os.fspath(path), "w", format=fmt, options=container_options or {}) as c:
         s = c.add_stream(codec, rate=25)
         s.width, s.height, s.pix_fmt = w, h, pix
+        s.codec_context.thread_count = _ENCODER_THREADS
         if codec == "libx264":
             s.options = {"crf": "18", "preset": "veryfast", "g": str(gop), "keyint_min": str(gop),
                          "sc_threshold": "0", "bf": str(bframes)}
@@ -62,6 +70,20 @@ def write(path, codec: str, *, bframes: int = 0, fmt: str | None = None, frames:
         for p in s.encode():
             c.mux(p)
     return os.fspath(path)
+
+
+@contextlib.contextmanager
+def _same_scheduling():
+    """SVT-AV1, run as root, puts the thread that encodes at real-time priority (SCHED_FIFO 99)
+    and leaves it there: the test process, and every worker and encoder thread it starts after,
+    would then run real-time, and on one CPU a thread that spins waiting for another of the same
+    priority never lets it run (the suite hung under ``taskset -c 0``). Put back what it was."""
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if (os.sched_getscheduler(0), os.sched_getparam(0)) != (policy, param):
+            os.sched_setscheduler(0, policy, param)
 
 
 # One writer per shape decord is trusted with: B-frames wherever the shape admits them.

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -287,6 +288,62 @@ def test_process_group_killed_leaves_nothing(tmp_path, shm_dir):
             assert os.stat(os.path.join(shm_dir or "/dev/shm", name)).st_ino != ino, name
         except FileNotFoundError:
             pass
+
+
+# cgroup v1's freezer: a frozen process stays, SIGKILL pending, until its group is thawed, as a
+# process in uninterruptible sleep (a read from a hung NFS mount) stays until the read returns.
+_FREEZER = "/sys/fs/cgroup/freezer"
+
+
+def test_close_does_not_wait_for_a_killed_worker_that_cannot_end(tmp_path, caplog):
+    """A worker that SIGKILL cannot end at once: close() kills it after the grace period and
+    returns within the reap's bound, saying so, not when the kernel lets the process go; once it
+    ends, the next close reaps it (no zombie left)."""
+    from shmloader.engine.pool import _GRACE_S, _REAP_S
+
+    if os.geteuid() != 0 or not os.path.isdir(_FREEZER):
+        pytest.skip("needs root and the cgroup v1 freezer to make a process that SIGKILL cannot end at once")
+    group = os.path.join(_FREEZER, f"shmloader-test-{os.getpid()}")
+    os.mkdir(group)
+
+    def freeze(state: str) -> None:
+        with open(os.path.join(group, "freezer.state"), "w") as f:
+            f.write(state)
+
+    closed, closer = threading.Event(), None
+    loader = small_loader()
+    try:
+        next(iter(loader))
+        (pid,) = loader.worker_pids()
+        with open(os.path.join(group, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+        freeze("FROZEN")
+        deadline = time.monotonic() + 10
+        while open(os.path.join(group, "freezer.state")).read().strip() != "FROZEN":
+            assert time.monotonic() < deadline, "the worker did not freeze"
+            time.sleep(0.01)
+        closer = threading.Thread(target=lambda: (loader.close(), closed.set()))
+        t0 = time.monotonic()
+        closer.start()
+        assert closed.wait(_GRACE_S + _REAP_S + 10), "close() waits for a process that SIGKILL cannot end"
+        elapsed = time.monotonic() - t0
+        assert psutil.Process(pid).status() == psutil.STATUS_DISK_SLEEP  # killed, not gone
+        assert elapsed >= _GRACE_S + _REAP_S * 0.9  # it did give the process the bound to end
+        assert f"pid {pid}) did not end within {_REAP_S:g} s of SIGKILL" in caplog.text
+    finally:
+        freeze("THAWED")
+        if closer is not None:
+            closer.join(30)
+        loader.close()
+        deadline = time.monotonic() + 10
+        while os.path.exists(os.path.join(group, "tasks")) and open(os.path.join(group, "tasks")).read().strip():
+            assert time.monotonic() < deadline, "the worker did not end once thawed"
+            time.sleep(0.01)
+        os.rmdir(group)
+    assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # ended, not reaped yet
+    with small_loader() as other:
+        next(iter(other))
+    assert not psutil.pid_exists(pid)  # reaped by the next close
 
 
 def open_in(folder: str) -> list[str]:

@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import selectors
+import subprocess
 import threading
 import time
 import warnings
@@ -45,7 +46,7 @@ import numpy as np
 from .._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
 from .interrupts import Deferred
 from .plan import EpochPlan
-from .pool import Pool, Worker, stop_workers
+from .pool import _REAP_S, Pool, Worker, stop_workers
 from .protocol import COUNTS, ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
 from .ring import Layout, Ring
 from .schedule import Batch, Scheduler, Task, holding
@@ -325,8 +326,12 @@ class Engine:
                 break
             self._on_message(w, *reply)
         if eof and w in self._workers:
-            w.proc.wait()
-            self._worker_lost(w, w.how_it_ended())
+            try:
+                w.proc.wait(timeout=_REAP_S)  # its reply pipe closed: it is ending, or in a state SIGKILL must end
+                how = w.how_it_ended()
+            except subprocess.TimeoutExpired:
+                how = f"closed its reply pipe but had not ended {_REAP_S:g} s later (killed)"
+            self._worker_lost(w, how)
 
     def _on_message(self, w: Worker, status: int, count: int, failures: dict[int, bytes],
                     busy: float, counts: tuple[int, ...]) -> None:

@@ -12,7 +12,9 @@ Closing runs in this order, and is safe to repeat:
   1. stop handing out tasks;
   2. close every task and lifeline pipe: idle and busy workers exit by themselves;
   3. wait a short grace period, then SIGKILL what is left (a worker spinning in native code
-     while holding the GIL), and reap every child so no zombie remains;
+     while holding the GIL), and reap every child so no zombie remains; a child that SIGKILL
+     cannot end at once (uninterruptible sleep: a read from a hung network file system) is
+     not waited for past ``_REAP_S`` but reaped by a later close or worker start;
   4. close the result pipes;
   5. close the ring's descriptor (``Ring.close``); its mapping goes with the last leased array.
 A whole process group killed at once leaves nothing behind: the ring has no name.
@@ -20,6 +22,7 @@ A whole process group killed at once leaves nothing behind: the ring has no name
 
 from __future__ import annotations
 
+import logging
 import os
 import selectors
 import signal
@@ -33,8 +36,23 @@ from .protocol import write_all
 
 WORKER_ENV = "SHMLOADER_WORKER_STARTING"
 
+log = logging.getLogger("shmloader")
+
 # How long closing waits for workers to leave by themselves before killing them.
 _GRACE_S = 1.0
+
+# How long closing waits for killed workers to end. SIGKILL ends a process only once it leaves
+# uninterruptible sleep (a read from a hung NFS or FUSE mount, a frozen cgroup), which may be never:
+# closing goes on without it. A killed process takes milliseconds to end otherwise.
+_REAP_S = 2.0
+
+# Killed workers that had not ended within _REAP_S, reaped (waited for without blocking) by
+# every later stop_workers and start_worker, so that none stays a zombie once it ends.
+_abandoned: list[subprocess.Popen] = []
+
+
+def _reap_abandoned() -> None:
+    _abandoned[:] = [p for p in _abandoned if p.poll() is None]
 
 
 @dataclass(slots=True, eq=False)
@@ -96,6 +114,7 @@ def _env() -> dict[str, str]:
 def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ...] = (),
                  cpu: int | None = None) -> Worker:
     """Start one worker by fork+exec of a fresh interpreter (see ``engine.worker``)."""
+    _reap_abandoned()
     task_r, task_w = os.pipe2(os.O_CLOEXEC)
     done_r, done_w = os.pipe2(os.O_CLOEXEC)
     life_r, life_w = os.pipe2(os.O_CLOEXEC)
@@ -122,6 +141,7 @@ def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ..
 
 def stop_workers(workers: list[Worker], grace: float = _GRACE_S) -> None:
     """Steps 2-4 of NOTE [ Shutdown ]. Safe to call again on the same workers."""
+    _reap_abandoned()
     for w in workers:
         for name in ("task_w", "life_w"):
             fd = getattr(w, name)
@@ -134,10 +154,19 @@ def stop_workers(workers: list[Worker], grace: float = _GRACE_S) -> None:
             w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
+    killed = [w for w in workers if w.proc.poll() is None]
+    for w in killed:
+        w.proc.kill()
+    deadline = time.monotonic() + _REAP_S
+    for w in killed:
+        try:
+            w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            if w.proc not in _abandoned:
+                _abandoned.append(w.proc)
+                log.warning("worker %d (pid %d) did not end within %g s of SIGKILL (uninterruptible sleep?); "
+                            "closing goes on, it is reaped once it ends", w.wid, w.pid, _REAP_S)
     for w in workers:
-        if w.proc.poll() is None:
-            w.proc.kill()
-            w.proc.wait()
         if w.done_r >= 0:
             os.close(w.done_r)
             w.done_r = -1

@@ -38,6 +38,7 @@ keyframes decoded to see whether the size did. ``check="keyframes"`` decodes eve
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -88,6 +89,14 @@ _SEEK_P99 = 32.0
 # Frames a probe decodes, where the decoder reorders, to see that decoded stamps follow
 # presentation order (B-frames start in the first GOP).
 _ORDER_FRAMES = 8
+
+# Raw elementary streams (Annex B H.264/HEVC, MPEG-2 video): FFmpeg's parser keeps every byte it
+# reads until it finds where the next frame starts, so a file that holds no start code (zeros,
+# other data under a raw name) grows the probe's memory with the file (~160 MB/s, for as long as
+# the file lasts). A probe reads them through _RawStream, which reads no further than this past
+# the last packet out: far more than the largest frame.
+_RAW_EXTENSIONS = (".h264", ".264", ".h265", ".hevc", ".265", ".m2v")
+_RAW_GAP = 64 << 20
 
 # Timestamps further apart than this many times the median step are a gap, not jitter.
 _GAP = 1.5
@@ -303,6 +312,10 @@ def _read(path: str, decode: str, index: bool = False, storage: Storage = LOCAL)
     ``index``: a "first" read of a long MP4/MOV is taken from its index (``_from_index``)."""
     import av
 
+    raw = _RawStream(path) if not is_remote(path) and path.lower().endswith(_RAW_EXTENSIONS) else None
+    if raw is not None:
+        with raw, av.open(raw, metadata_errors="ignore") as c:
+            return _read_open(c, path, decode, storage, raw)
     if index and decode == "first":
         touched: list = []
         with av.open(storage.media(path), metadata_errors="ignore") as c:
@@ -315,8 +328,47 @@ def _read(path: str, decode: str, index: bool = False, storage: Storage = LOCAL)
         return _read_open(c, path, decode, storage)
 
 
-def _read_open(c, path: str, decode: str, storage: Storage = LOCAL) -> _Pass:
-    """``_read`` in the open container ``c``."""
+class NoFrameBoundary(ValueError):
+    """A raw stream's parser read ``_RAW_GAP`` bytes without finding where a frame starts."""
+
+
+class _RawStream(io.RawIOBase):
+    """A local raw stream as FFmpeg reads it (its ``name`` the path: the demuxer is chosen as
+    for the path itself), refusing to read ``_RAW_GAP`` bytes past ``mark`` (the probe moves
+    it on at every packet out)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self._f = open(path, "rb")  # noqa: SIM115 (closed with the stream)
+        self.name = path
+        self.mark = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def readinto(self, b) -> int:
+        at = self._f.tell()
+        if at - self.mark > _RAW_GAP:
+            raise NoFrameBoundary(f"no frame starts in {_RAW_GAP >> 20} MiB of the raw stream from byte "
+                                  f"{self.mark} (not a raw video stream?)")
+        return self._f.readinto(b)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+def _read_open(c, path: str, decode: str, storage: Storage = LOCAL, raw: _RawStream | None = None) -> _Pass:
+    """``_read`` in the open container ``c`` (read through ``raw`` for a raw stream)."""
     import av
 
     r = _Pass()
@@ -366,6 +418,8 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL) -> _Pass:
 
     try:
         for p in c.demux(s):
+            if raw is not None:
+                raw.mark = raw.tell()
             if p.size == 0:
                 continue  # the end: flushed below, also when the container breaks off
             if p.is_discard:  # before an edit list's start: a reference, never shown
@@ -392,7 +446,7 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL) -> _Pass:
             if decode == "first" and r.first is not None:
                 continue
             take(p)
-    except av.error.FFmpegError:  # the container itself breaks off
+    except (av.error.FFmpegError, NoFrameBoundary):  # the container itself breaks off
         broke = True
     r.delay = bool(cc.has_b_frames)
     if decode != "first" or r.first is None:

@@ -23,8 +23,10 @@ members' places to the workers and no shard's headers are read again.
 seeking into it); ``problem`` is empty when the file is fine, else ``unreadable: ...``,
 ``damaged at frame N``, ``truncated at frame N of M``, ``size change at frame N``, ``edit list
 drops N frames``, ``timestamp gap at frame N``, ``variable frame rate``, ``decord seeks wrong
-at frame N (read by PyAV)``... (``; `` between several). Files in the folders given without a
-video extension are passed over and counted in the summary.
+at frame N (read by PyAV)``... (``; `` between several); ``unreadable: probe took over N s`` or
+``unreadable: probe crashed`` for a probe that passed ``timeout`` or whose process died (a dead
+process breaks the whole pool: the file at the head is probed again alone before it is blamed).
+Files in the folders given without a video extension are passed over and counted in the summary.
 ``VideoClips.from_csv`` reads the manifest and spares its workers the probes. When an input
 manifest has ``start`` / ``end`` columns (time spans, see ``VideoClips``), the manifest written
 keeps them after those columns, one row per input row; rows naming a file just probed reuse its
@@ -264,21 +266,26 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                     pending.append(submit(item))
                 if not pending:
                     break
-                (path, label, _, span), fut = pending.popleft()
+                item, fut = pending.popleft()
+                path, label, place, span = item
                 if fut is None:
                     row = _blank(path, label, failed[path])
                 else:
-                    try:
-                        row = dict(fut.result(timeout=timeout), label=label)
-                    except (cf.TimeoutError, cf.process.BrokenProcessPool) as e:
-                        why = f"probe took over {timeout:g} s" if isinstance(e, cf.TimeoutError) else "probe crashed"
-                        row = _blank(path, label, f"unreadable: {why}")
-                        failed[path] = row["problem"]  # the same file in later rows: this answer, no new wait
+                    got, why = _answer(fut, timeout)
+                    if why is not None:
                         # The pool cannot cancel one running probe: start a new pool, resubmit the rest.
-                        _kill(pool)
-                        pool = _pool(workers)
-                        recent.clear()
+                        pool = _renew(pool, workers, recent)
+                        if why == "probe crashed":
+                            # A process that dies breaks the whole pool: every probe in flight fails
+                            # with it, not only the one that died. Probe this file again, alone.
+                            fut = recent[path] = pool.submit(_row, path, label, check, storage, place)
+                            got, why = _answer(fut, timeout)
+                            if why is not None:
+                                pool = _renew(pool, workers, recent)
+                        if why is not None:
+                            failed[path] = f"unreadable: {why}"  # the same file in later rows: no new wait
                         pending = collections.deque(submit(it) for it, _ in pending)
+                    row = _blank(path, label, failed[path]) if got is None else dict(got, label=label)
                 row.update(span)
                 writer.writerow(row)
                 f.flush()
@@ -294,6 +301,23 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
 def _pool(workers: int) -> cf.ProcessPoolExecutor:
     # forkserver: probes run in clean processes whatever the caller has imported (TensorFlow...)
     return cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"))
+
+
+def _answer(fut: cf.Future, timeout: float) -> tuple[dict[str, Any] | None, str | None]:
+    """(the row, None), or (None, why the probe gave none)."""
+    try:
+        return fut.result(timeout=timeout), None
+    except cf.TimeoutError:
+        return None, f"probe took over {timeout:g} s"
+    except cf.process.BrokenProcessPool:
+        return None, "probe crashed"
+
+
+def _renew(pool: cf.ProcessPoolExecutor, workers: int, recent: dict) -> cf.ProcessPoolExecutor:
+    """A new pool in place of ``pool``, whose probes are all lost."""
+    _kill(pool)
+    recent.clear()
+    return _pool(workers)
 
 
 def _kill(pool: cf.ProcessPoolExecutor) -> None:
