@@ -87,7 +87,9 @@ class Decord:
         from decord._ffi.base import _LIB, check_call
 
         self._decord = decord
-        self.Error = decord.DECORDError
+        # decord's refusals: its C++ errors, and the RuntimeError its VideoReader raises when it
+        # cannot open a file at all ("Error reading <path>..."), whichever the bytes give.
+        self.Error: tuple[type[Exception], ...] = (decord.DECORDError, RuntimeError)
         self._copy = lambda nd, ptr, n: check_call(_LIB.DECORDArrayCopyToBytes(nd.handle, ptr, n))
         self._threads = threads
         self._buf: np.ndarray | None = None
