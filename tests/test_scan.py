@@ -443,8 +443,10 @@ def test_a_probe_that_crashes_gets_its_row_and_the_rest_go_on(dataset, tmp_path)
     for row in rows[:1] + rows[3:]:
         assert (row["decoder"], row["problem"]) == WANT[os.path.basename(row["path"])], row
         assert int(row["frames"]) == 60
-    # Probed beside the never-ending file, in the new pool after that file's timeout, then alone.
-    assert len(killed) == 3, killed
+    # Probed in a pool and then alone (and, where it met the never-ending file in the first pool,
+    # once more in the pool after that file's timeout). A dying process still shows the file
+    # open for a moment, so it may be killed more than once.
+    assert len(set(killed)) >= 2, killed
     assert "5 files in" in err and "unreadable: 2" in err
 
 
