@@ -278,7 +278,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                         if why == "probe crashed":
                             # A process that dies breaks the whole pool: every probe in flight fails
                             # with it, not only the one that died. Probe this file again, alone.
-                            fut = recent[path] = pool.submit(_row, path, label, check, storage, place)
+                            _, fut = submit(item)  # the new pool's first probe
                             got, why = _answer(fut, timeout)
                             if why is not None:
                                 pool = _renew(pool, workers, recent)
