@@ -83,7 +83,9 @@ class Decord:
     name = "decord"
 
     def __init__(self, threads: int) -> None:
-        import decord
+        from ._decord import import_decord
+
+        decord = import_decord()  # first: decord's own import, without the CUDA stack
         from decord._ffi.base import _LIB, check_call
 
         self._decord = decord
@@ -121,7 +123,10 @@ class PyAV:
 
     def __init__(self, threads: int, storage: Storage = LOCAL) -> None:
         import av
-        self._av = av
+
+        from ._av import open_input
+
+        self._av, self._open_input = av, open_input
         self._threads = threads
         self._storage = storage
         self._scale = _Scaler()
@@ -145,7 +150,7 @@ class PyAV:
         return c
 
     def _open_file(self, path: str):
-        c = self._av.open(self._storage.media(path), metadata_errors="ignore")
+        c = self._open_input(self._storage.media(path))
         c.streams.video[0].codec_context.thread_count = self._threads
         return c
 

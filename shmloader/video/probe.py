@@ -312,19 +312,21 @@ def _read(path: str, decode: str, index: bool = False, storage: Storage = LOCAL)
     ``index``: a "first" read of a long MP4/MOV is taken from its index (``_from_index``)."""
     import av
 
+    from ._av import fraction, open_input
+
     raw = _RawStream(path) if not is_remote(path) and path.lower().endswith(_RAW_EXTENSIONS) else None
     if raw is not None:
-        with raw, av.open(raw, metadata_errors="ignore") as c:
+        with raw, open_input(raw) as c:
             return _read_open(c, path, decode, storage, raw)
     if index and decode == "first":
         touched: list = []
-        with av.open(storage.media(path), metadata_errors="ignore") as c:
+        with open_input(storage.media(path)) as c:
             fast = _from_index(c, path, touched, storage)
             if fast is not None:
                 return fast
             if not touched:  # nothing read yet: the full read goes on with this container
                 return _read_open(c, path, decode, storage)
-    with av.open(storage.media(path), metadata_errors="ignore") as c:
+    with open_input(storage.media(path)) as c:
         return _read_open(c, path, decode, storage)
 
 
@@ -371,6 +373,8 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL, raw: _RawStr
     """``_read`` in the open container ``c`` (read through ``raw`` for a raw stream)."""
     import av
 
+    from ._av import fraction, open_input
+
     r = _Pass()
     if not c.streams.video:
         raise ValueError("no video stream")
@@ -382,7 +386,7 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL, raw: _RawStr
     r.container = c.format.name.split(",")[0]
     r.codec = cc.codec.canonical_name
     r.declared = int(s.frames or 0)
-    r.time_base = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
+    r.time_base = fraction(s.time_base) or Fraction(1, 1)
     end = _indexed_end(s)
     size = storage.size(path)
     stamps: list[int | None] = []  # per packet in decode order; None: unstamped
@@ -502,8 +506,10 @@ def _stamps_in_decode_order(path: str, stamps: list, delay: bool, storage: Stora
         return False
     import av
 
+    from ._av import fraction, open_input
+
     out: list[int] = []
-    with av.open(storage.media(path), metadata_errors="ignore") as c:
+    with open_input(storage.media(path)) as c:
         s = c.streams.video[0]
         s.codec_context.thread_count = 1
         try:
@@ -545,6 +551,8 @@ def _from_index(c, path: str, touched: list, storage: Storage = LOCAL) -> _Pass 
     searching the index from the end (one search per keyframe), their sequence headers read by
     position (a size change needs the full read). ``c`` is the open container; ``touched``
     gets True once it has been read from (the full read must then open the file again)."""
+    from ._av import fraction
+
     if not c.streams.video or c.format.name.split(",")[0] != "mov":
         return None
     s = c.streams.video[0]
@@ -561,7 +569,7 @@ def _from_index(c, path: str, touched: list, storage: Storage = LOCAL) -> _Pass 
     cc.thread_count = 1
     r = _Pass()
     r.container, r.codec, r.declared = "mov", cc.codec.canonical_name, n
-    r.time_base = Fraction(s.time_base)
+    r.time_base = fraction(s.time_base) or Fraction(1, 1)
     touched.append(True)
     head = _gop(c, s, r, first=True)
     if head is None or len(head) < 2:
