@@ -7,12 +7,12 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: demo test typecheck docs dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
+.PHONY: demo test test-newest test-oldest typecheck docs dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
-	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,hdf5,samples,bench,notebooks,docs,test]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,torch,jax,keras,hdf5,samples,bench,notebooks,docs,test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,6 +21,18 @@ demo: $(STAMP)
 # make test PYTEST_ARGS="--random-order"   runs the tests in a random order (pytest-random-order)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The version lanes (tests/lanes.py), each in a venv of its own (.venv-<lane>-<python>), the whole suite:
+# newest: Python 3.12 and 3.13 from pyenv with the newest versions pip picks (no constraints; torch
+# is PyPI's CUDA build, as GPU users have it); oldest: Python 3.10 with every requirement at the
+# minimum pyproject.toml declares (constraints-oldest.txt).
+# make test-newest LANES="3.12"   runs one Python only
+LANES ?= 3.12 3.13
+test-newest:
+	@for v in $(LANES); do $(PYTHON) tests/lanes.py newest $$v $(PYTEST_ARGS) || exit 1; done
+
+test-oldest:
+	$(PYTHON) tests/lanes.py oldest 3.10 $(PYTEST_ARGS)
 
 # mypy as configured in pyproject.toml (strict on the public API); make test runs it too (tests/test_typing.py)
 typecheck: $(STAMP)

@@ -224,7 +224,7 @@ def why_not(module: str, how: str) -> str | None:
 
 def torch_missing() -> str | None:
     """None when torch imports, else why not."""
-    return why_not("torch", "pip install torch==2.13.0 (CPU)")
+    return why_not("torch", "pip install 'torch>=2.3' (a CPU build on a machine without a GPU)")
 
 
 def start_forkserver() -> None:
@@ -409,7 +409,7 @@ def framework_missing(name: str) -> str | None:
 
 
 # What each framework row needs importable, and how to get it.
-_TORCH = ("torch", "pip install 'shmloader[torch]' (torch==2.13.0, CPU)")
+_TORCH = ("torch", "pip install 'shmloader[torch]' (torch>=2.3)")
 _JAX = ("jax", "pip install 'shmloader[jax]'")
 FRAMEWORK_NEEDS = {
     "shm-torch": (_TORCH,), "shm-torch-grouped": (_TORCH,), "torch-dl": (_TORCH,),

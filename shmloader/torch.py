@@ -26,7 +26,7 @@ try:
     import torch
 except ImportError as e:  # pragma: no cover - exercised in a child interpreter by the tests
     raise ImportError("shmloader.torch needs PyTorch: pip install 'shmloader[torch]' "
-                      "(torch==2.13.0; on a machine without a GPU, its CPU build)") from e
+                      "(torch>=2.3; on a machine without a GPU, its CPU build from PyTorch's CPU index)") from e
 
 from ._errors import LoaderError
 from .engine.ring import Layout, Returns

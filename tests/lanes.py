@@ -1,0 +1,116 @@
+"""The version lanes: the whole suite on another Python, in a venv of its own.
+
+``make test`` runs on Python 3.11 with the exact versions of ``constraints.txt`` (the lab). Users
+run the field: the newest Python with whatever pip picks today, or an old Python with the oldest
+versions ``pyproject.toml`` allows. Each lane here builds ``.venv-<lane>-<python>`` once (again
+when pyproject.toml or the lane's constraints change) and runs pytest in it:
+
+    python tests/lanes.py newest 3.12 [pytest args]   # no constraints: the newest versions
+    python tests/lanes.py oldest 3.10 [pytest args]   # every requirement at its declared minimum
+
+``newest`` installs the extras one by one after the core, so that an extra with no wheel for that
+Python is left out with a line saying so (its tests skip) instead of failing the lane; torch comes
+as users get it from PyPI, the CUDA build. ``oldest`` installs everything with
+``constraints-oldest.txt``, which pins each requirement of pyproject.toml at its lower bound
+(tests/test_lanes.py checks that the two agree).
+
+The interpreter is ``$(pyenv root)/versions/<python>*/bin/python`` (the newest such), else
+``python<python>`` on PATH.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OLDEST = ROOT / "constraints-oldest.txt"
+# Installed in this order, each on its own in the newest lane. `test` holds the test runner and the
+# servers; the frameworks come as their own extras so that one without a wheel leaves the rest in.
+EXTRAS = ("test", "samples", "hdf5", "torch", "jax", "keras", "tf", "bench", "notebooks", "docs")
+
+
+def interpreter(version: str) -> str:
+    """The Python ``version`` (``3.12``) to build the lane's venv with."""
+    try:
+        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        root = os.path.expanduser("~/.pyenv")
+    found = sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", "python")),
+                   key=lambda p: [int(x) for x in Path(p).parts[-3].split(".") if x.isdigit()])
+    if found:
+        return found[-1]
+    exe = shutil.which(f"python{version}")
+    if exe is None:
+        sys.exit(f"lanes: no Python {version} (pyenv install {version}, or put python{version} on PATH)")
+    return exe
+
+
+def pip(venv: Path, *args: str, check: bool = True) -> bool:
+    cmd = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args]
+    print("lanes:", " ".join(cmd[1:]), flush=True)
+    done = subprocess.run(cmd, cwd=ROOT)
+    if check and done.returncode:
+        sys.exit(f"lanes: pip failed ({done.returncode}): {' '.join(args)}")
+    return done.returncode == 0
+
+
+def build(lane: str, version: str) -> Path:
+    venv = ROOT / f".venv-{lane}-{version}"
+    inputs = [ROOT / "pyproject.toml", Path(__file__)] + ([OLDEST] if lane == "oldest" else [])
+    key = hashlib.sha256(b"".join(p.read_bytes() for p in inputs)).hexdigest()
+    stamp = venv / ".installed"
+    if stamp.exists() and stamp.read_text().split("\n")[0] == key:
+        print(f"lanes: {venv.name} is up to date", flush=True)
+        print(stamp.read_text().split("\n", 1)[1], end="", flush=True)
+        return venv
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([interpreter(version), "-m", "venv", str(venv)], check=True)
+    notes = []
+    if lane == "oldest":
+        pip(venv, "--upgrade", "pip")
+        pip(venv, "-c", str(OLDEST), "-e", f".[{','.join(EXTRAS)}]")
+    else:
+        pip(venv, "--upgrade", "pip")
+        pip(venv, "-e", ".")
+        for extra in EXTRAS:
+            if not pip(venv, "-e", f".[{extra}]", check=False):
+                notes.append(f"lanes: left out the [{extra}] extra: pip could not install it on Python {version}"
+                             " (its tests skip)\n")
+    versions = subprocess.run([str(venv / "bin" / "python"), "-c", _VERSIONS], capture_output=True, text=True,
+                              check=True).stdout
+    summary = "".join(notes) + f"lanes: {venv.name}: {versions}\n"
+    print(summary, end="", flush=True)
+    stamp.write_text(key + "\n" + summary)
+    return venv
+
+
+_VERSIONS = """
+import platform
+from importlib.metadata import version, PackageNotFoundError
+names = ["numpy", "decord2", "av", "psutil", "fsspec", "torch", "jax", "keras", "tensorflow-cpu", "h5py"]
+def v(n):
+    try:
+        return version(n)
+    except PackageNotFoundError:
+        return "-"
+print("Python", platform.python_version() + ",", ", ".join(f"{n} {v(n)}" for n in names))
+"""
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("newest", "oldest"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    lane, version, rest = argv[0], argv[1], argv[2:]
+    venv = build(lane, version)
+    return subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", *rest], cwd=ROOT).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
