@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OLDEST = ROOT / "constraints-oldest.txt"
 # Installed in this order, each on its own in the newest lane. `test` holds the test runner and the
 # servers; the frameworks come as their own extras so that one without a wheel leaves the rest in.
-EXTRAS = ("test", "samples", "hdf5", "torch", "jax", "keras", "tf", "bench", "notebooks", "docs")
+EXTRAS = ("test", "samples", "hdf5", "torch", "jax", "keras", "tf", "bench", "notebooks", "docs", "http", "s3", "gcs",
+          "azure", "hf")
 
 
 def interpreter(version: str) -> str:
@@ -61,25 +62,29 @@ def pip(venv: Path, *args: str, check: bool = True) -> bool:
 
 
 def build(lane: str, version: str) -> Path:
+    """The lane's venv, installed anew where pyproject.toml, the lane's constraints or the extras
+    changed since (pip then only adds or changes what differs)."""
     venv = ROOT / f".venv-{lane}-{version}"
-    inputs = [ROOT / "pyproject.toml", Path(__file__)] + ([OLDEST] if lane == "oldest" else [])
-    key = hashlib.sha256(b"".join(p.read_bytes() for p in inputs)).hexdigest()
+    inputs = [(ROOT / "pyproject.toml").read_bytes(), repr(EXTRAS).encode()]
+    inputs += [OLDEST.read_bytes()] if lane == "oldest" else []
+    key = hashlib.sha256(b"".join(inputs)).hexdigest()
     stamp = venv / ".installed"
     if stamp.exists() and stamp.read_text().split("\n")[0] == key:
         print(f"lanes: {venv.name} is up to date", flush=True)
         print(stamp.read_text().split("\n", 1)[1], end="", flush=True)
         return venv
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([interpreter(version), "-m", "venv", str(venv)], check=True)
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([interpreter(version), "-m", "venv", str(venv)], check=True)
     notes = []
     if lane == "oldest":
         pip(venv, "--upgrade", "pip")
         pip(venv, "-c", str(OLDEST), "-e", f".[{','.join(EXTRAS)}]")
     else:
         pip(venv, "--upgrade", "pip")
-        pip(venv, "-e", ".")
+        newest = ("--upgrade", "--upgrade-strategy", "eager")  # also in a venv built before
+        pip(venv, *newest, "-e", ".")
         for extra in EXTRAS:
-            if not pip(venv, "-e", f".[{extra}]", check=False):
+            if not pip(venv, *newest, "-e", f".[{extra}]", check=False):
                 notes.append(f"lanes: left out the [{extra}] extra: pip could not install it on Python {version}"
                              " (its tests skip)\n")
     versions = subprocess.run([str(venv / "bin" / "python"), "-c", _VERSIONS], capture_output=True, text=True,
@@ -109,7 +114,8 @@ def main(argv: list[str]) -> int:
         return 2
     lane, version, rest = argv[0], argv[1], argv[2:]
     venv = build(lane, version)
-    return subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", *rest], cwd=ROOT).returncode
+    env = dict(os.environ, SHMLOADER_LANE=f"{lane}-{version}")  # tests that check the lab's pins skip
+    return subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", *rest], cwd=ROOT, env=env).returncode
 
 
 if __name__ == "__main__":

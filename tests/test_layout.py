@@ -85,9 +85,9 @@ def test_the_checker_sees_a_forbidden_import(tmp_path):
 def test_every_module_of_the_package_is_in_the_wheel_list():
     """pyproject lists the packages setuptools puts in the wheel: a subpackage missing there
     installs a broken shmloader (tests/test_wheel.py runs the installed one)."""
-    import tomllib
+    from ._pyproject import pyproject
 
-    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    listed = set(pyproject()["tool"]["setuptools"]["packages"])
     on_disk = {"shmloader" + ("." + ".".join(p.parent.relative_to(PACKAGE).parts) if p.parent != PACKAGE else "")
                for p in PACKAGE.rglob("__init__.py")}
     assert listed == on_disk

@@ -1,0 +1,90 @@
+"""What the field installs: the lower bounds pyproject.toml declares are the versions the oldest
+lane tests (constraints-oldest.txt), every extra is installed by the lanes, and a worker that
+decodes stays lean where PyTorch's CUDA build put its libraries in site-packages/nvidia.
+
+The lanes themselves are ``make test-newest`` and ``make test-oldest`` (tests/lanes.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import psutil
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+import shmloader
+from shmloader.samples import read_codes
+
+from ._pyproject import ROOT, pyproject
+from .lanes import EXTRAS, OLDEST
+
+# What a decoding worker may hold of its own: measured 20-40 MiB (Python, numpy, PyAV's and
+# decord's FFmpeg, a batch in flight) where decord preloads nothing; ~400 MiB where it preloads
+# the CUDA libraries of torch's CUDA build (cuBLASLt alone maps 522 MiB).
+_WORKER_USS = 64 << 20
+
+
+def oldest_pins() -> dict[str, Version]:
+    pins: dict[str, Version] = {}
+    for line in OLDEST.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        req = Requirement(line)
+        (spec,) = req.specifier
+        assert spec.operator == "==", f"constraints-oldest.txt: {line} is no exact pin"
+        name = canonicalize_name(req.name)
+        assert name not in pins, f"constraints-oldest.txt pins {name} twice"
+        pins[name] = Version(spec.version)
+    return pins
+
+
+def test_every_lower_bound_is_what_the_oldest_lane_installs():
+    """Each requirement of pyproject.toml, core or extra, declares a lower bound, and the oldest
+    lane pins exactly that version: a bound raised in one place and not the other fails here."""
+    project = pyproject()["project"]
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    reqs += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+    pins = oldest_pins()
+    wrong = []
+    for req in reqs:
+        lower = [Version(s.version) for s in req.specifier if s.operator == ">="]
+        assert len(lower) == 1, f"{req}: one lower bound (>=) wanted"
+        name = canonicalize_name(req.name)
+        if pins.get(name) != lower[0]:
+            wrong.append(f"{req} but constraints-oldest.txt has {pins.get(name, 'no pin')}")
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_lanes_install_every_extra():
+    assert set(EXTRAS) == set(pyproject()["project"]["optional-dependencies"])
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"tests/lanes\.py newest \$\$v", makefile) and "tests/lanes.py oldest 3.10" in makefile
+
+
+def test_a_decoding_worker_loads_no_cuda_library(videos):
+    """decord, imported in a worker to decode, leaves the libraries under site-packages/nvidia
+    (PyTorch's CUDA build: cuBLAS, cuDNN, NCCL...) unloaded, and the worker's private memory
+    small. Where torch's CPU build is installed there is no such folder and only the memory
+    bound speaks; the newest lane installs the CUDA build, as GPU users have it."""
+    paths, labels = videos
+    clips = shmloader.VideoClips(paths[:4], labels[:4], clip_len=4, size=(32, 32), decoder="decord")
+    with shmloader.Loader(clips, batch_size=2, workers=1, epochs=1) as loader:
+        it = iter(loader)
+        batch = next(it)
+        ids, frames = read_codes(batch["video"])
+        assert (ids == batch["index"][:, None]).all() and (frames == batch["frames"]).all()
+        (pid,) = loader.worker_pids()
+        mapped = {line.split()[-1] for line in open(f"/proc/{pid}/maps") if line.rstrip().endswith(".so")
+                  or ".so." in line}
+        uss = psutil.Process(pid).memory_full_info().uss
+        del batch, it
+    assert any("libdecord" in p for p in mapped), "the worker did not load decord: nothing was checked"
+    nvidia = importlib.util.find_spec("nvidia")
+    roots = list(nvidia.submodule_search_locations or []) if nvidia is not None else []
+    cuda = sorted(p for p in mapped for root in roots if p.startswith(root))
+    assert cuda == [], f"the worker loaded {len(cuda)} CUDA libraries: {cuda[:5]}"
+    assert uss < _WORKER_USS, f"worker USS {uss / 2**20:.0f} MiB"
