@@ -16,6 +16,10 @@ never be trained on. So the first ``_PROBE_BATCHES`` batches served outside an e
 an epoch that ends after fewer batches than ``len(dataset)`` and at most ``_PROBE_BATCHES``, are
 served again first. (A ``steps_per_epoch`` of 1 or 2 below ``len(dataset)`` would look like a
 probe: leave ``steps_per_epoch`` unset.)
+Keras before 3.5 calls no ``on_epoch_begin`` of a PyDataset, so no window can be told from
+another: the adapter needs 3.5 (``_KERAS``). Before Keras 3.15 the jax backend builds the model
+on two batches inside an epoch, which in a dataset of two batches looks like a whole epoch: on
+that backend ``as_keras`` needs Keras 3.15 (``_JAX_KERAS``). The oldest lane tests 3.5.0.
 """
 
 from __future__ import annotations
@@ -30,8 +34,12 @@ try:
 except ImportError as e:  # pragma: no cover - exercised in a child interpreter by the tests
     raise ImportError("loader.as_keras() needs Keras 3: pip install 'shmloader[keras]'") from e
 
-if int(keras.__version__.split(".")[0]) < 3:  # pragma: no cover
-    raise ImportError(f"loader.as_keras() needs Keras 3, found keras {keras.__version__}: "
+# NOTE [ Keras probes ]: the first Keras whose PyDataset hears of its epochs, and the first whose
+# jax backend builds the model on one batch.
+_KERAS, _JAX_KERAS = (3, 5), (3, 15)
+_KERAS_VERSION = tuple(int(p) for p in keras.__version__.split(".")[:2])
+if _KERAS_VERSION < _KERAS:
+    raise ImportError(f"loader.as_keras() needs Keras 3.5 or newer, found keras {keras.__version__}: "
                       "pip install 'shmloader[keras]'")
 
 from ._errors import LoaderError
@@ -65,6 +73,11 @@ class KerasDataset(keras.utils.PyDataset):  # type: ignore[misc]  # Keras ships 
     """
 
     def __init__(self, loader: Loader, x: Names = "video", y: Names = "label") -> None:
+        if keras.backend.backend() == "jax" and _KERAS_VERSION < _JAX_KERAS:
+            raise ImportError(f"loader.as_keras() on the jax backend needs Keras {'.'.join(map(str, _JAX_KERAS))} or "
+                              f"newer, found keras {keras.__version__}: earlier Keras builds the model on two "
+                              "batches that the loader cannot tell from an epoch. pip install -U keras (3.15 "
+                              "needs Python 3.11+), or the tensorflow or torch backend")
         super().__init__(workers=1, use_multiprocessing=False)
         fields = set(loader.element_spec)
         for names in (x, y):

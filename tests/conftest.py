@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import re
 import time
@@ -11,6 +12,12 @@ import psutil
 import pytest
 
 from shmloader.video.samples import make_videos
+
+# TensorFlow (2.21) imported before triton makes the process crash when triton is imported (a
+# segfault; tensorflow#124205), and torch.optim imports triton where PyTorch's CUDA build installed
+# it. The suite runs TensorFlow and torch in one process: triton comes first.
+if importlib.util.find_spec("triton") is not None:
+    import triton  # noqa: F401
 
 FRAMES = 40  # per test video
 SIZE = (96, 128)  # native height, width of the test videos
