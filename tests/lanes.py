@@ -8,9 +8,9 @@ when pyproject.toml or the lane's constraints change) and runs pytest in it:
     python tests/lanes.py newest 3.12 [pytest args]   # no constraints: the newest versions
     python tests/lanes.py oldest 3.10 [pytest args]   # every requirement at its declared minimum
 
-``newest`` installs the extras one by one after the core, so that an extra with no wheel for that
-Python is left out with a line saying so (its tests skip) instead of failing the lane; torch comes
-as users get it from PyPI, the CUDA build. ``oldest`` installs everything with
+``newest`` installs every extra, upgrading what is there; where pip cannot, an extra with no
+release for that Python is left out with a line saying so (its tests skip) instead of failing the
+lane. torch comes as users get it from PyPI, the CUDA build. ``oldest`` installs everything with
 ``constraints-oldest.txt``, which pins each requirement of pyproject.toml at its lower bound
 (tests/test_lanes.py checks that the two agree).
 
@@ -82,11 +82,14 @@ def build(lane: str, version: str) -> Path:
     else:
         pip(venv, "--upgrade", "pip")
         newest = ("--upgrade", "--upgrade-strategy", "eager")  # also in a venv built before
-        pip(venv, *newest, "-e", ".")
-        for extra in EXTRAS:
-            if not pip(venv, *newest, "-e", f".[{extra}]", check=False):
-                notes.append(f"lanes: left out the [{extra}] extra: pip could not install it on Python {version}"
-                             " (its tests skip)\n")
+        if not pip(venv, *newest, "-e", f".[{','.join(EXTRAS)}]", check=False):
+            # Some extra has no release for this Python: find which (each alone, without installing),
+            # then install the others together (resolved together: one by one, an extra could
+            # upgrade what another one caps).
+            fits = [e for e in EXTRAS if pip(venv, "--dry-run", "-e", f".[{e}]", check=False)]
+            notes += [f"lanes: left out the [{e}] extra: pip cannot install it on Python {version} (its tests skip)\n"
+                      for e in EXTRAS if e not in fits]
+            pip(venv, *newest, "-e", f".[{','.join(fits)}]")
     versions = subprocess.run([str(venv / "bin" / "python"), "-c", _VERSIONS], capture_output=True, text=True,
                               check=True).stdout
     summary = "".join(notes) + f"lanes: {venv.name}: {versions}\n"
