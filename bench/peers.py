@@ -36,7 +36,7 @@ _NEEDS = {
     "grain-default": ("grain", "pip install grain"),
     "spdl": ("spdl.io", "pip install spdl, and FFmpeg's shared libraries (Debian: libavcodec59 "
                         "libavformat59 libavfilter8 libswscale6 libavdevice59)"),
-    "torchcodec": ("torchcodec.decoders", "make peers (torch 2.13.0 and torchcodec 0.13, CPU builds)"),
+    "torchcodec": ("torchcodec.decoders", "pip install 'torchcodec==0.13.*' with torch 2.13 (CPU builds; make peers)"),
     "tfrecord-jpeg": ("tensorflow", "pip install tensorflow-cpu"),
     "tfrecord-raw": ("tensorflow", "pip install tensorflow-cpu"),
 }

@@ -13,11 +13,19 @@ import pytest
 
 from shmloader.video.samples import make_videos
 
-# TensorFlow (2.21) imported before triton makes the process crash when triton is imported (a
-# segfault; tensorflow#124205), and torch.optim imports triton where PyTorch's CUDA build installed
-# it. The suite runs TensorFlow and torch in one process: triton comes first.
+# The suite runs decord, TensorFlow and torch in one process; where PyTorch's CUDA build is
+# installed (the newest lane), two orders crash it:
+# - TensorFlow (2.21) imported before triton: a segfault when triton is imported (tensorflow#124205),
+#   and torch.optim imports triton. Triton comes first.
+# - a plain `import decord` (decord2 3.4) loads every library of site-packages/nvidia with
+#   RTLD_GLOBAL, after which torch's CPU convolutions and matmuls segfault. The tests that import
+#   decord get the module shmloader's workers use, imported without them (video/_decord.py).
 if importlib.util.find_spec("triton") is not None:
     import triton  # noqa: F401
+
+from shmloader.video._decord import import_decord  # noqa: E402
+
+import_decord()
 
 FRAMES = 40  # per test video
 SIZE = (96, 128)  # native height, width of the test videos
