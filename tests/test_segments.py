@@ -1,5 +1,5 @@
 """TSN segments (``sampling="segments"``): N frames spread over the whole video, one in each of N
-equal stretches of presentation time, at a seeded random instant in training and at the
+equal stretches of presentation time, a seeded frame of each in training (N distinct ones) and at the
 centre in evaluation. Checked against the frame times of a sequential libavformat decode (not
 the probe the loader uses), on videos of several lengths and frame rates and a variable-rate
 one, with both decoders."""
@@ -185,3 +185,27 @@ def test_the_docs_tsn_recipe(timed_videos):
     assert namespace["test_clips"].sampling == "segments_uniform"
     with shmloader.Loader(namespace["grouped"], batch_size=4, shuffle=True) as loader:
         assert sum(len(b["index"]) for b in loader) == 16 and loader.stats()["tasks"] == 4
+
+
+@pytest.fixture(scope="module")
+def frames_97(tmp_path_factory):
+    from shmloader.video.samples import write_video
+
+    return write_video(tmp_path_factory.mktemp("seg97") / "97.mp4", 54, frames=97, fps=25, gop=12)
+
+
+def test_training_draws_n_distinct_frames_one_in_each_segment(frames_97):
+    """A 97-frame video in 8 segments: every draw takes 8 distinct frames, frame ``k`` in
+    ``[floor(k·97/8), floor((k+1)·97/8))``. Random instants once took the frame that straddles a
+    segment boundary twice ([..., 84, 84])."""
+    clips = shmloader.VideoClips([frames_97] * 4, clip_len=N, sampling="segments", clips_per_sample=2,
+                                 size=(32, 32))
+    got, _ = samples_of(clips, workers=2, batch_size=4, shuffle=True, seed=0, epochs=12)
+    lo, hi = np.arange(N) * 97 // N, (np.arange(N) + 1) * 97 // N
+    draws = set()
+    for s in got:
+        for f, video in zip(s["frames"], s["video"]):
+            assert len(set(f)) == N and ((lo <= f) & (f < hi)).all(), f
+            check_codes(video, 54, f)
+            draws.add(tuple(f))
+    assert len(draws) > 40  # still random within the segments

@@ -17,12 +17,15 @@ first two seconds a player shows, whatever the first timestamp is).
   that holds no frame of the video is an error under ``short_video="error"``; otherwise it
   stands for the video's frame nearest to it (its last frame for a span after the end).
 - Segments (TSN): the (span of the) video, from its first frame's start to its last frame's
-  end, is cut into ``N = clip_len`` segments of equal duration; each clip takes the frame on
-  screen at one instant of each segment: a seeded uniform instant in training (``"segments"``),
-  and with ``C`` draws per video in evaluation (``"segments_uniform"``) draw ``c`` takes the
-  instant ``(c + 1/2) / C`` of the way through each segment: the centre for ``C = 1``. Two
-  segments may show one frame (a frame longer than a segment): ``frames`` says so. A video of
-  fewer than ``N`` frames is shorter than one clip (``short_video``).
+  end, is cut into ``N = clip_len`` segments of equal duration. Segment ``k`` holds the frames
+  from the one on screen at its start up to the one on screen at the next segment's start
+  (excluded): ``[floor(k·L/N), floor((k+1)·L/N))`` for ``L`` frames at a constant rate. In
+  training (``"segments"``) each clip takes a seeded frame of each segment, so the ``N`` frames
+  are distinct; with ``C`` draws per video in evaluation (``"segments_uniform"``) draw ``c``
+  takes the frame on screen ``(c + 1/2) / C`` of the way through each segment: the centre for
+  ``C = 1``. Two segments may show one frame only when a frame lasts longer than a segment
+  (variable rate): ``frames`` says so. A video of fewer than ``N`` frames is shorter than one
+  clip (``short_video``).
 - Frame rate with a cap (``fps=F, max_frames=M``): instants ``F`` per second from the start,
   (training: from a seeded phase within the first ``1/F`` s), as long as the video lasts; when
   there are more than ``M``, ``M`` of them evenly spread from the first to the last.
@@ -227,9 +230,16 @@ def _segment_frames(n: int, pts: np.ndarray | None, segments: int, sampling: str
     pts = _check_pts(pts, n)
     t0, length = pts[0, 0], (pts[-1, 1] - pts[0, 0]) / segments
     if sampling == "segments":
-        where = rng.random((len(clips), segments))
-    else:
-        where = np.repeat(((np.asarray(clips, np.float64) + 0.5) / total)[:, None], segments, axis=1)
+        # Segment k holds the frames from the one on screen at its start up to the one on screen at
+        # the next segment's start (excluded): [floor(k·n/N), floor((k+1)·n/N)) at a constant rate.
+        # A seeded frame among them, never an instant: the frame that straddles a boundary would
+        # be drawn by both its segments.
+        edges = np.searchsorted(pts[:, 0], t0 + np.arange(segments + 1) * length + _EPS_S, side="right") - 1
+        edges[-1] = n
+        lo, hi = edges[:-1], np.maximum(edges[1:], edges[:-1] + 1)  # a frame longer than a segment
+        frames = lo + np.floor(rng.random((len(clips), segments)) * (hi - lo)).astype(np.int64)
+        return np.asarray(np.clip(frames, 0, n - 1), np.int64)
+    where = np.repeat(((np.asarray(clips, np.float64) + 0.5) / total)[:, None], segments, axis=1)
     instants = t0 + (np.arange(segments) + where) * length
     frames = np.searchsorted(pts[:, 0], instants + _EPS_S, side="right") - 1
     return np.asarray(np.clip(frames, 0, n - 1), np.int64)
