@@ -192,6 +192,20 @@ def frame_times(path: str) -> np.ndarray:
     return np.stack([begin, end], axis=1)
 
 
+def cut_start(src: str, dst: str, frames: int) -> str:
+    """``src`` cut ``frames`` frames into it without re-encoding, as ``ffmpeg -ss T -i src -c copy
+    dst`` cuts: every packet kept, timestamps moved back so that an edit list starts at the first
+    frame kept; the frames before it (the keyframe among them) are only decoded, never shown."""
+    with av.open(src) as c:
+        rate = c.streams.video[0].average_rate
+
+    def shift(p, tb):
+        d = int(round(frames / rate / tb))
+        p.pts, p.dts = p.pts - d, p.dts - d
+
+    return _remux(src, dst, edit=shift)
+
+
 def cut_slice(src: str, dst: str, frame: int, filler: bool = True) -> str:
     """``src`` (an H.264 MP4, one slice per frame) with the slice of frame ``frame`` (in
     presentation order) cut off halfway, as a lost network packet leaves it: the rest of its

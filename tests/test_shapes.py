@@ -260,6 +260,29 @@ def test_one_keyframe_b_frame_clip_is_readable(tmp_path):
     assert (row["frames"], row["problem"], row["decoder"]) == (str(len(ref)), "", "decord")
 
 
+def test_a_stream_copied_cut_of_a_one_keyframe_file_scans_as_the_loader_reads_it(tmp_path):
+    """``ffmpeg -ss 0.48 -c copy`` of a one-keyframe clip (72 frames at 25 fps): the keyframe lies
+    before the edit list's start, so it is decoded but never shown. ``scan`` (every keyframe
+    decoded) once found no frame in it and called it unreadable while the loader read it exactly."""
+    from ._variants import cut_start
+
+    whole = write(tmp_path / "whole.mp4", "libx264", bframes=3, frames=72, gop=250)
+    path = cut_start(whole, str(tmp_path / "cut.mp4"), 12)
+    _, numbers = codes(reference(path))
+    assert list(numbers) == list(range(12, 72))  # what a player shows
+    for check in ("headers", "keyframes", "frames"):
+        info = probe(path, check=check)
+        assert (info.frames, info.decoder, info.problem) == (60, "pyav", "edit list drops 12 frames"), check
+    (row,), _ = scan([path], tmp_path / "scan.csv")
+    assert (row["frames"], row["problem"], row["decoder"]) == ("60", "edit list drops 12 frames", "pyav")
+    clips = shmloader.VideoClips.from_csv(str(tmp_path / "scan.csv"), clip_len=6, clips_per_video=4,
+                                         sampling="uniform")
+    with shmloader.Loader(clips, batch_size=4, workers=1, timeout=60) as loader:
+        (b,) = list(loader)
+    for frames, video in zip(np.array(b["frames"]), np.array(b["video"])):
+        assert list(codes(video)[1]) == [12 + int(f) for f in frames]
+
+
 def _cut(src: str, dst, share: float) -> str:
     data = open(src, "rb").read()
     with open(dst, "wb") as f:

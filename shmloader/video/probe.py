@@ -381,8 +381,9 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL, raw: _RawStr
     s = c.streams.video[0]
     cc = s.codec_context
     cc.thread_count = 1
-    if decode == "keyframes":
-        cc.skip_frame = "NONKEY"
+    # "keyframes" decodes every frame until the first one shown, keyframes only from there: a
+    # keyframe before an edit list's start is decoded but never shown, and in a file with one
+    # keyframe (a stream-copied cut of a short clip) no frame would come out at all.
     r.container = c.format.name.split(",")[0]
     r.codec = cc.codec.canonical_name
     r.declared = int(s.frames or 0)
@@ -405,6 +406,8 @@ def _read_open(c, path: str, decode: str, storage: Storage = LOCAL, raw: _RawStr
             for frame in (p.decode() if p is not None else cc.decode(None)):
                 if r.first is None:
                     r.first = frame
+                    if decode == "keyframes":
+                        cc.skip_frame = "NONKEY"
                 if frame.is_corrupt and r.damaged is None and decode != "first":
                     r.damaged, r.damaged_at = n, frame.pts
                 if decode != "first" and frame.pts is not None and frame_stamps and \
