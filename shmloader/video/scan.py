@@ -23,9 +23,10 @@ members' places to the workers and no shard's headers are read again.
 seeking into it); ``problem`` is empty when the file is fine, else ``unreadable: ...``,
 ``damaged at frame N``, ``truncated at frame N of M``, ``size change at frame N``, ``edit list
 drops N frames``, ``timestamp gap at frame N``, ``variable frame rate``, ``decord seeks wrong
-at frame N (read by PyAV)``... (``; `` between several); ``unreadable: probe took over N s`` or
-``unreadable: probe crashed`` for a probe that passed ``timeout`` or whose process died (a dead
-process breaks the whole pool: the file at the head is probed again alone before it is blamed).
+at frame N (read by PyAV)``... (``; `` between several). A probe that passes ``timeout`` or
+whose process dies (which breaks the whole pool) is tried once more alone, with twice the
+time, before its file is blamed: ``unreadable: probe took over N s`` (N = 2 x ``timeout``) or
+``unreadable: probe crashed`` when that try fails too.
 Files in the folders given without a video extension are passed over and counted in the summary.
 ``VideoClips.from_csv`` reads the manifest and spares its workers the probes. When an input
 manifest has ``start`` / ``end`` columns (time spans, see ``VideoClips``), the manifest written
@@ -64,6 +65,10 @@ _RECENT = 4096
 
 # A scan reads whole remote files in order (every keyframe): larger blocks, fewer requests.
 _SCAN_BLOCK = 4 << 20
+
+# A probe that passed its deadline, or died with its pool, is tried once more alone with this
+# many times the deadline before its row calls the file unreadable.
+_RETRY_TIMES = 2
 
 # Probes in flight per worker: enough to keep every worker busy, few enough that memory and
 # the work lost to a stuck probe stay small.
@@ -274,15 +279,15 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                     got, why = _answer(fut, timeout)
                     if why is not None:
                         # The pool cannot cancel one running probe: start a new pool, resubmit the rest.
+                        # Probe this file again first, alone, with _RETRY_TIMES the time: a process
+                        # that dies breaks the whole pool (every probe in flight fails with it, not
+                        # only the one that died), and a probe on a busy machine, or one that waited
+                        # for the pool to start, may pass a deadline its file does not deserve.
                         pool = _renew(pool, workers, recent)
-                        if why == "probe crashed":
-                            # A process that dies breaks the whole pool: every probe in flight fails
-                            # with it, not only the one that died. Probe this file again, alone.
-                            _, fut = submit(item)  # the new pool's first probe
-                            got, why = _answer(fut, timeout)
-                            if why is not None:
-                                pool = _renew(pool, workers, recent)
+                        _, fut = submit(item)  # the new pool's only probe while it runs
+                        got, why = _answer(fut, timeout * _RETRY_TIMES)
                         if why is not None:
+                            pool = _renew(pool, workers, recent)
                             failed[path] = f"unreadable: {why}"  # the same file in later rows: no new wait
                         pending = collections.deque(submit(it) for it, _ in pending)
                     row = _blank(path, label, failed[path]) if got is None else dict(got, label=label)
