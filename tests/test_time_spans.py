@@ -275,3 +275,39 @@ def test_the_docs_span_recipe(timed_videos, tmp_path, monkeypatch):
         else:
             assert s["frames"][0] == first and s["frames"][-1] == first + 2 * ((last - first) // 2)
         assert list(codes(s["video"])[1]) == list(s["frames"])
+
+
+def test_an_avi_with_b_frames_is_timed_by_its_frame_rate(tmp_path):
+    """AVI stores no presentation times: with H.264 B-frames its stamps name packets in decode
+    order. A player shows frame ``i`` at ``i / rate``; ``fps=``, segments and spans take the frames
+    shown so, from the paths and from a scan manifest (they were refused: no usable timestamps)."""
+    from ._variants import reference
+    from .test_scan import scan
+    from .test_shapes import write
+
+    path = write(tmp_path / "bframes.avi", "libx264", bframes=2, frames=72)
+    assert list(codes(reference(path))[1]) == list(range(72))
+    scan([path], tmp_path / "scan.csv", workers=1)
+    grid = np.arange(73) / 25.0  # frame i on screen during [i / 25, (i + 1) / 25)
+    shown = lambda instants: np.searchsorted(grid, np.asarray(instants) + 1e-6, side="right") - 1  # noqa: E731
+    for clips in (shmloader.VideoClips([path], clip_len=6, fps=10, clips_per_video=3, sampling="uniform"),
+                  shmloader.VideoClips.from_csv(str(tmp_path / "scan.csv"), clip_len=6, fps=10, clips_per_video=3,
+                                                sampling="uniform")):
+        got, _ = samples_of(clips, workers=1, batch_size=3)
+        for s in got:
+            f = s["frames"]
+            np.testing.assert_array_equal(f, shown(grid[f[0]] + np.arange(6) / 10))
+            assert list(codes(s["video"])[1]) == list(f)
+        assert sorted(int(s["start"]) for s in got)[0] == 0
+        segments = clips.with_options(fps=None, clip_len=8, sampling="segments_uniform", clips_per_video=1)
+        (s,), _ = samples_of(segments, workers=1, batch_size=1)
+        np.testing.assert_array_equal(s["frames"], shown((np.arange(8) + 0.5) * 72 / 25 / 8))
+        assert list(codes(s["video"])[1]) == list(s["frames"])
+    spans = write_csv(tmp_path / "spans.csv", [{"path": path, "label": 0, "start": 0.5, "end": 1.5}])
+    clips = shmloader.VideoClips.from_csv(spans, clip_len=4, fps=5, sampling="random")
+    got, _ = samples_of(clips, workers=1, batch_size=1, epochs=4, shuffle=True)
+    for s in got:
+        f = s["frames"]
+        assert 12 <= f[0] and f[-1] <= 37, f  # frames 12 .. 37 are on screen during [0.5, 1.5) s
+        np.testing.assert_array_equal(f, shown(grid[f[0]] + np.arange(4) / 5))
+        assert list(codes(s["video"])[1]) == list(f)

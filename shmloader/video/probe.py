@@ -98,6 +98,10 @@ _ORDER_FRAMES = 8
 _RAW_EXTENSIONS = (".h264", ".264", ".h265", ".hevc", ".265", ".m2v")
 _RAW_GAP = 64 << 20
 
+# The problem of a file whose stamps name packets in decode order (AVI with B-frames): its frames
+# are counted, not sought by time, and shown at the stream's constant rate.
+UNORDERED = "timestamps in decode order"
+
 # Timestamps further apart than this many times the median step are a gap, not jitter.
 _GAP = 1.5
 # Steps within this share of the median count as one constant frame rate.
@@ -137,10 +141,11 @@ class VideoInfo:
     def times(self) -> np.ndarray | None:
         """``[frames, 2]`` (start, end) seconds of every frame, or None without timestamps.
 
-        Without ``pts`` (a manifest row), a constant-rate video (no ``problem``) is timed by
-        ``fps`` from 0: sampling by time needs only the differences."""
+        Without ``pts`` (a manifest row, or an AVI whose stamps name packets in decode order), a
+        constant-rate video (no ``problem`` but ``UNORDERED``) is timed by ``fps`` from 0, as a
+        player shows it: sampling by time needs only the differences."""
         if self.pts is None or self.durations is None:
-            if self.pts is None and not self.problem and self.fps > 0:
+            if self.pts is None and self.problem in ("", UNORDERED) and self.fps > 0:
                 begin = np.arange(self.frames + 1, dtype=np.float64) / self.fps
                 return np.stack([begin[:-1], begin[1:]], axis=1)
             return None
@@ -218,7 +223,9 @@ def probe(path: str, *, check: str = "headers", index: bool = True, storage: Sto
     elif r.decoded is not None and r.decoded < kept:
         problems.append(f"damaged at frame {r.decoded}: {kept} frames stored, {r.decoded} decode")
     if r.unordered:
-        problems.append("timestamps in decode order")
+        problems.append(UNORDERED)
+        if pts is not None:  # one packet every step: the frames are shown at the stream's rate
+            problems.extend(_rate_problems(pts, tb, step))
         pts = None  # they name packets, not instants: PyAV counts frames instead
     if pts is None:
         if not r.unordered:
