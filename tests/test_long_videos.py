@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader.video import probe as _probe
-from shmloader.video.decoders import Decoding
+from shmloader.video.decoding import Decoding
+from shmloader.video.mp4index import INDEXED_MIN_FRAMES
 from shmloader.video.probe import probe
 
 from ._variants import codes, reference
@@ -20,7 +20,7 @@ from .test_shapes import write
 
 pytestmark = pytest.mark.timeout(180)
 
-LONG = _probe._INDEXED_MIN_FRAMES + 200  # just past where the index is used
+LONG = INDEXED_MIN_FRAMES + 200  # just past where the index is used
 GOP = 50
 
 
@@ -65,7 +65,7 @@ def test_a_long_mp4_is_timed_from_its_index_as_a_full_read_times_it(long_mp4):
 
 
 def test_a_short_or_irregular_file_is_read_in_full(long_mp4, tmp_path):
-    short = write(tmp_path / "short.mp4", "libx264", bframes=3, frames=_probe._INDEXED_MIN_FRAMES - 1)
+    short = write(tmp_path / "short.mp4", "libx264", bframes=3, frames=INDEXED_MIN_FRAMES - 1)
     assert not probe(short).indexed
     tb_step = {}
 

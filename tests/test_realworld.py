@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader.video.decoders import DecoderLimit, Decoding
+from shmloader.video.decoders import DecoderLimit
+from shmloader.video.decoding import Decoding
 from shmloader.video.probe import probe
 
 from ._variants import codes, cut_slice, damage, decode_order, reference, textured, write_variants
@@ -469,8 +470,8 @@ def test_a_raw_stream_with_no_frame_in_it_is_refused_in_bounded_memory(tmp_path,
     lasts). The probe reads at most ``_RAW_GAP`` past the last frame, then refuses the file with
     the reason: its memory grows by a few times that, at most. Through the loader: the
     skip names the file and the reason; a real raw stream beside it is read."""
-    from shmloader.video.probe import _RAW_GAP
     from shmloader.samples import write_video
+    from shmloader.video.packets import RAW_GAP as _RAW_GAP
 
     from ._examples import run_child
 
@@ -487,7 +488,7 @@ def test_a_raw_stream_with_no_frame_in_it_is_refused_in_bounded_memory(tmp_path,
         got = [int(b["index"][0]) for b in loader]
         skipped = loader.skipped
     assert got == [1] and [(i, why in reason) for i, _, reason in skipped] == [(0, True)], skipped
-    assert f"skipped sample 0 ({zeros!r}): shmloader.video.probe.NoFrameBoundary: {why}" in caplog.text
+    assert f"skipped sample 0 ({zeros!r}): shmloader.video.packets.NoFrameBoundary: {why}" in caplog.text
 
 
 def test_a_vp9_size_change_is_found_by_scan_not_by_the_loaders_probe(tmp_path):

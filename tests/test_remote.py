@@ -20,7 +20,7 @@ import pytest
 
 import shmloader
 from shmloader import SampleError
-from shmloader.video.decoders import Decoding
+from shmloader.video.decoding import Decoding
 from shmloader.video.samples import frame_image, make_videos, read_codes
 from shmloader.video.storage import Storage
 

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader.video import probe as _probe
-from shmloader.video.decoders import Decord, Decoding
+from shmloader.video.decoders import Decord
+from shmloader.video.decoding import Decoding
+from shmloader.video.evidence import probe_with_evidence, seek_positions
 from shmloader.video.probe import DECORD_SHAPES, probe
 from shmloader.video.samples import frame_image
 
@@ -218,13 +219,14 @@ def _fake_seek_one_frame_early(monkeypatch):
 
 def test_seek_evidence_sends_a_file_decord_misreads_to_pyav(shapes, monkeypatch):
     path = shapes[("mov", "h264")]
-    assert probe(path, check="keyframes").decoder == "decord"
+    assert probe_with_evidence(path, check="keyframes").decoder == "decord"
     _fake_seek_one_frame_early(monkeypatch)
-    info = probe(path, check="keyframes")
-    first = int(_probe._seek_positions(probe(path))[0])
+    info = probe_with_evidence(path, check="keyframes")
+    first = int(seek_positions(probe(path))[0])
     assert (info.decoder, info.problem) == ("pyav", f"decord seeks wrong at frame {first} (read by PyAV)")
-    assert probe(path, check="frames").decoder == "pyav"
-    assert probe(path).decoder == "decord"  # the workers' quick probe gathers no evidence
+    assert probe_with_evidence(path, check="frames").decoder == "pyav"
+    assert probe(path, check="frames").decoder == "decord"  # the probe alone gathers no evidence
+    assert probe_with_evidence(path, check="headers").decoder == "decord"  # nor the workers' quick one
 
 
 @pytest.mark.parametrize("name", ["avi_h264_bframes", "mpg_mpeg2_bframes", "mp4_mpeg4_bframes"])
@@ -238,9 +240,9 @@ def test_seek_evidence_agrees_with_what_decord_delivers(shapes, monkeypatch, nam
     if trusted.decoder != "decord":
         pytest.skip(f"{name} goes to PyAV for another reason: {trusted.problem}")
     _, numbers = codes(reference(path))
-    wrong = [int(i) for i in _probe._seek_positions(trusted)
+    wrong = [int(i) for i in seek_positions(trusted)
              if codes(Decord(1).decode(trusted, None, np.array([i])))[1][0] != numbers[i]]
-    info = probe(path, check="keyframes")
+    info = probe_with_evidence(path, check="keyframes")
     if wrong:
         why = f"decord seeks wrong at frame {wrong[0]} (read by PyAV)"
         assert (info.decoder, info.problem) == ("pyav", "; ".join(filter(None, [trusted.problem, why])))
@@ -321,7 +323,7 @@ def test_a_truncated_file_past_its_probe_names_the_frame_it_ends_at(tmp_path):
     info = probe(whole)
     path = _cut(whole, tmp_path / "cut.mp4", 0.6)
     stale = info.__class__(**{**{f: getattr(info, f) for f in info.__dataclass_fields__}, "path": path,
-                              "decoder": "pyav"})
+                              "decoder": "pyav", "media": None})
     decoding = Decoding(1)
     n = probe(path).frames
     with pytest.raises(ValueError, match=rf"^the file ends at frame {n} of the {FRAMES} its index lists \(truncated\?\)"):

@@ -26,10 +26,12 @@ from .probe import DECODERS, VideoInfo
 from .sampling import SEGMENTS, check_clip_options, check_spans, clip_frames, crop_windows, rate_frames, scaled_size
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec, check_int
-from .storage import Storage, expand, is_remote, local_path, member_url, shard_samples, split_member, tar_members
+from .media import is_remote, local_path, member_url, split_member
+from .shards import expand, shard_samples
+from .storage import Storage, tar_members
 
 if TYPE_CHECKING:
-    from .decoders import Decoding
+    from .decoding import Decoding
 
 __all__ = ["VideoClips"]
 
@@ -408,7 +410,7 @@ class VideoClips:
         return state
 
     def worker_init(self) -> None:
-        from .decoders import Decoding
+        from .decoding import Decoding
 
         table = cast(SharedStrings, self.paths)  # in a worker: the shared table (see __getstate__)
         if self.__dict__.pop("_has_labels", False):

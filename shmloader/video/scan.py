@@ -50,8 +50,11 @@ import sys
 from typing import Any, Iterable, Iterator
 
 from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
-from .probe import CHECKS, probe
-from .storage import Storage, expand, is_remote, member_url, shard_samples, split_member, tar_members
+from .evidence import probe_with_evidence
+from .media import is_remote, member_url, split_member
+from .probe import CHECKS
+from .shards import expand, shard_samples
+from .storage import Storage, tar_members
 
 __all__ = ["scan", "COLUMNS"]
 
@@ -187,8 +190,9 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
         if place is not None and member is not None:
             storage.add_members(member[1], {member[0]: place})
             row["offset"] = place[0]
-        row["bytes"], row["mtime_ns"] = storage.stamp(path)
-        info = probe(path, check=check, storage=storage)
+        media = storage.resolve(path)
+        row["bytes"], row["mtime_ns"] = media.stamp
+        info = probe_with_evidence(media, check=check, storage=storage)
     except Exception as e:  # every file gets its row; the reason goes in it
         text = storage.redact(" ".join(str(e).split())) or type(e).__name__
         row["problem"] = f"unreadable: {text[:300]}"

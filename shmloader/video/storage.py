@@ -30,8 +30,6 @@ checks it once per ``stat_ttl`` seconds, not once per clip (a HEAD request each)
 
 from __future__ import annotations
 
-import functools
-import io
 import os
 import re
 import tarfile
@@ -40,12 +38,10 @@ import time
 from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
-__all__ = ["Storage", "RangeFile", "LOCAL", "is_remote", "local_path", "split_member", "member_url", "redact",
-           "expand", "first_line", "shard_samples", "tar_members"]
+from .blocks import BlockCache, RangeFile
+from .media import Media, is_remote, local_path, scheme_of, split_member
 
-# ``scheme://`` of an fsspec URL, and the chain separator of a member URL.
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)[^/@]*@")
+__all__ = ["Storage", "LOCAL", "redact", "first_line", "tar_members"]
 
 # The optional package that reads each protocol: named in the error when it is missing.
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
@@ -61,49 +57,6 @@ _PARALLEL = 8  # requests a worker has in flight at once (prefetch_many)
 _KEPT = 200_000  # sizes and stamps, and members' places, a worker keeps
 # Errors of the call itself (bad options, a missing package): raised at once, never retried.
 _NOT_RETRIED = (ValueError, TypeError, ImportError, NotImplementedError, AttributeError, KeyError)
-
-
-def is_remote(path: str) -> bool:
-    """Whether ``path`` is read through fsspec: a URL whose ``scheme://`` is a protocol fsspec
-    knows (``file://`` aside), or a member of a tar shard (``tar://member::shard``). Other
-    schemes (``rtmp://``, ``udp://``...) are FFmpeg's, behind ``allow_urls``."""
-    m = _SCHEME.match(path)
-    if not m or m[1].lower() in ("file", "local"):
-        return False
-    return m[1].lower() in _fsspec_protocols()
-
-
-def _scheme(url: str) -> re.Match[str]:
-    """The ``scheme://`` of a URL (``is_remote`` said it has one)."""
-    m = _SCHEME.match(url)
-    if m is None:
-        raise ValueError(f"not a URL: {url!r}")
-    return m
-
-
-@functools.lru_cache(maxsize=1)
-def _fsspec_protocols() -> frozenset[str]:
-    from fsspec.registry import known_implementations, registry
-
-    return frozenset(known_implementations) | frozenset(registry)
-
-
-def local_path(path: str) -> str:
-    """``file:///a/b`` -> ``/a/b``; other paths unchanged."""
-    m = _SCHEME.match(path)
-    return path[len(m[0]):] if m and m[1].lower() in ("file", "local") else path
-
-
-def split_member(path: str) -> tuple[str, str] | None:
-    """(member, shard) of ``tar://member::shard``, else None."""
-    if not path.startswith("tar://") or "::" not in path:
-        return None
-    member, shard = path[len("tar://"):].split("::", 1)
-    return member, shard
-
-
-def member_url(member: str, shard: str) -> str:
-    return f"tar://{member}::{shard}"
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -144,8 +97,7 @@ class Storage:
         self.requests = 0
         self._secrets = _secrets(self.options)
         self._fs: dict[str, Any] = {}
-        self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
-        self._cached = 0
+        self._cache = BlockCache(self.fetch, self.size, self.block_size, self.cache_bytes)
         # Both bounded (least recent out first): a worker meets millions of files in a large dataset.
         self._stats: OrderedDict[str, tuple[float, tuple[int, int], int]] = OrderedDict()  # url -> (when, stamp, size)
         self._places: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()  # (shard, member) -> (offset, size)
@@ -175,7 +127,7 @@ class Storage:
         m = split_member(url)
         if m is not None:
             return Storage.protocol(m[1])
-        return _scheme(url)[1].lower() if is_remote(url) else "file"
+        return scheme_of(url)[1].lower() if is_remote(url) else "file"
 
     @staticmethod
     def filesystem_class(protocol: str):
@@ -192,7 +144,7 @@ class Storage:
 
     def filesystem(self, url: str):
         """The fsspec filesystem for ``url``'s protocol (one per protocol and process)."""
-        protocol = _scheme(url)[1].lower()
+        protocol = scheme_of(url)[1].lower()
         fs = self._fs.get(protocol)
         if fs is None:
             cls = self.filesystem_class(protocol)
@@ -204,6 +156,25 @@ class Storage:
                                                                             sock_read=self.timeout)}
             fs = self._fs[protocol] = cls(**kwargs)
         return fs
+
+    def resolve(self, path: str) -> Media:
+        """``path``'s place and version, asked once: what the probe, the decoders and the seek
+        evidence are handed (``video.media``). A local file that is missing or not a file is a
+        FileNotFoundError here."""
+        if not is_remote(path):
+            local = local_path(path)
+            try:
+                st = os.stat(local)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"no such file: {path!r}") from None
+            if not os.path.isfile(local):
+                raise FileNotFoundError(f"not a file: {path!r}")
+            return Media(path, st.st_size, (st.st_size, st.st_mtime_ns))
+        _, stamp, size = self._stat(path)
+        m = split_member(path)
+        if m is None:
+            return Media(path, size, stamp, url=path)
+        return Media(path, size, stamp, url=m[1], offset=self.member(*m)[0])
 
     def size(self, path: str) -> int:
         return self._stat(path)[2]
@@ -268,27 +239,25 @@ class Storage:
         with self.open_bytes(path) as f:
             return f.read().decode("utf-8", "replace").strip()
 
-    def media(self, path: str):
-        """What FFmpeg opens: a local path as it is (FFmpeg's own file reading), else a RangeFile."""
-        return local_path(path) if not is_remote(path) else self.open(path)
+    def media(self, media: Media | str):
+        """What FFmpeg opens: a local file's path as it is (FFmpeg's own file reading), else a
+        RangeFile."""
+        media = media if isinstance(media, Media) else self.resolve(media)
+        return media.local if not media.remote else self.open(media)
 
-    def open_bytes(self, path: str):
-        """A binary file object of ``path``: the local file itself, else a RangeFile."""
-        return open(local_path(path), "rb") if not is_remote(path) else self.open(path)
+    def open_bytes(self, media: Media | str):
+        """A binary file object: the local file itself, else a RangeFile."""
+        media = media if isinstance(media, Media) else self.resolve(media)
+        return open(media.local, "rb") if not media.remote else self.open(media)
 
-    def open(self, path: str) -> "RangeFile":
-        """``path`` as a seekable file; its first and last blocks fetched at once, together: a
-        container's header is at the start, and an MP4's index often at the end."""
-        m = split_member(path)
-        if m is not None:
-            member, shard = m
-            offset, size = self.member(member, shard)
-            f = RangeFile(self, shard, offset, size, name=path)
-        else:
-            f = RangeFile(self, path, 0, self.size(path))
+    def open(self, media: Media | str) -> RangeFile:
+        """A remote file as a seekable file; its first and last blocks fetched at once, together:
+        a container's header is at the start, and an MP4's index often at the end."""
+        media = media if isinstance(media, Media) else self.resolve(media)
+        f = RangeFile(self, media.url, media.offset, media.size, name=media.path)
         if is_remote(f.url):
             edge = min(f.size, self.block_size)
-            self.prefetch_many([(path, [(0, edge), (f.size - edge, f.size)])])
+            self.prefetch_many([(media, [(0, edge), (f.size - edge, f.size)])])
         return f
 
     def fetch(self, url: str, start: int, end: int) -> bytes:
@@ -341,78 +310,22 @@ class Storage:
                       f"{type(last_error).__name__}: {self.redact(first_line(last_error))}") from None
 
     def read(self, url: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of ``url`` through the block cache (missing blocks fetched in one
-        request per run of them)."""
-        b = self.block_size
-        first, last = start // b, (end - 1) // b
-        for run in self._missing(url, first, last):
-            self._fill(url, run)
-        with self._lock:
-            parts = [self._blocks.get((url, k)) for k in range(first, last + 1)]
-            for k in range(first, last + 1):
-                if (url, k) in self._blocks:
-                    self._blocks.move_to_end((url, k))
-        # a block evicted by a read beside this one is fetched again
-        data = b"".join(p if p is not None else self._fill(url, [k])[0] for k, p in zip(range(first, last + 1), parts))
-        lo = start - first * b
-        return data[lo : lo + end - start]
+        """Bytes ``[start, end)`` of ``url`` through the block cache (what a RangeFile reads)."""
+        return self._cache.read(url, start, end)
 
-    def _missing(self, url: str, first: int, last: int) -> list[list[int]]:
-        """Runs of consecutive blocks in ``first..last`` not in the cache."""
-        runs: list[list[int]] = []
-        with self._lock:
-            for k in range(first, last + 1):
-                if (url, k) in self._blocks:
-                    continue
-                if runs and runs[-1][-1] == k - 1:
-                    runs[-1].append(k)
-                else:
-                    runs.append([k])
-        return runs
-
-    def _fill(self, url: str, blocks: list[int]) -> list[bytes]:
-        b = self.block_size
-        lo, hi = blocks[0] * b, (blocks[-1] + 1) * b
-        hi = min(hi, self.size(url))
-        data = self.fetch(url, lo, hi)
-        out = [data[i * b : (i + 1) * b] for i in range(len(blocks))]
-        with self._lock:
-            for k, part in zip(blocks, out):
-                self._keep((url, k), part)
-        return out
-
-    def _keep(self, key: tuple[str, int], part: bytes) -> None:
-        old = self._blocks.pop(key, None)
-        if old is not None:
-            self._cached -= len(old)
-        self._blocks[key] = part
-        self._cached += len(part)
-        while self._cached > self.cache_bytes and len(self._blocks) > 1:
-            self._cached -= len(self._blocks.popitem(last=False)[1])
-
-    def prefetch(self, path: str, ranges: Iterable[tuple[int, int]]) -> None:
-        """Fetch byte ``ranges`` of ``path`` (offsets in the file, or in the member) into the
+    def prefetch(self, media: Media, ranges: Iterable[tuple[int, int]]) -> None:
+        """Fetch byte ``ranges`` of a file (offsets in the file, or in the member) into the
         cache, one request per stretch of blocks not cached yet."""
-        self.prefetch_many([(path, list(ranges))])
+        self.prefetch_many([(media, list(ranges))])
 
-    def prefetch_many(self, wanted: Iterable[tuple[str, list[tuple[int, int]]]]) -> None:
+    def prefetch_many(self, wanted: Iterable[tuple[Media, list[tuple[int, int]]]]) -> None:
         """``prefetch`` for several files at once, the requests sent together (``_PARALLEL`` at
         a time): the clips of a task wait one round trip, not one each."""
         jobs: list[tuple[str, list[int]]] = []
-        for path, ranges in wanted:
-            if not is_remote(path):
-                continue
-            m = split_member(path)
-            url, base = path, 0
-            if m is not None:
-                url, base = m[1], self.member(*m)[0]
-                if not is_remote(url):
-                    continue
-            b = self.block_size
-            for lo, hi in _merge(ranges, b):
-                if hi > lo:
-                    jobs.extend((url, run) for run in self._missing(url, (base + lo) // b, (base + hi - 1) // b))
-        self.map(lambda job: self._fill(*job), jobs)
+        for media, ranges in wanted:
+            if media.remote and is_remote(media.url):  # a member of a local shard is read from disk
+                jobs.extend(self._cache.runs(media.url, ranges, media.offset))
+        self.map(lambda job: self._cache.fill(*job), jobs)
 
     def map(self, fn, items: list) -> list:
         """``[fn(x) for x in items]``, ``_PARALLEL`` at a time in threads (network waits overlap).
@@ -460,103 +373,11 @@ def _nested(options: Mapping[str, Any]) -> bool:
         all(k in _EXTRAS or k in ("file", "tar", "memory") for k in options)
 
 
-def _merge(ranges: Iterable[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
-    """``ranges`` sorted, those closer than ``gap`` joined: one request is cheaper than two."""
-    out: list[list[int]] = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1] + gap:
-            out[-1][1] = max(out[-1][1], hi)
-        else:
-            out.append([lo, hi])
-    return [(lo, hi) for lo, hi in out]
-
-
 def first_line(e: BaseException, limit: int = 200) -> str:
     """The first non-blank line of ``e``'s message, at most ``limit`` characters (its type's name
     if it has none): what an error report repeats of a cause."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     return lines[0][:limit] if lines else type(e).__name__
-
-
-class RangeFile(io.RawIOBase):
-    """Bytes ``[offset, offset + size)`` of ``url`` as a read-only seekable file, read through
-    ``storage``'s block cache: what FFmpeg (PyAV) and ``tarfile`` read remote files through."""
-
-    def __init__(self, storage: Storage, url: str, offset: int, size: int, name: str | None = None) -> None:
-        super().__init__()
-        self.storage, self.url, self.offset, self.size = storage, url, int(offset), int(size)
-        self.name = name or url
-        self.pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_SET:
-            self.pos = pos
-        elif whence == io.SEEK_CUR:
-            self.pos += pos
-        elif whence == io.SEEK_END:
-            self.pos = self.size + pos
-        else:
-            raise ValueError(f"whence {whence}")
-        if self.pos < 0:
-            raise ValueError("negative seek position")
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
-        if end <= self.pos:
-            return b""
-        data = self.storage.read(self.url, self.offset + self.pos, self.offset + end)
-        self.pos += len(data)
-        return data
-
-    def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
-
-def expand(urls: str | Iterable[str], storage: Storage) -> list[str]:
-    """Shard paths from a list, a brace pattern (``s3://b/shard-{000..099}.tar``, expanded as
-    bash does) or a glob (``s3://b/shards/*.tar``, listed by the filesystem, sorted)."""
-    import braceexpand
-
-    items = [urls] if isinstance(urls, (str, os.PathLike)) else list(urls)
-    out: list[str] = []
-    for item in items:
-        for p in braceexpand.braceexpand(os.fspath(item)):
-            if not any(ch in p for ch in "*?["):
-                out.append(p if is_remote(p) else os.path.abspath(local_path(p)))
-            elif is_remote(p):
-                scheme = _scheme(p)[0]
-                found = storage._call(p, "listing", lambda fs: fs.glob(p))
-                out.extend(sorted(f if _SCHEME.match(f) else scheme + f for f in found))
-            else:
-                import glob
-
-                out.extend(sorted(glob.glob(os.path.abspath(local_path(p)))))
-    return out
-
-
-def shard_samples(members: Iterable[str]) -> dict[str, dict[str, str]]:
-    """WebDataset's samples among a shard's member names, in shard order: key -> {extension: name},
-    the key being a name up to the first dot of its base name (``a/x.seg1.mp4``: ``a/x``,
-    ``seg1.mp4``); names without a dot belong to no sample."""
-    samples: dict[str, dict[str, str]] = {}
-    for name in members:
-        folder, base = os.path.split(name)
-        if "." in base:
-            stem, ext = base.split(".", 1)
-            samples.setdefault(os.path.join(folder, stem), {})[ext.lower()] = name
-    return samples
 
 
 def tar_members(storage: Storage, shard: str) -> dict[str, tuple[int, int]]:

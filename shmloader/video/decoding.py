@@ -1,0 +1,170 @@
+"""What a worker holds to decode: the probe of each file (cached), the choice of decoder per file
+(the probe's, or the user's ``decoder=``), and what decord was found unable to do on this
+machine — a decode size whose row alignment decord cannot copy out (it depends on the CPU's
+SIMD), found by behaviour once per worker and width, never from a list. Those go to PyAV, whose
+pixels equal decord's at every size where decord works (the same scaler and flags).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from dataclasses import replace
+from typing import cast
+
+import numpy as np
+
+from ..engine.native_log import damage_seen
+from .decoders import Decord, DecoderLimit
+from .probe import VideoInfo, probe
+from .pyav import PyAV, OffTimeline, byte_ranges
+from .storage import LOCAL, Storage, first_line
+
+__all__ = ["Decoding"]
+
+# Probes a worker keeps, counted in frames (their timestamps take 24 bytes a frame): a worker
+# revisits a video every epoch, and re-reading its packets costs ~5-10 ms.
+_PROBED_FRAMES = 2_000_000
+
+
+class Decoding:
+    """A worker's decoders: the probe of each file (cached), the choice per file, and the
+    sizes decord was found unable to produce on this CPU (sent to PyAV from then on)."""
+
+    def __init__(self, threads: int, choice: str = "auto", storage: Storage = LOCAL) -> None:
+        self._threads = threads
+        self._choice = choice
+        self.storage = storage
+        self._decoders: dict[str, Decord | PyAV] = {}
+        self._probes: OrderedDict[str, tuple[tuple[int, int], VideoInfo]] = OrderedDict()
+        self._probed_frames = 0
+        self.unsupported: set[int] = set()  # output widths decord fails to copy out on this CPU
+        self.fallbacks = 0  # decodes sent to PyAV after decord refused
+        self.decodes: Counter = Counter()  # decode calls by the decoder that gave the frames
+        self.reprobes = 0  # index-read timelines found wrong while decoding
+        self.probes = 0  # files probed (a valid manifest row, or a kept probe, spares one)
+
+    def decoder(self, name: str) -> Decord | PyAV:
+        d = self._decoders.get(name)
+        if d is None:
+            d = self._decoders[name] = Decord(self._threads) if name == "decord" else PyAV(self._threads, self.storage)
+        return d
+
+    def info(self, path: str, known: VideoInfo | None = None, stamp: tuple[int, int] | None = None) -> VideoInfo:
+        """The probe of ``path``: ``known`` (a manifest row) while the file's (size, mtime_ns)
+        is still ``stamp``, else read once per worker while the file stays unchanged. The file
+        is resolved once here (``Storage.resolve``); the info carries that handle down."""
+        media = self.storage.resolve(path)
+        now = media.stamp
+        if known is not None and stamp == now:
+            return replace(known, media=media)
+        hit = self._probes.get(path)
+        if hit is not None and hit[0] == now:
+            self._probes.move_to_end(path)
+            return hit[1]
+        info = probe(media, storage=self.storage)
+        self.probes += 1
+        self._keep(path, now, info)
+        return info
+
+    def _keep(self, path: str, stamp, info: VideoInfo) -> None:
+        if path in self._probes:
+            self._forget(path)
+        n = info.frames if info.pts is not None else 0
+        if n <= _PROBED_FRAMES:
+            self._probes[path] = (stamp, info)
+            self._probed_frames += n
+            while self._probed_frames > _PROBED_FRAMES:
+                self._forget(next(iter(self._probes)))
+
+    def probe_ahead(self, paths: list[str]) -> None:
+        """Probe the remote files ``paths`` not probed yet, together (threads: each waits on its
+        requests); a file that fails is left for ``info`` to report."""
+        todo = [p for p in dict.fromkeys(paths) if p not in self._probes]
+        if len(todo) < 2:
+            return
+
+        def one(path):
+            try:
+                media = self.storage.resolve(path)
+                return path, media.stamp, probe(media, storage=self.storage)
+            except Exception:
+                return None
+
+        for got in self.storage.map(one, todo):
+            if got is not None:
+                self.probes += 1
+                self._keep(*got)
+
+    def prefetch(self, wanted: list[tuple[VideoInfo, np.ndarray]]) -> None:
+        """Fetch the bytes that decoding ``frames`` of each remote video reads, all at once."""
+        self.storage.prefetch_many([(info.media, byte_ranges(info, frames)) for info, frames in wanted
+                                    if info.spans is not None and info.media is not None and len(frames)])
+
+    def _forget(self, path: str) -> None:
+        _, info = self._probes.pop(path)
+        self._probed_frames -= info.frames if info.pts is not None else 0
+
+    def _full_probe(self, info: VideoInfo) -> VideoInfo:
+        """``info`` read again from every packet (its index-read timeline proved wrong), kept."""
+        full = probe(info.media or info.path, index=False, storage=self.storage)
+        if full.decoder == "decord" and info.decoder == "pyav":
+            full = full.with_decoder("pyav")
+        self.reprobes += 1
+        self._remember(full)
+        return full
+
+    def _remember(self, info: VideoInfo) -> None:
+        if info.path in self._probes:
+            stamp, _ = self._probes[info.path]
+            self._probes[info.path] = (stamp, info)
+
+    def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
+               out: np.ndarray | None = None) -> np.ndarray:
+        """Frames ``frames`` (ascending, unique) of the video at ``size`` (None: as shown)."""
+        name = info.decoder if self._choice == "auto" else self._choice
+        if info.media is not None and info.media.remote:
+            name = "pyav"  # decord reads whole local files only (refused up front for decoder="decord")
+        hit = self._probes.get(info.path)
+        if hit is not None and hit[1].decoder != info.decoder and self._choice == "auto":
+            info = hit[1]  # decord refused this file earlier: PyAV reads it
+            name = info.decoder
+        width = info.width if size is None else size[1]
+        refused = None
+        if name == "decord" and (self._choice == "decord" or width not in self.unsupported):
+            seen = damage_seen()
+            try:
+                got = self.decoder("decord").decode(info, size, frames, out)
+                if damage_seen() == seen or self._choice == "decord":
+                    self.decodes["decord"] += 1
+                    return got
+                # FFmpeg complained about the bitstream inside decord, which then may return a
+                # neighbouring frame for a damaged one: PyAV, which marks damaged frames, decides.
+                self.fallbacks += 1
+            except DecoderLimit:
+                if self._choice == "decord":
+                    raise
+                self.unsupported.add(width)
+                self.fallbacks += 1
+            except cast(Decord, self.decoder("decord")).Error as e:
+                if self._choice == "decord":
+                    raise
+                # decord refuses a file libavformat opened: PyAV reads it from now on.
+                refused = e
+                info = info.with_decoder("pyav", f"decord refuses it: {first_line(e, 160)}")
+                self._remember(info)
+                self.fallbacks += 1
+        try:
+            if info.pts is None:  # a manifest row: PyAV seeks by the timestamps a probe reads
+                info = self.info(info.path)
+            try:
+                got = self.decoder("pyav").decode(info, size, frames, out)
+            except OffTimeline:
+                info = self._full_probe(info)
+                got = self.decoder("pyav").decode(info, size, frames, out)
+            self.decodes["pyav"] += 1
+            return got
+        except Exception as e:
+            if refused is None:
+                raise
+            # Neither reads it: say both reasons (the worker adds the file's name).
+            raise ValueError(f"{first_line(e, 160)}; decord: {first_line(refused, 160)}") from e
