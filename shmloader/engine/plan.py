@@ -24,13 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .source import seeded
+
 __all__ = ["EpochPlan", "EpochCursor", "StreamCursor", "plan_state", "check_state", "seeded"]
-
-
-def seeded(key: tuple[int, ...]) -> np.random.Generator:
-    """``np.random.default_rng(key)``, the same stream, made in 8 us instead of 12: an epoch of 8
-    samples makes one per epoch in the main process, and a worker one per sample."""
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
 
 
 class EpochPlan:

@@ -14,6 +14,13 @@ import numpy as np
 Spec = dict[str, tuple[tuple[int, ...], np.dtype]]
 
 
+def seeded(key: tuple[int, ...]) -> np.random.Generator:
+    """``np.random.default_rng(key)``, the same stream, made in 8 us instead of 12. Sample ``i``
+    of epoch ``e`` under ``seed`` draws from ``seeded((seed, e, i))`` wherever it is read (a ring
+    worker, or a source's own reader in another process), so its clips do not depend on where."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
+
+
 class Source(Protocol):
     def __len__(self) -> int:
         """Number of samples per epoch."""

@@ -17,32 +17,29 @@ videos). The same holds across samples: a worker handed several samples of one v
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import Any, Sequence
 
 import numpy as np
 
-from .manifest import URL, VIDEO_EXTENSIONS, class_folders, iter_manifest, known_columns, row_info, walk_folder
-from .probe import DECODERS, VideoInfo
-from .sampling import SEGMENTS, check_clip_options, check_spans, clip_frames, crop_windows, rate_frames, scaled_size
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec, check_int
-from .media import is_remote, local_path, member_url, split_member
-from .shards import expand, shard_samples
-from .storage import Storage, tar_members
-
-if TYPE_CHECKING:
-    from .decoding import Decoding
+from .listing import SHARD_VIDEO_KEYS, csv_listing, shard_listing
+from .manifest import URL, VIDEO_EXTENSIONS, class_folders, walk_folder
+from .media import is_remote, local_path
+from .probe import DECODERS
+from .reader import ClipReader
+from .sampling import check_clip_options, check_spans
+from .storage import Storage
+from .tables import SharedColumns
 
 __all__ = ["VideoClips"]
 
 _DECODER_CHOICES = ("auto", *DECODERS)
 FETCH_OPTIONS = ("retries", "timeout", "block_size", "cache_bytes", "stat_ttl")
 
-# The members of a WebDataset sample that hold its video, by extension (the first found wins).
-SHARD_VIDEO_KEYS = ("mp4", "avi", "mkv", "webm", "mov", "m4v", "mpg", "mpeg", "ts", "flv", "wmv", "ogv", "3gp")
 
 
-class VideoClips:
+class VideoClips(SharedColumns):
     """Clips from video files, decoded in the workers.
 
     Each sample, with ``K = clips_per_sample`` clips and ``V`` views (``K``, or ``3 * K`` with
@@ -132,43 +129,22 @@ class VideoClips:
             clips_per_sample=clips_per_sample, sampling=sampling, fps=fps, short_video=short_video,
             size=size, scale=scale, crop=crop, crop_at=crop_at, max_frames=max_frames)
         times = check_spans(spans, len(given))
-        codes = None
-        if labels is not None:
-            codes = np.asarray(labels)
-            if codes.shape != (len(given),):
-                raise ValueError(f"labels has shape {codes.shape}, expected ({len(given)},): one per path")
-            if codes.dtype.kind not in "iub":
-                raise ValueError(f"labels must be integers, got dtype {codes.dtype}")
-            codes = codes.astype(np.int64)
+        codes = None if labels is None else _checked_labels(labels, len(given))
         if decoder not in _DECODER_CHOICES:
             raise ValueError(f"decoder must be one of {_DECODER_CHOICES}, got {decoder!r}")
         check_int("decode_threads", decode_threads, 1)
         if not isinstance(group_clips, bool):
             raise ValueError(f"group_clips must be True or False, got {group_clips!r}")
         self.fetch = dict(fetch or {})
-        unknown = set(self.fetch) - set(FETCH_OPTIONS)
-        if unknown:
-            raise ValueError(f"fetch takes {FETCH_OPTIONS}, got {sorted(unknown)}")
+        if set(self.fetch) - set(FETCH_OPTIONS):
+            raise ValueError(f"fetch takes {FETCH_OPTIONS}, got {sorted(set(self.fetch) - set(FETCH_OPTIONS))}")
         self.storage = Storage(storage_options, **self.fetch)
-        resolved: list[str] = []
-        remote = False
-        for p in given:
-            p = local_path(p)
-            if is_remote(p):
-                remote = True
-                resolved.append(p)
-                continue
-            if URL.match(p) and not allow_urls:
-                raise ValueError(f"{p!r} looks like an FFmpeg protocol, not a file or an fsspec URL; "
-                                 "pass allow_urls=True to hand it to FFmpeg")
-            # An absolute path starts with '/', which FFmpeg never reads as a protocol prefix.
-            resolved.append(p if URL.match(p) else os.path.abspath(p))
-        for protocol in {Storage.protocol(p) for p in resolved if is_remote(p)} - {"file"}:
-            Storage.filesystem_class(protocol)  # a missing package is named now, not in a worker
+        resolved, remote = _checked_paths(given, allow_urls)
         if remote and decoder == "decord":
             raise ValueError("decoder='decord' reads local files only; remote paths are read by PyAV "
                              "(decoder='auto' or 'pyav')")
         self.paths = resolved
+        self.remote = remote  # any path read through fsspec: decided here, never asked again
         self.labels = codes
         self.spans = times  # [n, 2] seconds from each video's first frame, or None
         # Rows of one file (several spans of a video): the first row's index, so that a worker
@@ -194,7 +170,7 @@ class VideoClips:
         if size is None and scale is None and crop is None:
             size = _native_size(self.paths[0], self.storage)
         self.size = size  # the size frames are decoded at, when it is fixed
-        self._decoding: Decoding | None = None
+        self._reader: ClipReader | None = None  # in a worker (worker_init)
         self._known: dict[str, np.ndarray] | None = None  # manifest columns, see from_csv
         self._members: dict[str, np.ndarray] | None = None  # offset, size of tar members, see from_shards
         self._table: SharedStrings | None = None
@@ -233,18 +209,11 @@ class VideoClips:
         frame rate and decoder: workers use them instead of probing the file again, as long as
         its size and modification time are those the row was made from (else it is probed). A
         file PyAV reads is still probed, for the timestamps it seeks by (``stats()["probes"]``)."""
-        manifest = os.path.abspath(os.fspath(manifest))
-        listed = list(iter_manifest(manifest, path_column, label_column))
-        if not listed:
-            raise ValueError(f"{manifest!r} lists no videos")
-        labels: list[Any] | None = None if label_column is None else [label for _, label, _ in listed]
-        rows = [row for _, _, row in listed]
-        if "spans" not in kwargs and (start_column in rows[0] or end_column in rows[0]):
-            kwargs["spans"] = [(_seconds(manifest, n, row.get(start_column)), _seconds(manifest, n, row.get(end_column)))
-                               for n, row in enumerate(rows, start=2)]
-        clips = cls([p for p, _, _ in listed], labels, **kwargs)
-        clips._known = known_columns([row for _, _, row in listed])
-        clips._members = _member_columns([(p, row) for p, _, row in listed])
+        listed = csv_listing(manifest, path_column, label_column, start_column, end_column)
+        if "spans" not in kwargs and listed.spans is not None:
+            kwargs["spans"] = listed.spans
+        clips = cls(listed.paths, listed.labels, **kwargs)
+        clips._known, clips._members = listed.known, listed.members
         return clips
 
     @classmethod
@@ -261,30 +230,9 @@ class VideoClips:
         once here (tarfile seeks past the members' data); the workers get every member's offset
         and size and read a member by byte range (``tar://key.mp4::<shard>`` paths).
         """
-        storage = Storage(storage_options, **(fetch or {}))
-        shards = expand(urls, storage)
-        if not shards:
-            raise ValueError(f"no shards match {urls!r}")
-        exts = (video_key,) if isinstance(video_key, str) else tuple(video_key)
-        paths, labels, offsets, sizes = [], [], [], []
-        for shard in shards:
-            members = tar_members(storage, shard)
-            storage.add_members(shard, members)
-            for key, parts in shard_samples(members).items():
-                video = next((parts[e] for e in exts if e in parts), None)
-                if video is None:
-                    continue
-                paths.append(member_url(video, shard))
-                offsets.append(members[video][0])
-                sizes.append(members[video][1])
-                if label_key is not None:
-                    labels.append(_shard_label(storage, shard, key, parts, label_key))
-        if not paths:
-            raise ValueError(f"no member of the {len(shards)} shards {storage.redact(shards[0])}... has a video "
-                             f"extension among {exts}")
-        clips = cls(paths, None if label_key is None else labels, storage_options=storage_options, fetch=fetch,
-                    **kwargs)
-        clips._members = {"offset": np.asarray(offsets, np.int64), "size": np.asarray(sizes, np.int64)}
+        listed = shard_listing(urls, video_key, label_key, Storage(storage_options, **(fetch or {})))
+        clips = cls(listed.paths, listed.labels, storage_options=storage_options, fetch=fetch, **kwargs)
+        clips._members = listed.members
         return clips
 
     def options(self) -> dict[str, Any]:
@@ -368,238 +316,28 @@ class VideoClips:
         name = repr(self.storage.name(self.paths[v]))
         return f"{name}, clip {c}" if self.clips_per_video > 1 else name
 
-    def _shared_table(self) -> SharedStrings:
-        """Paths and labels in one shared segment, made when a loader first sends this source to
-        its workers: each worker maps it instead of unpickling its own copy, so a worker's
-        memory does not grow with the number of videos."""
-        if self._table is None:
-            columns: dict[str, np.ndarray] = {} if self.labels is None else {"labels": self.labels}
-            if self.spans is not None and self.files is not None:
-                columns.update(spans=self.spans, files=self.files)
-            columns.update({f"known_{k}": a for k, a in (self._known or {}).items()})
-            columns.update({f"member_{k}": a for k, a in (self._members or {}).items()})
-            self._table = SharedStrings(self._encoded, columns)
-        return self._table
-
-    @property
-    def fds(self) -> tuple[int, ...]:
-        """Descriptors the workers must inherit (the shared path table)."""
-        return (self._shared_table().fd,)
-
-    def acquire(self) -> None:
-        """A loader starts using this source: keep the shared table until it calls release()."""
-        self._users += 1
-        self._shared_table()
-
-    def release(self) -> None:
-        """A loader is done: the last one closes the table's descriptor (workers are gone)."""
-        self._users -= 1
-        if self._users <= 0 and self._table is not None:
-            self._table.close()
-            self._table = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_decoding"] = None
-        state["paths"] = self._shared_table()  # indexable like the list, a few bytes to pickle
-        state["_table"], state["_users"], state["_encoded"] = None, 0, None
-        state["_has_labels"], state["labels"] = self.labels is not None, None
-        state["_has_spans"], state["spans"], state["files"] = self.spans is not None, None, None
-        state["_known"] = None if self._known is None else list(self._known)
-        state["_members"] = None if self._members is None else list(self._members)
-        return state
-
     def worker_init(self) -> None:
-        from .decoding import Decoding
+        self._restore_columns()
+        self._reader = self.reader()
 
-        table = cast(SharedStrings, self.paths)  # in a worker: the shared table (see __getstate__)
-        if self.__dict__.pop("_has_labels", False):
-            self.labels = table.column("labels")
-        if self.__dict__.pop("_has_spans", False):
-            self.spans, self.files = table.column("spans"), table.column("files")
-        if self._known is not None:
-            self._known = {k: table.column(f"known_{k}") for k in self._known}
-        if self._members is not None:
-            self._members = {k: table.column(f"member_{k}") for k in self._members}
-        self._decoding = Decoding(self.decode_threads, self.decoder, self.storage)
+    def reader(self) -> ClipReader:
+        """A reader of these samples in this process: ``reader().read([0, 5, 9])`` gives their
+        arrays as a loader's batch holds them (``video.reader``), with no loader running."""
+        return ClipReader(self)
 
     def counters(self) -> dict[str, int]:
-        """In a worker: decodes by decord and by PyAV, decodes decord handed to PyAV, probes
-        read again (an index-read timeline found wrong), files probed, and bytes and requests
-        fetched from remote storage so far; the loader's ``stats()`` sums them over its workers
-        (``engine.protocol.COUNTS``)."""
-        d = self._decoding
-        if d is None:
-            return {}
-        return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
-                "reprobes": d.reprobes, "probes": d.probes, **self.storage.counters()}
-
-    def _info(self, v: int, path: str) -> VideoInfo:
-        """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""
-        members = self._members
-        member = split_member(path) if members is not None else None
-        if members is not None and member is not None and members["size"][v] >= 0:  # no header is read
-            self.storage.add_members(member[1], {member[0]: (int(members["offset"][v]), int(members["size"][v]))})
-        row = None if self._known is None else row_info(self._known, v, path)
-        return self._worker_decoding.info(path) if row is None else self._worker_decoding.info(path, *row)
-
-    @property
-    def _worker_decoding(self) -> Decoding:
-        assert self._decoding is not None, "the decoders are made in the workers (worker_init)"
-        return self._decoding
+        """In a worker: what its reader counted (``ClipReader.counters``); the loader's
+        ``stats()`` sums them over its workers (``engine.protocol.COUNTS``)."""
+        return {} if self._reader is None else self._reader.counters()
 
     def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
         self.read_many([index], [rng], [out])
 
     def read_many(self, indices: list[int], rngs: list[np.random.Generator],
                   outs: list[dict[str, np.ndarray]], epoch_key: tuple[int, int] | None = None) -> None:
-        """Write samples ``indices`` into ``outs``, one decode pass per video and scale.
-
-        ``epoch_key=(seed, epoch)`` seeds what the samples of one video share in an epoch with
-        ``group_clips`` (the scale), so grouping never changes what a sample holds.
-        """
-        by_file: dict[int, list[int]] = {}
-        for i, index in enumerate(indices):
-            v = index // self.clips_per_video
-            by_file.setdefault(v if self.files is None else int(self.files[v]), []).append(i)
-        remote = any(is_remote(self.paths[v]) for v in by_file)
-        if remote and len(by_file) > 1:  # their probes' requests together, not one after another
-            self._worker_decoding.probe_ahead([self.paths[v] for v in by_file])
-        plans = [self._plan_video(v, [(indices[i] // self.clips_per_video, indices[i] % self.clips_per_video,
-                                       rngs[i], outs[i]) for i in items], epoch_key)
-                 for v, items in by_file.items()]
-        if remote:  # every clip's bytes in one round of requests (NOTE [ Reading remote files ])
-            self._worker_decoding.prefetch([(info, union) for _, info, passes in plans for _, _, union, _ in passes])
-        for v, info, passes in plans:
-            for size, group, union, direct in passes:
-                decoded = self._worker_decoding.decode(info, size, union, direct)
-                for out, row, frames, _, rng in group:
-                    _fill(self, out, row, frames, union, decoded, rng, done=decoded is direct)
-
-    def _plan_video(self, v: int, items: list[tuple[int, int, np.random.Generator, dict[str, np.ndarray]]],
-                    epoch_key: tuple[int, int] | None) -> tuple[int, VideoInfo, list[Any]]:
-        """What the samples ``items`` = [(row, clip, rng, out)] of the rows of file ``v`` take:
-        ``(v, info, passes)``, a pass per decode size: ``(size, [(out, row, frames [K, T], size,
-        rng)...], union of their frames, the slot to decode into directly or None)``."""
-        path, k = self.paths[v], self.clips_per_sample
-        info = self._info(v, path)
-        n = info.frames
-        pts = None
-        if self.fps is not None or self.sampling in SEGMENTS or self.spans is not None:
-            pts = info.times()
-            if pts is None:  # a manifest row of a variable-rate video: read the timestamps
-                pts = self._worker_decoding.info(path).times()
-        native = (info.height, info.width)
-        if self.native and self.crop is None and self.size is not None and native != tuple(self.size):
-            raise ValueError(f"video is {native[0]}x{native[1]} but the loader's clips are "
-                             f"{self.size[0]}x{self.size[1]}; pass size=(height, width) to resize, or crop=")
-        fixed = None if self.native else self.size  # decode size unless scaled per video
-        shared_scale = None
-        if self.scale is not None and self.group_clips and epoch_key is not None:
-            shared_scale = _draw_scale(np.random.default_rng((*epoch_key, v, 1)), self.scale)
-        plans = []  # (out, row, frames [K, T], decode size, rng) per sample
-        for row, c, rng, out in items:
-            span = None if self.spans is None else (float(self.spans[row][0]), float(self.spans[row][1]))
-            if self.max_frames is not None:
-                assert self.fps is not None, "max_frames comes with fps"
-                frames = rate_frames(n, pts, fps=self.fps, max_frames=self.max_frames, sampling=self.sampling,
-                                     short_video=self.short_video, rng=rng, span=span)[None]
-            else:
-                frames = clip_frames(n, pts, clip_len=self.clip_len, frame_step=self.frame_step, fps=self.fps,
-                                     sampling=self.sampling, clips=[c * k + j for j in range(k)],
-                                     total_clips=self.clips_per_video * k, short_video=self.short_video, rng=rng,
-                                     span=span)
-            size = fixed
-            if self.scale is not None:
-                s = shared_scale if shared_scale is not None else _draw_scale(rng, self.scale)
-                size = scaled_size(*native, s)
-            plans.append((out, row, frames, size, rng))
-        passes = []
-        for size in dict.fromkeys(p[3] for p in plans):  # one pass per decode size
-            group = [p for p in plans if p[3] == size]
-            union = np.unique(np.concatenate([p[2].ravel() for p in group]))
-            direct = None
-            if len(group) == 1 and k == 1 and self.crop is None and np.array_equal(union, group[0][2][0]):
-                # the clip is the union: decode straight into the slot
-                direct = group[0][0]["video"][: len(union)]
-            passes.append((size, group, union, direct))
-        return v, info, passes
-
-
-def _fill(clips: VideoClips, out: dict[str, np.ndarray], v: int, frames: np.ndarray, union: np.ndarray,
-          decoded: np.ndarray, rng: np.random.Generator, done: bool) -> None:
-    """Sample ``out`` of row ``v``: its clips (and crop windows) copied out of ``decoded``
-    (the frames ``union``), unless ``done`` (decoded straight into the slot), and its fields.
-    With ``max_frames``, the ``t = frames.shape[1]`` frames found fill the front of ``video``
-    and the rest is padding: zeros, ``frames`` -1, ``mask`` False."""
-    k, t = frames.shape
-    m = clips.clip_len  # frames per clip in the batch: clip_len, or max_frames
-    video = _view(out["video"], (k, clips.views // k, m, *out["video"].shape[-3:]))
-    if not done:
-        where = np.searchsorted(union, frames)  # [K, T] rows of `decoded`
-        if clips.crop is None:
-            for j in range(k):
-                np.copyto(video[j, 0, :t], decoded[where[j]])
-        else:
-            ch, cw = clips.crop
-            corners = crop_windows(decoded.shape[1], decoded.shape[2], clips.crop, clips.crop_at, k, rng)
-            for j in range(k):
-                for c, (y, x) in enumerate(corners[j]):
-                    np.copyto(video[j, c, :t], decoded[where[j], y : y + ch, x : x + cw])
-    if t < m:  # the slot holds an earlier batch's pixels: clear the padding
-        video[:, :, t:] = 0
-    padded = np.full((k, m), -1, np.int64)
-    padded[:, :t] = frames
-    out["label"][...] = -1 if clips.labels is None else clips.labels[v]
-    out["index"][...] = v
-    out["start"][...] = frames[:, 0].reshape(out["start"].shape)
-    out["frames"][...] = padded.reshape(out["frames"].shape)
-    if "mask" in out:
-        out["mask"][...] = np.arange(m) < t
-
-
-def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """``a`` seen with another shape; raises rather than copy (a copy would not reach the slot)."""
-    b: np.ndarray = a.view()
-    b.shape = shape
-    return b
-
-
-def _member_columns(rows: list[tuple[str, dict[str, Any]]]) -> dict[str, np.ndarray] | None:
-    """Offsets and sizes of the tar members a manifest lists (its ``offset`` and ``bytes``
-    columns); size -1 where a row does not say (the worker reads that shard's headers)."""
-    if not any(split_member(p) and str(row.get("offset", "")).strip() for p, row in rows):
-        return None
-    offset, size = np.zeros(len(rows), np.int64), np.full(len(rows), -1, np.int64)
-    for i, (p, row) in enumerate(rows):
-        try:
-            if split_member(p):
-                offset[i], size[i] = int(row["offset"]), int(row["bytes"])
-        except (KeyError, TypeError, ValueError):
-            pass
-    return {"offset": offset, "size": size}
-
-
-def _shard_label(storage: Storage, shard: str, key: str, parts: dict[str, str], label_key: str) -> int:
-    """The label of sample ``key`` of ``shard``: its ``.cls`` member, or a field of its ``.json``."""
-    import json
-
-    ext, _, field = label_key.partition(":")
-    name = parts.get(ext)
-    where = f"sample {key!r} of {storage.name(shard)}"
-    if name is None:
-        raise ValueError(f"{where} has no .{ext} member for its label (label_key={label_key!r}; None for no labels)")
-    text = storage.read_text(member_url(name, shard))
-    try:
-        value = json.loads(text)[field] if field else text
-        return int(value)
-    except (ValueError, KeyError, TypeError):
-        raise ValueError(f"{where}: the label in {name!r} is not an integer: {text[:80]!r}") from None
-
-
-def _draw_scale(rng: np.random.Generator, scale: tuple[int, int]) -> int:
-    lo, hi = scale
-    return lo if lo == hi else int(rng.integers(lo, hi + 1))
+        """In a worker: samples ``indices`` written into ``outs`` (``ClipReader.read_into``)."""
+        assert self._reader is not None, "the reader is made in the workers (worker_init)"
+        self._reader.read_into(indices, rngs, outs, epoch_key)
 
 
 def _native_size(path: str, storage: Storage) -> tuple[int, int]:
@@ -614,17 +352,37 @@ def _native_size(path: str, storage: Storage) -> tuple[int, int]:
     return info.height, info.width
 
 
-def _seconds(manifest: str, n: int, cell: str | float | None) -> float | None:
-    """A manifest's start or end cell in seconds; None when empty."""
-    if cell is None or (isinstance(cell, str) and not cell.strip()):
-        return None
-    try:
-        return float(cell)
-    except (TypeError, ValueError):
-        raise ValueError(f"{manifest!r} row {n}: a start or end must be seconds, got {cell!r}") from None
-
-
 def _first_rows(paths: list[str]) -> np.ndarray:
     """For every row, the index of the first row with the same path."""
     first: dict[str, int] = {}
     return np.fromiter((first.setdefault(p, i) for i, p in enumerate(paths)), np.int64, len(paths))
+
+
+def _checked_paths(given: list[str], allow_urls: bool) -> tuple[list[str], bool]:
+    """The paths as the workers read them (local ones absolute, ``file://`` taken off), and
+    whether any is read through fsspec; a remote protocol's missing package is named now, not in
+    a worker."""
+    resolved: list[str] = []
+    for p in given:
+        p = local_path(p)
+        if is_remote(p):
+            resolved.append(p)
+            continue
+        if URL.match(p) and not allow_urls:
+            raise ValueError(f"{p!r} looks like an FFmpeg protocol, not a file or an fsspec URL; "
+                             "pass allow_urls=True to hand it to FFmpeg")
+        # An absolute path starts with '/', which FFmpeg never reads as a protocol prefix.
+        resolved.append(p if URL.match(p) else os.path.abspath(p))
+    protocols = {Storage.protocol(p) for p in resolved if is_remote(p)}
+    for protocol in protocols - {"file"}:
+        Storage.filesystem_class(protocol)
+    return resolved, bool(protocols)
+
+
+def _checked_labels(labels: Sequence[int], count: int) -> np.ndarray:
+    codes = np.asarray(labels)
+    if codes.shape != (count,):
+        raise ValueError(f"labels has shape {codes.shape}, expected ({count},): one per path")
+    if codes.dtype.kind not in "iub":
+        raise ValueError(f"labels must be integers, got dtype {codes.dtype}")
+    return codes.astype(np.int64)

@@ -1,0 +1,188 @@
+"""Reading a dataset's samples: sample ids in, arrays out, in any process.
+
+A :class:`ClipReader` is made from a :class:`~shmloader.video.clips.VideoClips` (which only
+describes the dataset) and does what a ring worker does with it: the probe of each file (cached
+per reader), the choice of decoder, the plan of a video's clips (``video.sampling``), one decode
+pass per video and size (``video.decoding``), and the arrays filled. ``read(samples)`` returns a
+batch of fresh arrays — the fields of the loader's batches (``video``, ``label``, ``index``,
+``start``, ``frames``, ``mask``) — without the ring, the shared tables or the engine: a Ray task
+or a GPU decoder calls it as the ring's workers call ``read_into`` on slots. Sample ``i`` of
+epoch ``e`` draws from the generator ``(seed, e, i)`` in both, so the same ids give the same
+clips wherever they are read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..engine.source import seeded
+from .decoding import Decoding
+from .manifest import row_info
+from .media import split_member
+from .probe import VideoInfo
+from .sampling import SEGMENTS, clip_frames, crop_windows, rate_frames, scaled_size
+
+__all__ = ["ClipReader"]
+
+
+class ClipReader:
+    """Samples of ``clips`` read into arrays in this process (see the module's docstring).
+
+    :param clips: the dataset's description.
+    """
+
+    def __init__(self, clips: Any) -> None:  # a VideoClips (clips.py makes readers: not imported here)
+        self.clips = clips
+        self.decoding = Decoding(clips.decode_threads, clips.decoder, clips.storage)
+
+    def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]:
+        """Samples ``samples`` (ids ``0 .. len(clips) - 1``) as one batch ``{field: [n, ...]}`` of
+        new arrays, drawn as a loader with ``seed`` draws them in ``epoch``."""
+        ids = [int(s) for s in samples]
+        for s in ids:
+            if not 0 <= s < len(self.clips):
+                raise IndexError(f"sample {s} is not among the {len(self.clips)} samples")
+        batch = {k: np.zeros((len(ids), *shape), dtype) for k, (shape, dtype) in self.clips.spec().items()}
+        outs = [{k: a[i, ...] for k, a in batch.items()} for i in range(len(ids))]
+        self.read_into(ids, [seeded((seed, epoch, s)) for s in ids], outs, (seed, epoch))
+        return batch
+
+    def counters(self) -> dict[str, int]:
+        """Decodes by decord and by PyAV, decodes decord handed to PyAV, probes read again (an
+        index-read timeline found wrong), files probed, and bytes and requests fetched from
+        remote storage so far (``engine.protocol.COUNTS``)."""
+        d = self.decoding
+        return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
+                "reprobes": d.reprobes, "probes": d.probes, **self.clips.storage.counters()}
+
+    def _info(self, v: int, path: str) -> VideoInfo:
+        """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""
+        vc = self.clips
+        members = vc._members
+        member = split_member(path) if members is not None else None
+        if members is not None and member is not None and members["size"][v] >= 0:  # no header is read
+            vc.storage.add_members(member[1], {member[0]: (int(members["offset"][v]), int(members["size"][v]))})
+        row = None if vc._known is None else row_info(vc._known, v, path)
+        return self.decoding.info(path) if row is None else self.decoding.info(path, *row)
+
+    def read_into(self, indices: list[int], rngs: list[np.random.Generator],
+                  outs: list[dict[str, np.ndarray]], epoch_key: tuple[int, int] | None = None) -> None:
+        """Write samples ``indices`` into ``outs``, one decode pass per video and scale.
+
+        ``epoch_key=(seed, epoch)`` seeds what the samples of one video share in an epoch with
+        ``group_clips`` (the scale), so grouping never changes what a sample holds.
+        """
+        vc = self.clips
+        by_file: dict[int, list[int]] = {}
+        for i, index in enumerate(indices):
+            v = index // vc.clips_per_video
+            by_file.setdefault(v if vc.files is None else int(vc.files[v]), []).append(i)
+        remote = vc.remote  # decided once, when the paths were given
+        if remote and len(by_file) > 1:  # their probes' requests together, not one after another
+            self.decoding.probe_ahead([vc.paths[v] for v in by_file])
+        plans = [self._plan_video(v, [(indices[i] // vc.clips_per_video, indices[i] % vc.clips_per_video,
+                                       rngs[i], outs[i]) for i in items], epoch_key)
+                 for v, items in by_file.items()]
+        if remote:  # every clip's bytes in one round of requests (NOTE [ Reading remote files ])
+            self.decoding.prefetch([(info, union) for _, info, passes in plans for _, _, union, _ in passes])
+        for v, info, passes in plans:
+            for size, group, union, direct in passes:
+                decoded = self.decoding.decode(info, size, union, direct)
+                for out, row, frames, _, rng in group:
+                    _fill(self.clips, out, row, frames, union, decoded, rng, done=decoded is direct)
+
+    def _plan_video(self, v: int, items: list[tuple[int, int, np.random.Generator, dict[str, np.ndarray]]],
+                    epoch_key: tuple[int, int] | None) -> tuple[int, VideoInfo, list[Any]]:
+        """What the samples ``items`` = [(row, clip, rng, out)] of the rows of file ``v`` take:
+        ``(v, info, passes)``, a pass per decode size: ``(size, [(out, row, frames [K, T], size,
+        rng)...], union of their frames, the slot to decode into directly or None)``."""
+        vc = self.clips
+        path, k = vc.paths[v], vc.clips_per_sample
+        info = self._info(v, path)
+        n = info.frames
+        pts = None
+        if vc.fps is not None or vc.sampling in SEGMENTS or vc.spans is not None:
+            pts = info.times()
+            if pts is None:  # a manifest row of a variable-rate video: read the timestamps
+                pts = self.decoding.info(path).times()
+        native = (info.height, info.width)
+        if vc.native and vc.crop is None and vc.size is not None and native != tuple(vc.size):
+            raise ValueError(f"video is {native[0]}x{native[1]} but the loader's clips are "
+                             f"{vc.size[0]}x{vc.size[1]}; pass size=(height, width) to resize, or crop=")
+        fixed = None if vc.native else vc.size  # decode size unless scaled per video
+        shared_scale = None
+        if vc.scale is not None and vc.group_clips and epoch_key is not None:
+            shared_scale = _draw_scale(np.random.default_rng((*epoch_key, v, 1)), vc.scale)
+        plans = []  # (out, row, frames [K, T], decode size, rng) per sample
+        for row, c, rng, out in items:
+            span = None if vc.spans is None else (float(vc.spans[row][0]), float(vc.spans[row][1]))
+            if vc.max_frames is not None:
+                assert vc.fps is not None, "max_frames comes with fps"
+                frames = rate_frames(n, pts, fps=vc.fps, max_frames=vc.max_frames, sampling=vc.sampling,
+                                     short_video=vc.short_video, rng=rng, span=span)[None]
+            else:
+                frames = clip_frames(n, pts, clip_len=vc.clip_len, frame_step=vc.frame_step, fps=vc.fps,
+                                     sampling=vc.sampling, clips=[c * k + j for j in range(k)],
+                                     total_clips=vc.clips_per_video * k, short_video=vc.short_video, rng=rng,
+                                     span=span)
+            size = fixed
+            if vc.scale is not None:
+                s = shared_scale if shared_scale is not None else _draw_scale(rng, vc.scale)
+                size = scaled_size(*native, s)
+            plans.append((out, row, frames, size, rng))
+        passes = []
+        for size in dict.fromkeys(p[3] for p in plans):  # one pass per decode size
+            group = [p for p in plans if p[3] == size]
+            union = np.unique(np.concatenate([p[2].ravel() for p in group]))
+            direct = None
+            if len(group) == 1 and k == 1 and vc.crop is None and np.array_equal(union, group[0][2][0]):
+                # the clip is the union: decode straight into the slot
+                direct = group[0][0]["video"][: len(union)]
+            passes.append((size, group, union, direct))
+        return v, info, passes
+
+
+def _fill(clips: Any, out: dict[str, np.ndarray], v: int, frames: np.ndarray, union: np.ndarray,
+          decoded: np.ndarray, rng: np.random.Generator, done: bool) -> None:
+    """Sample ``out`` of row ``v``: its clips (and crop windows) copied out of ``decoded``
+    (the frames ``union``), unless ``done`` (decoded straight into the slot), and its fields.
+    With ``max_frames``, the ``t = frames.shape[1]`` frames found fill the front of ``video``
+    and the rest is padding: zeros, ``frames`` -1, ``mask`` False."""
+    k, t = frames.shape
+    m = clips.clip_len  # frames per clip in the batch: clip_len, or max_frames
+    video = _view(out["video"], (k, clips.views // k, m, *out["video"].shape[-3:]))
+    if not done:
+        where = np.searchsorted(union, frames)  # [K, T] rows of `decoded`
+        if clips.crop is None:
+            for j in range(k):
+                np.copyto(video[j, 0, :t], decoded[where[j]])
+        else:
+            ch, cw = clips.crop
+            corners = crop_windows(decoded.shape[1], decoded.shape[2], clips.crop, clips.crop_at, k, rng)
+            for j in range(k):
+                for c, (y, x) in enumerate(corners[j]):
+                    np.copyto(video[j, c, :t], decoded[where[j], y : y + ch, x : x + cw])
+    if t < m:  # the slot holds an earlier batch's pixels: clear the padding
+        video[:, :, t:] = 0
+    padded = np.full((k, m), -1, np.int64)
+    padded[:, :t] = frames
+    out["label"][...] = -1 if clips.labels is None else clips.labels[v]
+    out["index"][...] = v
+    out["start"][...] = frames[:, 0].reshape(out["start"].shape)
+    out["frames"][...] = padded.reshape(out["frames"].shape)
+    if "mask" in out:
+        out["mask"][...] = np.arange(m) < t
+
+
+def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` seen with another shape; raises rather than copy (a copy would not reach the slot)."""
+    b: np.ndarray = a.view()
+    b.shape = shape
+    return b
+
+
+def _draw_scale(rng: np.random.Generator, scale: tuple[int, int]) -> int:
+    lo, hi = scale
+    return lo if lo == hi else int(rng.integers(lo, hi + 1))
