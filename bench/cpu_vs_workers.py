@@ -23,6 +23,7 @@ import math
 import os
 import statistics
 import sys
+import textwrap
 from collections import defaultdict
 
 import harness
@@ -511,16 +512,19 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
             _loader_axes(ax, summary[wl], "clips_per_s", xs_all)
             ax.set_title(f"{wl}: {_short(doc['workloads'][wl])}", fontsize=9)
             ax.set_xlabel("workers W")
-            ax.set_ylabel("clips/s at the tf.data consumer")
+            # Each row's own consumer: tf.data's, torch's or JAX's iterator.
+            ax.set_ylabel("clips/s at the consumer")
             meds = [s["clips_per_s"]["median"] for by_w in summary[wl].values() for s in by_w.values()]
             if max(meds) > 8 * min(meds):  # pre-decoded rows beside decoding ones: keep both readable
                 ax.set_yscale("log")
-                ax.set_ylabel("clips/s at the tf.data consumer (log scale)")
+                ax.set_ylabel("clips/s at the consumer (log scale)")
             else:
                 ax.set_ylim(bottom=0)
         axes[0][0].legend(fontsize=8)
-        fig.suptitle(f"Throughput vs workers ({doc['machine']['cpu_model']}, "
-                     f"{doc['machine']['usable_cores']} cores); median, bars min–max")
+        title = (f"Throughput vs workers ({doc['machine']['cpu_model']}, "
+                 f"{doc['machine']['usable_cores']} cores); median, bars min–max")
+        # Wrapped to the figure's width: one workload's figure is narrower than the title.
+        fig.suptitle(textwrap.fill(title, width=int(10 * 5.2 * len(wls))), fontsize=11)
         fig.tight_layout()
         files.append(report.savefig(fig, folder, f"{name}_throughput.png"))
 
@@ -535,7 +539,7 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
                 ax.set_ylabel("CPU % (100 = one core)")
                 ax.set_ylim(bottom=0)
         axes[0][0].legend(fontsize=8)
-        fig.suptitle("CPU vs workers, as top shows it; median, bars min–max")
+        fig.suptitle(textwrap.fill("CPU vs workers, as top shows it; median, bars min–max", width=int(10 * 5.2 * len(wls))))
         fig.tight_layout()
         files.append(report.savefig(fig, folder, f"{name}_cpu.png"))
 

@@ -584,8 +584,10 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
     contents = [c for c in doc["videos"] if c in doc["summary"]]
     if not contents:
         return []
-    fig, axes = plt.subplots(len(contents), 3, figsize=(16, 4.6 * len(contents)), squeeze=False,
-                             gridspec_kw={"width_ratios": [3, 3, 1.4]})
+    # The third column (10 clips x 3 crops per video) only where a run measured evaluation rows.
+    evaluated = any(r["group"] == "evaluation" and r["key"] in doc["summary"][c] for c in contents for r in doc["rows"])
+    fig, axes = plt.subplots(len(contents), 3 if evaluated else 2, figsize=(16 if evaluated else 13, 4.6 * len(contents)),
+                             squeeze=False, gridspec_kw={"width_ratios": [3, 3, 1.4] if evaluated else [3, 3]})
     for i, content in enumerate(contents):
         s = doc["summary"][content]
         rows = [r for r in doc["rows"] if r["key"] in s and r["group"] != "evaluation"]
@@ -602,8 +604,8 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
             ax.grid(axis="x", alpha=0.3)
             ax.set_xlim(right=max(s[k][metric]["max"] for k in names) * 1.2 if names else None)
         ev = [r["key"] for r in doc["rows"] if r["group"] == "evaluation" and r["key"] in s]
-        ax = axes[i][2]
         if ev:
+            ax = axes[i][2]
             report.bars(ax, ev, [s[k]["ms_per_video"] for k in ev], ["tab:purple", "tab:gray"][: len(ev)])
             for x, k in enumerate(ev):
                 ax.text(x, s[k]["ms_per_video"]["max"], f"{s[k]['ms_per_video']['median']:.0f}\n", ha="center",
@@ -612,14 +614,18 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
             ax.set_ylabel("ms per video (wall)")
             ax.set_title(f"{content}: 10 clips x 3 crops", fontsize=9)
             ax.grid(axis="y", alpha=0.3)
+        elif evaluated:
+            axes[i][2].axis("off")
     from matplotlib.patches import Patch
 
-    axes[0][0].legend(handles=[Patch(color=c, label=g) for g, c in _COLORS.items() if g != "evaluation"],
-                      fontsize=8, loc="lower right")
+    shown = {r["group"] for r in doc["rows"]} - {"evaluation"}
+    # Below the axes, not over them: a legend inside hid the label of the longest bar.
+    fig.legend(handles=[Patch(color=c, label=g) for g, c in _COLORS.items() if g in shown],
+               fontsize=8, loc="lower center", ncol=len(shown), frameon=False)
     m = doc["machine"]
     fig.suptitle(f"Several clips per decode pass, long-GOP videos, W = {doc['config']['workers']} "
                  f"({m['cpu_model']}, {m['usable_cores']} cores); median, bars min–max", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04 / len(contents), 1, 1))
     return [report.savefig(fig, folder, f"{name}.png")]
 
 
