@@ -45,7 +45,7 @@ if _KERAS_VERSION < _KERAS:
 from ._errors import LoaderError
 
 if TYPE_CHECKING:
-    from ._loader import Loader
+    from ._batches import Batches
 
 __all__ = ["KerasDataset", "as_keras"]
 
@@ -56,7 +56,7 @@ _PROBE_BATCHES = 2
 Names = str | Sequence[str] | None
 
 
-def as_keras(loader: Loader, x: Names = "video", y: Names = "label") -> KerasDataset:
+def as_keras(loader: Batches, x: Names = "video", y: Names = "label") -> KerasDataset:
     """A ``keras.utils.PyDataset`` of ``(batch[x], batch[y])`` (see ``KerasDataset``)."""
     return KerasDataset(loader, x=x, y=y)
 
@@ -72,7 +72,7 @@ class KerasDataset(keras.utils.PyDataset):  # type: ignore[misc]  # Keras ships 
     (``workers=1``): the loader's worker processes decode.
     """
 
-    def __init__(self, loader: Loader, x: Names = "video", y: Names = "label") -> None:
+    def __init__(self, loader: Batches, x: Names = "video", y: Names = "label") -> None:
         if keras.backend.backend() == "jax" and _KERAS_VERSION < _JAX_KERAS:
             raise ImportError(f"loader.as_keras() on the jax backend needs Keras {'.'.join(map(str, _JAX_KERAS))} or "
                               f"newer, found keras {keras.__version__}: earlier Keras builds the model on two "
@@ -96,7 +96,7 @@ class KerasDataset(keras.utils.PyDataset):  # type: ignore[misc]  # Keras ships 
         self._replay: deque[tuple[Any, ...]] = deque()  # probed batches, served again first
 
     @property
-    def loader(self) -> Loader:
+    def loader(self) -> Batches:
         return self._loader
 
     def __len__(self) -> int:

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, TypeVar
 
 import tensorflow as tf
 
-if TYPE_CHECKING:
-    from ._loader import Loader
+from ._batches import Batches
+
+# A loader as the caller's make_loader builds it: the list handed back holds that type.
+L = TypeVar("L", bound=Batches)
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def output_signature(loader: Loader) -> dict[str, tf.TensorSpec]:
+def output_signature(loader: Batches) -> dict[str, tf.TensorSpec]:
     return {name: tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
             for name, (shape, dtype) in loader.element_spec.items()}
 
 
-def as_dataset(loader: Loader, prefetch: int | None = AUTOTUNE) -> tf.data.Dataset:
+def as_dataset(loader: Batches, prefetch: int | None = AUTOTUNE) -> tf.data.Dataset:
     """``from_generator`` over the loader: TF aliases the yielded slots (no copy), and each
     slot returns to the ring when TF lets go of its tensors (NOTE [ Slot lease ])."""
     ds = tf.data.Dataset.from_generator(loader.__iter__, output_signature=output_signature(loader))
@@ -26,15 +28,15 @@ def as_dataset(loader: Loader, prefetch: int | None = AUTOTUNE) -> tf.data.Datas
     return ds
 
 
-def distributed_dataset(strategy: tf.distribute.Strategy, make_loader: Callable[[int], Loader], global_batch_size: int
-                        ) -> tuple[tf.distribute.DistributedDataset, list[Loader]]:
+def distributed_dataset(strategy: tf.distribute.Strategy, make_loader: Callable[[int], L], global_batch_size: int
+                        ) -> tuple[tf.distribute.DistributedDataset, list[L]]:
     """``strategy.distribute_datasets_from_function`` over one loader per input pipeline (host).
 
     ``make_loader(batch_size)`` builds the loader with the per-replica batch size; each pipeline
     serves its own shard of every epoch, so the hosts together see each sample once per epoch.
     Returns the distributed dataset and the list of loaders built here (close them when done).
     """
-    loaders: list[Loader] = []
+    loaders: list[L] = []
 
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         loader = make_loader(ctx.get_per_replica_batch_size(global_batch_size))
@@ -53,7 +55,7 @@ class LoaderCheckpoint(tf.keras.callbacks.Callback):  # type: ignore[misc]  # Te
     ``model.fit(..., initial_epoch=...)``.
     """
 
-    def __init__(self, loader: Loader, path: str) -> None:
+    def __init__(self, loader: Batches, path: str) -> None:
         super().__init__()
         self.loader = loader
         self.path = path

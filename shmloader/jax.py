@@ -18,7 +18,7 @@ except ImportError as e:  # pragma: no cover - exercised in a child interpreter 
                       "your accelerator") from e
 
 if TYPE_CHECKING:
-    from ._loader import Loader
+    from ._batches import Batches
 
 __all__ = ["batches"]
 
@@ -28,7 +28,7 @@ __all__ = ["batches"]
 _PREFETCH = 2
 
 
-def batches(loader: Loader, sharding: Any = None, *, shard: tuple[int, int] | None = None,
+def batches(loader: Batches, sharding: Any = None, *, shard: tuple[int, int] | None = None,
             prefetch: int | None = None) -> Iterator[dict[str, jax.Array]]:
     """Yield the loader's batches as dicts of ``jax.Array``, through ``jax.device_put``.
 
@@ -55,7 +55,7 @@ def batches(loader: Loader, sharding: Any = None, *, shard: tuple[int, int] | No
     return _batches(loader, sharding, prefetch)
 
 
-def _batches(loader: Loader, sharding: Any, prefetch: int) -> Iterator[dict[str, jax.Array]]:
+def _batches(loader: Batches, sharding: Any, prefetch: int) -> Iterator[dict[str, jax.Array]]:
     ahead: deque[dict[str, jax.Array]] = deque()
     for batch in loader:
         ahead.append(jax.device_put(batch, sharding))

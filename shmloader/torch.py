@@ -32,7 +32,7 @@ from ._errors import LoaderError
 from .engine.ring import Layout, Returns
 
 if TYPE_CHECKING:
-    from ._loader import Loader
+    from ._batches import Batches
 
 __all__ = ["TorchLoader", "as_torch"]
 
@@ -48,7 +48,7 @@ _POLL_S = 0.1
 _JOIN_S = 5.0
 
 
-def as_torch(loader: Loader, pin_memory: bool = False, device: Any = None,
+def as_torch(loader: Batches, pin_memory: bool = False, device: Any = None,
              shard: tuple[int, int] | None = None) -> TorchLoader:
     """Wrap ``loader`` so that iterating yields dicts of ``torch.Tensor`` (see ``TorchLoader``)."""
     return TorchLoader(loader, pin_memory=pin_memory, device=device, shard=shard)
@@ -72,7 +72,7 @@ class TorchLoader:
     is continued by the next one (the pin thread keeps what it prefetched).
     """
 
-    def __init__(self, loader: Loader, *, pin_memory: bool = False, device: Any = None,
+    def __init__(self, loader: Batches, *, pin_memory: bool = False, device: Any = None,
                  shard: tuple[int, int] | None = None) -> None:
         self._loader = loader
         self._device = _check_device(device)
@@ -106,7 +106,7 @@ class TorchLoader:
         self.close()
 
     @property
-    def loader(self) -> Loader:
+    def loader(self) -> Batches:
         return self._loader
 
     def state_dict(self) -> dict[str, Any]:
@@ -233,7 +233,7 @@ class _HostBuffers:
     ``base`` of the field views, and its finalizer fires only when the last of them dies.
     """
 
-    def __init__(self, loader: Loader, pinned: bool) -> None:
+    def __init__(self, loader: Batches, pinned: bool) -> None:
         spec = {name: (tuple(int(d) for d in shape[1:] if d is not None), dtype)
                 for name, (shape, dtype) in loader.element_spec.items()}
         self._layout = Layout.build(spec, loader.batch_size)
@@ -272,7 +272,7 @@ class _PinThread:
     process (daemon). Errors travel to the consumer as they were raised.
     """
 
-    def __init__(self, loader: Loader, buffers: _HostBuffers) -> None:
+    def __init__(self, loader: Batches, buffers: _HostBuffers) -> None:
         self.buffers = buffers
         self.out: queue.Queue[_Item] = queue.Queue(maxsize=_PIN_DEPTH)
         self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
@@ -307,7 +307,7 @@ class _PinThread:
             self._thread.join(_JOIN_S)
 
 
-def _pin_loop(loader: Loader, buffers: _HostBuffers, out: queue.Queue[_Item], requests: queue.SimpleQueue[bool],
+def _pin_loop(loader: Batches, buffers: _HostBuffers, out: queue.Queue[_Item], requests: queue.SimpleQueue[bool],
               stop: threading.Event) -> None:
     while not stop.is_set():
         try:

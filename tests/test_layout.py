@@ -91,3 +91,84 @@ def test_every_module_of_the_package_is_in_the_wheel_list():
     on_disk = {"shmloader" + ("." + ".".join(p.parent.relative_to(PACKAGE).parts) if p.parent != PACKAGE else "")
                for p in PACKAGE.rglob("__init__.py")}
     assert listed == on_disk
+
+
+# The house's proportions (STYLE.md, "one concept per module"): a module past this many lines, or
+# a class past this many, holds more than one concept.
+_MODULE_LINES = 450
+_CLASS_LINES = 300
+
+
+def test_modules_and_classes_keep_the_house_proportions():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        lines = len(text.splitlines())
+        assert lines <= _MODULE_LINES, f"{path.relative_to(PACKAGE)}: {lines} lines"
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                size = node.end_lineno - node.lineno + 1
+                assert size <= _CLASS_LINES, f"{path.relative_to(PACKAGE)}: class {node.name}, {size} lines"
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (function-level and TYPE_CHECKING imports
+    too); a package's ``__init__`` is left out (it re-exports the public names)."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        if path.name == "__init__.py":
+            continue
+        package = name.rsplit(".", 1)[0]
+        edges = set()
+        for target in _imports(path, package):
+            while target not in paths and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in paths and paths[target].name != "__init__.py" and target != name:
+                edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle in ``graph`` (the modules along it, the first repeated), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                return path[path.index(n):] + [n]
+            if n not in state:
+                found = visit(n)
+                if found:
+                    return found
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = visit(m)
+            if found:
+                return found
+    return None
+
+
+def test_no_module_imports_itself_round_a_circle():
+    """Every import of the package (at a function's start or for type checking included) goes
+    one way: the seek evidence imports probe and decoders, the adapters reach the loader through
+    a protocol, a video source makes its reader without the reader knowing the source."""
+    circle = _circle(_graph())
+    assert circle is None, " -> ".join(circle)
+
+
+def test_the_circle_finder_finds_one():
+    assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _circle({"a": {"b"}, "b": set()}) is None
