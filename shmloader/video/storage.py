@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tarfile
 import threading
 import time
@@ -167,10 +168,10 @@ class Storage:
                 st = os.stat(local)
             except FileNotFoundError:
                 raise FileNotFoundError(f"no such file: {path!r}") from None
-            if not os.path.isfile(local):
+            if not stat.S_ISREG(st.st_mode):
                 raise FileNotFoundError(f"not a file: {path!r}")
             return Media(path, st.st_size, (st.st_size, st.st_mtime_ns))
-        _, stamp, size = self._stat(path)
+        _, stamp, size = self._remote_stat(path)
         m = split_member(path)
         if m is None:
             return Media(path, size, stamp, url=path)
@@ -188,6 +189,10 @@ class Storage:
         if not is_remote(path):
             st = os.stat(local_path(path))
             return 0.0, (st.st_size, st.st_mtime_ns), st.st_size
+        return self._remote_stat(path)
+
+    def _remote_stat(self, path: str) -> tuple[float, tuple[int, int], int]:
+        """(when, stamp, size) of a remote file or member, asked once per ``stat_ttl``."""
         now = time.monotonic()
         hit = self._stats.get(path)
         if hit is not None and now - hit[0] < self.stat_ttl:
