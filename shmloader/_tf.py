@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
 
-import tensorflow as tf
+try:
+    import tensorflow as tf
+except ImportError as e:  # pragma: no cover - exercised in a child interpreter by the tests
+    raise ImportError("loader.as_dataset() and shmloader.tfdata need TensorFlow: pip install 'shmloader[tf]' "
+                      "(tensorflow-cpu>=2.16), or TensorFlow's GPU build: pip install tensorflow") from e
 
 from ._batches import Batches
 

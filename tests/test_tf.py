@@ -217,3 +217,25 @@ def test_workers_stay_lean_and_run_local_transform(videos):
                 f"worker {pid}: {uss / 2**20:.0f} MiB private, {lean / 2**20:.0f} MiB without TensorFlow"
             assert not [m.path for m in proc.memory_maps() if "tensorflow" in m.path.lower()]
         del b, it
+
+
+@pytest.mark.parametrize("how", ["import shmloader.tfdata", "loader.as_dataset()"])
+def test_import_error_names_the_extra(how):
+    """Without TensorFlow, both ways in name the extra to install, as the other adapters do."""
+    script = textwrap.dedent("""
+        import json, sys
+        sys.modules["tensorflow"] = None  # as if TensorFlow were not installed
+        import numpy as np
+        import shmloader
+        src = shmloader.FunctionSource(lambda i, rng: {"x": np.zeros(1)}, {"x": ((1,), np.float64)}, 2)
+        try:
+            if sys.argv[1] == "import shmloader.tfdata":
+                import shmloader.tfdata
+            else:
+                with shmloader.Loader(src, batch_size=2, workers=1) as loader:
+                    loader.as_dataset()
+        except ImportError as e:
+            print(json.dumps(str(e)))
+    """)
+    message = run_child(script, how)
+    assert "pip install 'shmloader[tf]'" in message and "TensorFlow" in message, message
