@@ -89,6 +89,22 @@ def test_bad_file_raises_naming_path(kind, videos, tmp_path):
         assert "shorter than one clip" in str(info.value)
 
 
+# What a user reads for each kind of bad file: the cause in words, never FFmpeg's error number.
+REASONS = {"missing": "No such file or directory", "empty": "empty file (0 bytes)", "random": "not a video",
+           "truncated": "cut short: no index (moov box) found", "text": "not a video",
+           "audio_only": "no video stream", "directory": "not a file"}
+
+
+@pytest.mark.parametrize("kind", sorted(REASONS))
+def test_bad_file_error_says_the_cause_in_words(kind, videos, tmp_path):
+    clips, bad = clips_with_bad(kind, videos, tmp_path)
+    with shmloader.Loader(clips, batch_size=3, workers=1, timeout=20) as loader:
+        with pytest.raises(shmloader.SampleError) as info:
+            list(loader)
+    message = str(info.value)
+    assert REASONS[kind] in message and bad in message and "1094995529" not in message, message
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_bad_file_skipped_and_counted(kind, videos, tmp_path, caplog):
     clips, _ = clips_with_bad(kind, videos, tmp_path)
