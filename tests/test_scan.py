@@ -121,6 +121,29 @@ def test_from_csv_loads_the_manifest(dataset, tmp_path):
         np.testing.assert_array_equal(got_numbers, numbers[s["frames"]])
 
 
+def test_from_csv_leaves_out_the_rows_a_scan_found_unreadable(dataset, tmp_path):
+    """A scan's manifest loads as it is: its unreadable rows are left out with one warning that
+    names the manifest, counts them and names the first, instead of a SampleError mid-epoch."""
+    out = tmp_path / "manifest.csv"
+    scan([dataset], out)
+    rows = rows_of(out)
+    notes = next(r for r in rows if r["problem"].startswith("unreadable"))
+    with pytest.warns(UserWarning) as caught:
+        clips = shmloader.VideoClips.from_csv(out, clip_len=4, size=(48, 64))
+    (w,) = caught
+    message = str(w.message)
+    assert str(out) in message and "1 of 8 rows" in message and notes["path"] in message, message
+    assert "scan again" in message, message
+    assert len(clips) == 7
+    with shmloader.Loader(clips, batch_size=4, workers=1, timeout=60) as loader:
+        seen = sorted(int(i) for b in loader for i in b["index"])
+    assert seen == list(range(7))
+    # A manifest of unreadable rows only is refused, with the same words.
+    write_rows(out, notes)
+    with pytest.raises(ValueError, match="no readable video: 1 of 1 rows .* unreadable"):
+        shmloader.VideoClips.from_csv(out, clip_len=4, size=(48, 64))
+
+
 def plain_manifest(dataset, tmp_path):
     """A copy of plain.mp4 (60 frames, 96x128, 25 fps) and its one-row manifest."""
     src = next(dataset.glob("*/plain.mp4"))

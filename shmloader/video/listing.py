@@ -4,6 +4,7 @@ time spans, a scan manifest's probe columns and tar members' places."""
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -40,6 +41,7 @@ def csv_listing(manifest: str | os.PathLike[str], path_column: str, label_column
     listed = list(iter_manifest(manifest, path_column, label_column))
     if not listed:
         raise ValueError(f"{manifest!r} lists no videos")
+    listed = _readable_rows(manifest, listed)
     labels: list[Any] | None = None if label_column is None else [label for _, label, _ in listed]
     rows = [row for _, _, row in listed]
     spans = None
@@ -48,6 +50,22 @@ def csv_listing(manifest: str | os.PathLike[str], path_column: str, label_column
                  for n, row in enumerate(rows, start=2)]
     return Listing([p for p, _, _ in listed], labels, spans, known_columns(rows),
                    _member_columns([(p, row) for p, _, row in listed]))
+
+
+def _readable_rows(manifest: str, listed: list[tuple[str, Any, dict[str, Any]]]
+                   ) -> list[tuple[str, Any, dict[str, Any]]]:
+    """``listed`` without the rows ``shmloader scan`` marked unreadable (a warning counts them)."""
+    bad = [item for item in listed if str(item[2].get("problem") or "").startswith("unreadable")]
+    if not bad:
+        return listed
+    first = f"the first: {bad[0][0]} ({bad[0][2]['problem']})"
+    counted = f"{len(bad)} of {len(listed)} rows of {manifest} are marked unreadable by shmloader scan"
+    if len(bad) == len(listed):
+        raise ValueError(f"no readable video: {counted}; {first}")
+    # stacklevel: the user's from_csv call (from_csv -> csv_listing -> here)
+    warnings.warn(f"{counted} and are left out, {first}; scan again once they are fixed to load them",
+                  UserWarning, stacklevel=4)
+    return [item for item in listed if not str(item[2].get("problem") or "").startswith("unreadable")]
 
 
 def shard_listing(urls: str | Sequence[str], video_key: str | Sequence[str], label_key: str | None,
