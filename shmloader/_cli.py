@@ -143,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--timeout", type=float, default=120.0, help="seconds one file may take")
     s.add_argument("--overwrite", action="store_true", help="start again instead of resuming --out")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--fail-on", metavar="KINDS",
+                   help="exit 1 when a row has one of these problems (comma-separated): any, unreadable, damaged, "
+                        "truncated, 'size change', 'edit list', 'timestamp gap', ... (see the guide's scan page); "
+                        "without it a scan exits 0 whatever it finds")
     s.add_argument("--storage-options", metavar="JSON",
                    help='for URLs: fsspec options as JSON, e.g. \'{"client_kwargs": {"endpoint_url": "..."}}\'')
     s.set_defaults(fn=lambda a: __import__("shmloader.video.scan", fromlist=["main"]).main(a))

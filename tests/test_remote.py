@@ -453,5 +453,5 @@ def test_scan_lists_a_bucket_prefix_with_class_folders(folder, tmp_path):
         assert [(r["path"], int(r["label"])) for r in rows] == [
             ("s3://data/videos/loose.mp4", -1), ("s3://data/videos/cats/a.mp4", 0), ("s3://data/videos/dogs/b.avi", 1)]
         assert all(row["problem"] == "" and int(row["frames"]) == 48 for row in rows)
-        assert "passed over 1 files without a video extension (.txt 1)" in r.stderr
+        assert "passed over 1 file without a video extension (.txt 1)" in r.stderr
         assert opts["secret"] not in out.read_text()

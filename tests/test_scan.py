@@ -89,9 +89,96 @@ def test_scan_lists_every_file_with_its_numbers_and_problem(dataset, tmp_path):
                                 f"(FFmpeg: Invalid data found when processing input): '{notes['path']}'"), notes["problem"]
     assert all(notes[c] == "" for c in COLUMNS if c not in ("path", "label", "problem", "bytes", "mtime_ns"))
     lines = r.stderr.splitlines()  # the problem kinds by count; equal counts in row order
-    assert lines[:3] == [f"8 files in {out}", "  decoder decord: 2", "  decoder pyav: 5"], r.stderr
-    assert sorted(lines[3:]) == ["  damaged at frame: 1", "  edit list drops frames: 1", "  size change at frame: 1",
-                                 "  timestamp gap at frame: 1", "  unreadable: 1"], r.stderr
+    assert lines[0] == f"8 files in {out}: 7 readable (2 by decord, 5 by pyav), 1 unreadable", r.stderr
+    kinds = sorted(line.split(":")[0] for line in lines[2:7])
+    assert kinds == ["  damaged at frame N", "  edit list drops N frames", "  size change at frame N",
+                     "  timestamp gap at frame N", "  unreadable"], r.stderr
+    assert f"  edit list drops N frames: 1 file, {rows['edit_list.mp4']['path']}: edit list drops 13 frames" in lines
+
+
+def cut_after_index(path, frames=64, keep=0.8):
+    """An MP4 with its index first ('faststart') cut after ``keep`` of its bytes: the index
+    still lists every frame, the file holds fewer (a download that stopped)."""
+    import av
+
+    from shmloader.video.samples import frame_image
+
+    full = f"{path}.full.mp4"
+    with av.open(full, "w", options={"movflags": "faststart"}) as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 128, 96, "yuv420p"
+        for i in range(frames):
+            for p in s.encode(av.VideoFrame.from_ndarray(frame_image(3, i, 96, 128), format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    data = open(full, "rb").read()
+    os.remove(full)
+    with open(path, "wb") as f:
+        f.write(data[: int(len(data) * keep)])
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def loose(tmp_path_factory):
+    """A folder without class sub-folders: two good videos, one cut short, one text file named
+    .mp4 and a readme (no video extension)."""
+    from shmloader.video.samples import make_videos
+
+    root = tmp_path_factory.mktemp("loose")
+    make_videos(root, count=2, frames=24, size=(48, 64), classes=1)
+    cut_after_index(root / "cut.mp4")
+    (root / "notes.mp4").write_text("not a video\n")
+    (root / "README.txt").write_text("about these videos\n")
+    return root
+
+
+def test_scan_summary_says_what_each_problem_is_and_where(loose, tmp_path):
+    """The summary as a user reads it: counts with their nouns, each problem kind with a first
+    file and its own words, unlabelled rows explained, what to do next; the manifest in LF lines."""
+    out = tmp_path / "m.csv"
+    r = scan([loose], out, workers=1)
+    rows = {os.path.basename(row["path"]): row for row in rows_of(out)}
+    truncated = rows["cut.mp4"]["problem"]
+    assert truncated.startswith("truncated at frame ") and " of 64" in truncated, truncated
+    lines = r.stderr.splitlines()
+    assert lines[0] == f"4 files in {out}: 3 readable (2 by decord, 1 by pyav), 1 unreadable", r.stderr
+    assert f"  truncated at frame N of N: 1 file, {loose / 'cut.mp4'}: {truncated}" in lines, r.stderr
+    assert any(line.startswith(f"  unreadable: 1 file, {loose / 'notes.mp4'}: not a video") for line in lines), \
+        r.stderr
+    assert "4 files have no label (-1): they are not in class sub-folders of a folder given" in r.stderr
+    assert "passed over 1 file without a video extension (.txt 1)" in r.stderr
+    assert "VideoClips.from_csv" in lines[-1] and "left out" in lines[-1], r.stderr
+    assert b"\r\n" not in out.read_bytes()
+
+
+@pytest.mark.parametrize("fail_on, code", [(None, 0), ("unreadable", 1), ("truncated", 1), ("damaged", 0),
+                                           ("any", 1), ("size change,unreadable", 1)])
+def test_scan_fail_on_sets_the_exit_code(loose, tmp_path, fail_on, code):
+    """``--fail-on KINDS`` makes a scan a check for CI: exit 1 when a row has one of the kinds,
+    and a last line saying so; without it a scan with problems exits 0."""
+    out = tmp_path / "m.csv"
+    extra = () if fail_on is None else ("--fail-on", fail_on)
+    r = subprocess.run([sys.executable, "-m", "shmloader", "scan", str(loose), "--out", str(out), "--workers", "1",
+                        "--quiet", *extra], capture_output=True, text=True, timeout=150)
+    assert r.returncode == code, r.stderr
+    if code:
+        assert r.stderr.splitlines()[-1].startswith("shmloader scan: exit 1:") and f"--fail-on {fail_on}" in r.stderr
+
+
+def test_scan_fail_on_refuses_an_unknown_kind(loose, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "shmloader", "scan", str(loose), "--out", str(tmp_path / "m.csv"),
+                        "--fail-on", "broken"], capture_output=True, text=True, timeout=150)
+    assert r.returncode == 2 and "--fail-on" in r.stderr and "unreadable" in r.stderr, r.stderr
+    assert not (tmp_path / "m.csv").exists()
+
+
+def test_scan_progress_bar_counts_towards_the_total(loose, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "shmloader", "scan", str(loose), "--out", str(tmp_path / "m.csv"),
+                        "--workers", "1"], capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, r.stderr
+    bar = r.stderr.replace("\r", "\n")
+    assert "scan: 100%" in bar and "4/4" in bar and " files/s" in bar, bar
 
 
 def test_from_csv_loads_the_manifest(dataset, tmp_path):
@@ -266,7 +353,7 @@ def test_scan_resumes_where_it_stopped(dataset, tmp_path):
     before = os.path.getmtime(part)
     time.sleep(0.01)
     r = scan([dataset], part)
-    assert f"{len(lines) - 1} files in" in r.stderr and "(3 from an earlier run)" in r.stderr
+    assert f"{len(lines) - 1} files in" in r.stderr and "; 3 rows from an earlier run" in r.stderr
     assert open(part).read() == "".join(kept + lines[4:])
     assert os.path.getmtime(part) > before
     # A manifest of other inputs is not silently extended.

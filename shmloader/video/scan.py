@@ -46,6 +46,7 @@ import csv
 import json
 import multiprocessing
 import os
+import re
 import sys
 from typing import Any, Iterable, Iterator
 
@@ -225,13 +226,18 @@ def _resume(out: str, inputs: Iterator[tuple], columns: tuple[str, ...]) -> int:
 
 def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: str = "keyframes",
          timeout: float = 120.0, overwrite: bool = False, progress: bool = True,
-         storage_options: dict | None = None) -> dict:
+         storage_options: dict | None = None, fail_on: Iterable[str] = ()) -> dict:
     """Probe every video the inputs name into the CSV manifest ``out``; returns a summary:
-    ``{"rows", "resumed", "decoders": {...}, "problems": {...}, "unreadable", "passed_over":
-    {extension: files}}`` (files in the folders given that have no video extension).
-    ``storage_options``: for URLs, as ``VideoClips``'."""
+    ``{"rows", "resumed", "decoders": {...}, "problems": {kind: rows}, "first": {kind: (path,
+    problem)}, "unreadable", "unlabelled", "failed", "passed_over": {extension: files}}``.
+    A problem's kind is its text with numbers as ``N`` and without the parenthesis
+    (``truncated at frame N of N``); ``first`` is the first row of each kind; ``unlabelled``
+    counts rows labelled -1; ``failed`` counts the rows of this run that have a problem of a kind
+    in ``fail_on`` (see :func:`fails`); ``passed_over`` counts the files in the folders given
+    that have no video extension. ``storage_options``: for URLs, as ``VideoClips``'."""
     if check not in CHECKS:
         raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
+    fail_on = check_fail_on(fail_on)
     workers = workers or len(os.sched_getaffinity(0))
     passed_over: collections.Counter = collections.Counter()
     storage = Storage(storage_options, block_size=_SCAN_BLOCK)
@@ -243,12 +249,14 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
         resumed = _resume(out, todo, columns)
     mode = "a" if resumed else "w"
     summary: dict[str, Any] = {"rows": resumed, "resumed": resumed, "decoders": collections.Counter(),
-               "problems": collections.Counter(), "unreadable": 0, "passed_over": passed_over}
+               "problems": collections.Counter(), "unreadable": 0, "passed_over": passed_over,
+               "first": {}, "unlabelled": 0, "failed": 0}
     from tqdm import tqdm
 
-    with open(out, mode, newline="") as f, tqdm(unit="file", desc="scan", disable=not progress,
-                                                initial=resumed) as bar:
-        writer = csv.DictWriter(f, columns)
+    total = _total(inputs) if progress else None
+    with open(out, mode, newline="") as f, tqdm(unit=" files", desc="scan", disable=not progress,
+                                                initial=resumed, total=total) as bar:
+        writer = csv.DictWriter(f, columns, lineterminator="\n")
         if not resumed:
             writer.writeheader()
         pending: collections.deque = collections.deque()
@@ -298,13 +306,24 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                 row.update(span)
                 writer.writerow(row)
                 f.flush()
-                _count(summary, row)
+                _count(summary, row, fail_on)
                 bar.update(1)
         finally:
             _kill(pool)
     for k in ("decoders", "problems", "passed_over"):
         summary[k] = dict(summary[k])
     return summary
+
+
+def _total(inputs: list[str]) -> int | None:
+    """The number of rows the inputs give, for the progress bar; None where counting would read
+    remote listings or shards a second time."""
+    if any(is_remote(os.fspath(i)) or _is_shards(os.fspath(i)) for i in inputs):
+        return None
+    try:
+        return sum(1 for _ in iter_inputs(inputs))
+    except (OSError, ValueError):
+        return None  # the scan itself reports it
 
 
 def _pool(workers: int) -> cf.ProcessPoolExecutor:
@@ -335,35 +354,92 @@ def _kill(pool: cf.ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _count(summary: dict, row: dict) -> None:
+# What --fail-on takes besides "any": the start of a problem's text (FAIL_KINDS lists the usual ones).
+FAIL_KINDS = ("unreadable", "damaged", "truncated", "size change", "edit list", "timestamp gap",
+              "variable frame rate", "container says", "decord seeks wrong", "timestamps in decode order",
+              "no usable timestamps")
+
+
+def check_fail_on(kinds: Iterable[str] | str) -> tuple[str, ...]:
+    """``kinds`` (a comma-separated string or names) checked against ``FAIL_KINDS`` and ``any``."""
+    if isinstance(kinds, str):
+        kinds = kinds.split(",")
+    kinds = tuple(k.strip() for k in kinds if k.strip())
+    unknown = [k for k in kinds if k != "any" and k not in FAIL_KINDS]
+    if unknown:
+        raise ValueError(f"--fail-on: unknown problem kind {unknown[0]!r}; the kinds are any, "
+                         + ", ".join(FAIL_KINDS))
+    return kinds
+
+
+def fails(problem: str, kinds: tuple[str, ...]) -> bool:
+    """Whether a row's ``problem`` has one of ``kinds`` (``any``: any problem at all)."""
+    parts = [p for p in problem.split("; ") if p]
+    return any(k == "any" or p.startswith(k) for k in kinds for p in parts)
+
+
+def problem_kind(problem: str) -> str:
+    """One problem's kind: its text without the parenthesis, numbers as N
+    (``truncated at frame 29 of 64`` -> ``truncated at frame N of N``)."""
+    if problem.startswith("unreadable"):
+        return "unreadable"
+    text = re.sub(r"\s*\([^)]*\)", "", problem).split(":")[0]
+    return re.sub(r"\b\d+(\.\d+)?\b", "N", " ".join(text.split()))
+
+
+def _count(summary: dict, row: dict, fail_on: tuple[str, ...] = ()) -> None:
     summary["rows"] += 1
     problem = row["problem"]
+    summary["unlabelled"] += str(row["label"]) == "-1"
+    summary["failed"] += fails(problem, fail_on)
     if problem.startswith("unreadable"):
         summary["unreadable"] += 1
         summary["problems"]["unreadable"] += 1
+        summary["first"].setdefault("unreadable", (row["path"], problem[len("unreadable: "):]))
         return
     summary["decoders"][row["decoder"]] += 1
     for p in filter(None, problem.split("; ")):
-        kind = " ".join(w for w in p.split(" (")[0].split() if not w.isdigit() and not w.endswith("s)"))
+        kind = problem_kind(p)
         summary["problems"][kind] += 1
+        summary["first"].setdefault(kind, (row["path"], p))
+
+
+def _files(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
 
 
 def main(args) -> int:
+    """``shmloader scan``: exit 0, or 1 when ``--fail-on`` kinds were found, 2 for bad input."""
     try:
+        fail_on = check_fail_on(args.fail_on or "")
         options = json.loads(args.storage_options) if args.storage_options else None
         summary = scan(args.paths, args.out, workers=args.workers, check=args.check, timeout=args.timeout,
-                       overwrite=args.overwrite, progress=not args.quiet, storage_options=options)
+                       overwrite=args.overwrite, progress=not args.quiet, storage_options=options,
+                       fail_on=fail_on)
     except (ValueError, ImportError, OSError) as e:
         print(f"shmloader scan: {e}", file=sys.stderr)
         return 2
-    print(f"{summary['rows']} files in {args.out}" + (f" ({summary['resumed']} from an earlier run)"
-                                                      if summary["resumed"] else ""), file=sys.stderr)
-    for name, n in sorted(summary["decoders"].items()):
-        print(f"  decoder {name}: {n}", file=sys.stderr)
-    for name, n in sorted(summary["problems"].items(), key=lambda kv: -kv[1]):
-        print(f"  {name}: {n}", file=sys.stderr)
+    say = lambda text: print(text, file=sys.stderr)  # noqa: E731
+    rows, bad = summary["rows"], summary["unreadable"]
+    decoders = ", ".join(f"{n} by {name}" for name, n in sorted(summary["decoders"].items()))
+    say(f"{_files(rows)} in {args.out}: {rows - bad} readable" + (f" ({decoders})" if decoders else "")
+        + f", {bad} unreadable" + (f"; {summary['resumed']} rows from an earlier run" if summary["resumed"] else ""))
+    if summary["problems"]:
+        say("problems (the manifest's problem column), with the first file of each:")
+    for kind, n in sorted(summary["problems"].items(), key=lambda kv: -kv[1]):
+        path, text = summary["first"].get(kind, ("", ""))
+        text = text.removesuffix(f": {path!r}")  # FFmpeg's errors end with the path, said just before
+        say(f"  {kind}: {_files(n)}" + (f", {path}: {text}" if path else ""))
+    if summary["unlabelled"]:
+        say(f"{_files(summary['unlabelled'])} have no label (-1): they are not in class sub-folders of a "
+            "folder given (nor labelled by an input manifest or a shard's .cls)")
     skipped = summary["passed_over"]
     if skipped:
         kinds = ", ".join(f"{ext} {n}" for ext, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
-        print(f"passed over {sum(skipped.values())} files without a video extension ({kinds})", file=sys.stderr)
+        say(f"passed over {_files(sum(skipped.values()))} without a video extension ({kinds})")
+    if summary["failed"]:
+        say(f"shmloader scan: exit 1: {_files(summary['failed'])} with a problem of --fail-on {args.fail_on}")
+        return 1
+    say(f"next: shmloader.VideoClips.from_csv({args.out!r}, ...) loads it"
+        + (" (unreadable rows are left out)" if bad else ""))
     return 0
