@@ -1,4 +1,6 @@
-"""Command line: ``shmloader demo``, ``shmloader scan PATH...`` and ``shmloader make-videos DIR``."""
+"""Command line: ``shmloader demo``, ``shmloader scan PATH...`` and ``shmloader make-videos DIR``.
+
+The help texts here are what a terminal shows: plain text, no reST."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 
 def _cache_dir() -> Path:
@@ -108,30 +111,68 @@ def demo_cmd(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+_DESCRIPTION = "shmloader: decode video clips in worker processes into a shared-memory ring, for tf.data, " \
+               "PyTorch, JAX and Keras."
+_EPILOG = "`shmloader COMMAND --help` for a command's options. The Python API and the guides: README.md " \
+          "and docs/ in the source, or the package's documentation."
+
+
+class _Formatter(argparse.HelpFormatter):
+    """The commands listed one a line, without argparse's ``COMMAND`` line above them."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30)
+
+    def _format_action(self, action: argparse.Action) -> str:
+        text = super()._format_action(action)
+        if isinstance(action, argparse._SubParsersAction):
+            text = text.split("\n", 1)[1]
+        return text
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """A missing command prints the list of commands, not argparse's ``required: cmd``."""
+        if "required: COMMAND" in message:
+            self.print_help(sys.stderr)
+            self.exit(2, "\nshmloader: say which command to run (demo, scan or make-videos)\n")
+        super().error(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="shmloader", description=__doc__)
+    parser = _Parser(prog="shmloader", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"shmloader {__version__}")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("demo", help="stream sample videos through as_dataset() for 1..N workers")
+    sub = parser.add_subparsers(dest="cmd", required=True, title="commands", metavar="COMMAND")
+    d = sub.add_parser("demo", help="stream sample videos through loader.as_dataset() with 1..N workers; "
+                                    "print clips/s and CPU", description="Write sample videos (once) and stream "
+                       "them through loader.as_dataset() with 1, 2, ... workers; print clips/s, CPU and the "
+                       "time to the first batch. Needs TensorFlow: pip install 'shmloader[tf,samples]'.")
     d.add_argument("--videos", help="folder for the sample videos (default: the user cache)")
-    d.add_argument("--count", type=int, default=12, help="sample videos to make")
+    d.add_argument("--count", type=int, default=12, help="sample videos to make (default 12)")
     d.add_argument("--workers", type=int, nargs="*", help="worker counts (default 1..cores)")
-    d.add_argument("--batches", type=int, default=16, help="batches measured per worker count")
-    d.add_argument("--batch-size", type=int, default=8)
-    d.add_argument("--clip-len", type=int, default=16)
+    d.add_argument("--batches", type=int, default=16, help="batches measured per worker count (default 16)")
+    d.add_argument("--batch-size", type=int, default=8, help="clips per batch (default 8)")
+    d.add_argument("--clip-len", type=int, default=16, help="frames per clip, every 2nd frame (default 16)")
     d.add_argument("--size", type=_size, default=(112, 112), help="HxW (default 112x112)")
     d.set_defaults(fn=demo_cmd)
-    m = sub.add_parser("make-videos", help="write synthetic videos whose frames encode video id and frame number")
-    m.add_argument("dir")
-    m.add_argument("--count", type=int, default=8)
-    m.add_argument("--frames", type=int, default=48)
+    m = sub.add_parser("make-videos", help="write synthetic videos whose frames say which video and frame they "
+                                           "are", description="Write synthetic videos whose frames encode the "
+                       "video's id and the frame's number (shmloader.samples.read_codes reads them back); print "
+                       "their paths.")
+    m.add_argument("dir", help="folder to write them in")
+    m.add_argument("--count", type=int, default=8, help="videos to write (default 8)")
+    m.add_argument("--frames", type=int, default=48, help="frames per video (default 48)")
     m.add_argument("--size", type=_size, default=(96, 128), help="HxW (default 96x128)")
-    m.add_argument("--codec", default="libx264", choices=["libx264", "mpeg4"])
-    m.add_argument("--classes", type=int, default=2)
+    m.add_argument("--codec", default="libx264", choices=["libx264", "mpeg4"], help="encoder (default libx264)")
+    m.add_argument("--classes", type=int, default=2, help="classes in shmloader.samples.make_videos' labels: video i has label i %% N (default 2)")
     m.set_defaults(fn=make_videos_cmd)
-    s = sub.add_parser("scan", help="probe videos into a manifest: frames, size, decoder, problems")
+    s = sub.add_parser("scan", help="probe videos into a manifest: frames, size, decoder, problems",
+                       description="Probe every video once, in worker processes, into a CSV manifest (frames, "
+                       "size, fps, decoder, problem) that VideoClips.from_csv loads without probing again. "
+                       "Exit status: 0 when the manifest is written; 1 when --fail-on kinds were found; 2 for "
+                       "bad arguments or inputs.")
     s.add_argument("paths", nargs="+", help="folders (class sub-folders give labels), manifests (.csv/.json), "
                                           "lists (.txt, one path per line) or video files; URLs of files, "
                                           "prefixes (s3://bucket/videos/) and tar shards (shard-{000..009}.tar)")
@@ -150,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--storage-options", metavar="JSON",
                    help='for URLs: fsspec options as JSON, e.g. \'{"client_kwargs": {"endpoint_url": "..."}}\'')
     s.set_defaults(fn=lambda a: __import__("shmloader.video.scan", fromlist=["main"]).main(a))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return args.fn(args)
 
 

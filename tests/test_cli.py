@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +55,31 @@ def test_demo_prints_its_own_output_only(tmp_path):
     noise = [line for line in out.stderr.replace("\r", "\n").splitlines()
              if line and not line.startswith("streaming")]  # tqdm's progress bar is the demo's own
     assert noise == [], noise
+
+
+def test_no_command_names_the_commands():
+    out = cli()
+    assert out.returncode == 2
+    for command in ("demo", "scan", "make-videos"):
+        assert re.search(rf"^ +{command}\b", out.stderr, re.M), out.stderr
+    assert "shmloader COMMAND --help" in out.stderr and "required: cmd" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["demo", "--help"], ["scan", "--help"], ["make-videos", "--help"]])
+def test_help_is_plain_text(args):
+    """No reST markup (``code``) in what a terminal shows; every option says what it does."""
+    out = cli(*args)
+    assert out.returncode == 0, out.stderr
+    assert "``" not in out.stdout and ":class:" not in out.stdout, out.stdout
+
+
+def test_every_option_says_what_it_does():
+    import argparse
+
+    from shmloader._cli import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, sub in commands.choices.items():
+        bare = [a.dest for a in sub._actions if not a.help]
+        assert not bare, (name, bare)

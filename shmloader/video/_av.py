@@ -37,7 +37,7 @@ _MP4_BOXES = {b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"pnot", b"u
 _MAX_BOXES = 256
 
 
-class UnreadableVideoError(av.error.InvalidDataError):  # type: ignore[misc]  # PyAV's errors are untyped
+class UnreadableVideoError(av.error.InvalidDataError):
     """FFmpeg's InvalidDataError for a file it cannot open, with the cause in words (no error number)."""
 
     def __str__(self) -> str:
@@ -53,7 +53,7 @@ def open_input(source: Any) -> Any:
         return av.open(source, **_OPEN_OPTIONS)
     except av.error.InvalidDataError as e:
         why = _why_unreadable(source)
-        raise UnreadableVideoError(e.errno, f"{why} (FFmpeg: {e.strerror})", e.filename) from e
+        raise UnreadableVideoError(e.errno or 0, f"{why} (FFmpeg: {e.strerror})", e.filename) from e
 
 
 def _why_unreadable(source: Any) -> str:
@@ -78,7 +78,8 @@ def _why_unreadable_file(f: Any) -> str:
     end = f.seek(0, os.SEEK_END)
     if end == 0:
         return "empty file (0 bytes)"
-    at, kinds, past_end = 0, [], False
+    at, past_end = 0, False
+    kinds: list[bytes] = []
     while at < end and len(kinds) < _MAX_BOXES:
         f.seek(at)
         head = f.read(16)
