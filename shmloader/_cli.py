@@ -51,12 +51,16 @@ def measure(paths, labels, workers: int, batches: int, batch_size: int, clip_len
 
     clips = VideoClips(paths, labels, clip_len=clip_len, frame_step=2, size=size)
     me = psutil.Process()
+    if progress is not None:
+        progress.set_postfix_str(f"workers={workers}, starting")
+    t_start = time.perf_counter()
     with Loader(clips, batch_size=batch_size, workers=workers, shuffle=True, epochs=None) as loader:
         kids = [psutil.Process(pid) for pid in loader.worker_pids()]
         it = iter(loader.as_dataset())
-        t_first = time.perf_counter()
         next(it)  # warm-up: worker start and the first batch are not throughput
-        first = time.perf_counter() - t_first
+        first = time.perf_counter() - t_start  # from Loader(), the workers' start included: what a script waits
+        if progress is not None:
+            progress.set_postfix_str(f"workers={workers}")
         main0, kids0, t0 = _cpu_seconds([me]), _cpu_seconds(kids), time.perf_counter()
         nbytes = 0
         for _ in range(batches):
@@ -94,20 +98,33 @@ def demo_cmd(args) -> int:
     folder = Path(args.videos) if args.videos else _cache_dir()
     print(f"sample videos: {folder}")
     paths, labels = make_videos(folder, count=args.count, frames=64, size=(240, 320))
-    workers = args.workers or list(range(1, len(os.sched_getaffinity(0)) + 1))
+    cores = len(os.sched_getaffinity(0))
+    workers = args.workers or list(range(1, cores + 1))
+    t = time.perf_counter()
+    import tensorflow  # noqa: F401  # once per process, before the clock of the first loader starts
+
+    print(f"TensorFlow imported in {time.perf_counter() - t:.1f} s", flush=True)
     rows = []
     with tqdm(total=len(workers) * args.batches, unit="batch", desc="streaming") as bar:
         for w in workers:
-            bar.set_postfix(workers=w)
             rows.append(measure(paths, labels, w, args.batches, args.batch_size, args.clip_len, args.size, bar))
     h, w_ = args.size
-    print(f"\n{args.clip_len}x{h}x{w_} clips, batch {args.batch_size}, through loader.as_dataset():\n")
+    print(f"\n{args.clip_len}x{h}x{w_} clips, batch {args.batch_size}, through loader.as_dataset(); first batch: "
+          "seconds from Loader() to the first batch, the workers' start included:\n")
     print(f"{'workers':>7} {'clips/s':>8} {'frames/s':>9} {'CPU% main':>9} {'CPU% workers':>12} {'first batch s':>13}")
     for r in rows:
         print(f"{r['workers']:>7} {r['clips_s']:>8.1f} {r['frames_s']:>9.0f} {r['main_cpu_pct']:>9.0f} "
               f"{r['worker_cpu_pct']:>12.0f} {r['first_batch_s']:>13.2f}")
     if len(rows) > 1:
-        print(f"\n{rows[-1]['workers']} workers / 1 worker: {rows[-1]['clips_s'] / rows[0]['clips_s']:.2f}x")
+        load = os.getloadavg()[0]
+        a, b = rows[-1]["workers"], rows[0]["workers"]
+        print(f"\n{a} worker{'s' * (a != 1)} / {b} worker{'s' * (b != 1)}: "
+              f"{rows[-1]['clips_s'] / rows[0]['clips_s']:.2f}x from one run of {args.batches} batches each; "
+              f"load average {load:.1f} on {cores} cores: what else runs on them moves this ratio between runs "
+              f"(--batches 64 measures longer)")
+    print("next: your own videos: shmloader scan VIDEOS/ --out manifest.csv, then "
+          "shmloader.VideoClips.from_csv('manifest.csv', ...); loader.stats_line() says whether training waits "
+          "for input and how many workers to use (README.md, docs/getting-started.md)")
     return 0
 
 

@@ -83,3 +83,19 @@ def test_every_option_says_what_it_does():
     for name, sub in commands.choices.items():
         bare = [a.dest for a in sub._actions if not a.help]
         assert not bare, (name, bare)
+
+
+def test_demo_accounts_for_its_time_and_says_what_next(tmp_path):
+    """Where the seconds before the first batch go (TensorFlow's import; the workers' start, inside
+    the first batch's time), the ratio with the machine's load beside it, and what to try next."""
+    out = cli("demo", "--videos", str(tmp_path), "--count", "2", "--workers", "1", "1", "--batches", "2",
+              "--size", "32x40")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(re.fullmatch(r"TensorFlow imported in \d+\.\d s", line) for line in lines), out.stdout
+    assert "first batch: seconds from Loader() to the first batch, the workers' start included" in out.stdout
+    header = next(line for line in lines if "clips/s" in line)
+    assert header.endswith("first batch s"), header
+    ratio = next(line for line in lines if " / 1 worker" in line)
+    assert "load average" in ratio and "between runs" in ratio, ratio
+    assert lines[-1].startswith("next: ") and "shmloader scan" in lines[-1], lines[-1]
