@@ -115,3 +115,19 @@ def test_the_readme_is_a_landing_page():
     assert len(text.splitlines()) <= 200
     for phrase in ("make demo", "make test", "docs/"):
         assert phrase in text
+
+
+def test_the_package_page_says_where_it_runs():
+    """PyPI's sidebar: Linux only (memfd_create, O_TMPFILE, /proc), the Pythons the lanes test
+    (3.10 oldest, 3.11 the lab, 3.12 and 3.13 newest), typed, and words to be found by."""
+    from ._pyproject import pyproject
+
+    project = pyproject()["project"]
+    classifiers = project.get("classifiers", [])
+    assert "Operating System :: POSIX :: Linux" in classifiers
+    assert not [c for c in classifiers if c.startswith("Operating System") and "Linux" not in c]
+    pythons = sorted(c.rsplit(" ", 1)[1] for c in classifiers if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c))
+    assert pythons == ["3.10", "3.11", "3.12", "3.13"], pythons
+    assert project["requires-python"] == ">=3.10"
+    assert "Typing :: Typed" in classifiers and not [c for c in classifiers if c.startswith("License ::")]
+    assert {"video", "data-loader", "tf.data", "pytorch", "jax", "shared-memory"} <= set(project.get("keywords", []))
