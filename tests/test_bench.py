@@ -248,3 +248,21 @@ def test_harness_repeats_runs_spoilt_by_other_load_and_keeps_the_quietest():
     assert harness.quietly(lambda: next(errors), args)["attempts"] == 1  # an error is not retried
     best = harness.quietly(runs([50.0, 40.0]), argparse.Namespace(retries=0, max_other_load=10.0))
     assert (best["other_cpu_pct"], best["attempts"]) == (50.0, 1)  # --retries 0: one run
+
+
+def test_results_cite_names_that_exist():
+    """A result names the code that made its videos and ran its rows (``shmloader.samples.make_videos``):
+    every ``shmloader.*`` name a committed result cites can be imported."""
+    import importlib
+
+    cited = set()
+    for f in os.listdir(RESULTS):
+        if f.endswith((".md", ".json")):
+            cited |= set(re.findall(r"\bshmloader(?:\.\w+)+", open(os.path.join(RESULTS, f)).read()))
+    assert cited
+    for name in sorted(cited):
+        module, _, attr = name.rpartition(".")
+        try:
+            assert hasattr(importlib.import_module(module), attr), name
+        except ImportError:
+            importlib.import_module(name)
