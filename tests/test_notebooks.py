@@ -183,6 +183,18 @@ def test_every_notebook_is_tested():
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(FIGURES)
 
 
+def test_every_cell_has_an_id():
+    """nbformat 4.5 cells carry an ``id``; a missing one is a warning today and "will become an
+    error" (nbformat's words). The committed files, as JSON, before nbformat fills anything in."""
+    import json
+
+    for name in FIGURES:
+        cells = json.loads((NOTEBOOKS / name).read_text())["cells"]
+        ids = [c.get("id") for c in cells]
+        missing = [i for i, x in enumerate(ids) if x is None]
+        assert not missing and len(set(ids)) == len(ids), f"{name}: cells {missing} have no id"
+
+
 def test_committed_notebooks_have_no_outputs():
     for name in FIGURES:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
