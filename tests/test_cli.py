@@ -99,3 +99,20 @@ def test_demo_accounts_for_its_time_and_says_what_next(tmp_path):
     ratio = next(line for line in lines if " / 1 worker" in line)
     assert "load average" in ratio and "between runs" in ratio, ratio
     assert lines[-1].startswith("next: ") and "shmloader scan" in lines[-1], lines[-1]
+
+
+def test_make_clean_removes_what_the_tools_leave():
+    """``make clean`` (dry run) removes the caches and build output that make test, mypy and an
+    editable install leave in the clone, and nothing that is committed."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(["make", "-n", "clean"], cwd=root, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    removed = set(out.stdout.split())
+    for left in (".venv", ".pytest_cache", ".mypy_cache", "shmloader.egg-info", "build", "dist", "site"):
+        assert left in removed, (left, out.stdout)
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True).stdout.split()
+    assert not [p for p in tracked if p.split("/")[0] in removed], out.stdout
