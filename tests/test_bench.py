@@ -266,3 +266,36 @@ def test_results_cite_names_that_exist():
             assert hasattr(importlib.import_module(module), attr), name
         except ImportError:
             importlib.import_module(name)
+
+
+def test_throughput_figure_is_a_bar_per_table_row_with_whole_titles():
+    """The README's figure: one bar per (loader, W) row of the report's table in each workload's
+    panel, named as the README's table names them, no title cut short or outside the figure."""
+    import json
+
+    import cpu_vs_workers
+    import report
+
+    plt = report.pyplot()
+    with open(os.path.join(RESULTS, "cpu2-textured.json")) as f:
+        doc = json.load(f)
+    wls = [w for w in doc["workloads"] if w in doc["summary"]]
+    fig = cpu_vs_workers._throughput_bars(plt, doc, wls)
+    try:
+        with open(os.path.join(RESULTS, "cpu2-textured.md")) as f:
+            table = [line.split("|")[1:3] for line in f if line.startswith("| ") and line.split("|")[2].strip()
+                     in ("1", "2", "auto")]
+        rows = list(dict.fromkeys((loader.strip().rstrip("†"), w.strip()) for loader, w in table))
+        ticks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+        names = {**cpu_vs_workers.NAMES, "physical limit": cpu_vs_workers.NAMES["limit"]}
+        assert ticks == [f"{names.get(loader, loader)}, W = {w}" for loader, w in rows][::-1] or \
+            ticks == [f"{names.get(loader, loader)}, W = {w}" for loader, w in rows], ticks
+        for ax in fig.axes:
+            assert len(ax.patches) == len(rows) and "…" not in ax.get_title()
+        renderer = fig.canvas.get_renderer()
+        box = fig.bbox
+        for text in [fig._suptitle] + [ax.title for ax in fig.axes]:
+            extent = text.get_window_extent(renderer)
+            assert box.x0 <= extent.x0 and extent.x1 <= box.x1 and extent.y1 <= box.y1, text.get_text()
+    finally:
+        plt.close(fig)
