@@ -299,3 +299,29 @@ def test_throughput_figure_is_a_bar_per_table_row_with_whole_titles():
             assert box.x0 <= extent.x0 and extent.x1 <= box.x1 and extent.y1 <= box.y1, text.get_text()
     finally:
         plt.close(fig)
+
+
+def test_recipes_figure_legend_covers_no_panel(monkeypatch, tmp_path):
+    """The legend of recipes-cpu2.png sat on a bar's label; it goes below the panels and lists
+    only the groups drawn."""
+    import json
+
+    import recipes
+    import report
+
+    figures = []
+    monkeypatch.setattr(report, "savefig", lambda fig, folder, filename: figures.append(fig) or filename)
+    with open(os.path.join(RESULTS, "recipes-cpu2.json")) as f:
+        doc = json.load(f)
+    recipes.plot(doc, str(tmp_path), "recipes")
+    (fig,) = figures
+    try:
+        renderer = fig.canvas.get_renderer()
+        (legend,) = fig.legends
+        box = legend.get_window_extent(renderer)
+        for ax in fig.axes:
+            assert not box.overlaps(ax.get_tightbbox(renderer)), ax.get_title()
+        drawn = {r["group"] for r in doc["rows"]} - {"evaluation"}
+        assert {t.get_text() for t in legend.get_texts()} == drawn
+    finally:
+        report.pyplot().close(fig)
