@@ -131,3 +131,21 @@ def test_the_package_page_says_where_it_runs():
     assert project["requires-python"] == ">=3.10"
     assert "Typing :: Typed" in classifiers and not [c for c in classifiers if c.startswith("License ::")]
     assert {"video", "data-loader", "tf.data", "pytorch", "jax", "shared-memory"} <= set(project.get("keywords", []))
+
+
+def test_the_sampling_figure_is_drawn_from_the_sampling_functions(tmp_path):
+    """docs/assets/sampling.png comes from docs/assets/sampling_figure.py, which asks
+    shmloader.sampling for the frames: the script runs, every recipe row gives frames inside the
+    video, and the page shows the committed figure."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sampling_figure", os.path.join(ROOT, "docs", "assets",
+                                                                                  "sampling_figure.py"))
+    figure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figure)
+    for row in figure.rows():
+        for frames in row["clips"]:
+            assert len(frames) and 0 <= min(frames) and max(frames) < figure.FRAMES, row["label"]
+    assert os.path.getsize(figure.draw(str(tmp_path / "sampling.png"))) > 10_000
+    assert os.path.isfile(os.path.join(ROOT, "docs", "assets", "sampling.png"))
+    assert "](../assets/sampling.png)" in open(os.path.join(ROOT, "docs", "guide", "sampling.md")).read()
