@@ -147,6 +147,9 @@ def test_scan_summary_says_what_each_problem_is_and_where(loose, tmp_path):
     assert any(line.startswith(f"  unreadable: 1 file, {loose / 'notes.mp4'}: not a video") for line in lines), \
         r.stderr
     assert "4 files have no label (-1): they are not in class sub-folders of a folder given" in r.stderr
+    one = tmp_path / "one.csv"
+    r1 = scan([loose / "cut.mp4"], one, workers=1)
+    assert "1 file has no label (-1)" in r1.stderr and "1 file in" in r1.stderr, r1.stderr
     assert "passed over 1 file without a video extension (.txt 1)" in r.stderr
     assert "VideoClips.from_csv" in lines[-1] and "left out" in lines[-1], r.stderr
     assert b"\r\n" not in out.read_bytes()
@@ -170,6 +173,16 @@ def test_scan_fail_on_refuses_an_unknown_kind(loose, tmp_path):
     r = subprocess.run([sys.executable, "-m", "shmloader", "scan", str(loose), "--out", str(tmp_path / "m.csv"),
                         "--fail-on", "broken"], capture_output=True, text=True, timeout=150)
     assert r.returncode == 2 and "--fail-on" in r.stderr and "unreadable" in r.stderr, r.stderr
+    assert not (tmp_path / "m.csv").exists()
+
+
+def test_scan_refuses_an_input_that_does_not_exist(loose, tmp_path):
+    """A mistyped folder on the command line is an error (exit 2, naming it, no manifest), not a
+    manifest of one unreadable row."""
+    missing = tmp_path / "vidoes"
+    r = subprocess.run([sys.executable, "-m", "shmloader", "scan", str(loose), str(missing), "--out",
+                        str(tmp_path / "m.csv")], capture_output=True, text=True, timeout=150)
+    assert r.returncode == 2 and f"no such file or folder: {str(missing)!r}" in r.stderr, r.stderr
     assert not (tmp_path / "m.csv").exists()
 
 

@@ -242,6 +242,9 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     passed_over: collections.Counter = collections.Counter()
     storage = Storage(storage_options, block_size=_SCAN_BLOCK)
     inputs = list(inputs)
+    for item in map(os.fspath, inputs):  # a mistyped path is an error, not a row
+        if not (is_remote(item) or _is_shards(item) or os.path.exists(item)):
+            raise FileNotFoundError(f"no such file or folder: {item!r}")
     columns = _columns(inputs)
     todo = iter_inputs(inputs, passed_over=passed_over, storage=storage)
     resumed = 0
@@ -431,8 +434,9 @@ def main(args) -> int:
         text = text.removesuffix(f": {path!r}")  # FFmpeg's errors end with the path, said just before
         say(f"  {kind}: {_files(n)}" + (f", {path}: {text}" if path else ""))
     if summary["unlabelled"]:
-        say(f"{_files(summary['unlabelled'])} have no label (-1): they are not in class sub-folders of a "
-            "folder given (nor labelled by an input manifest or a shard's .cls)")
+        n = summary["unlabelled"]
+        say(f"{_files(n)} {'has' if n == 1 else 'have'} no label (-1): {'it is' if n == 1 else 'they are'} not in "
+            "class sub-folders of a folder given (nor labelled by an input manifest or a shard's .cls)")
     skipped = summary["passed_over"]
     if skipped:
         kinds = ", ".join(f"{ext} {n}" for ext, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
