@@ -149,3 +149,22 @@ def test_the_sampling_figure_is_drawn_from_the_sampling_functions(tmp_path):
     assert os.path.getsize(figure.draw(str(tmp_path / "sampling.png"))) > 10_000
     assert os.path.isfile(os.path.join(ROOT, "docs", "assets", "sampling.png"))
     assert "](../assets/sampling.png)" in open(os.path.join(ROOT, "docs", "guide", "sampling.md")).read()
+
+
+# Characters of a code line the site shows without scrolling at 1280 px (both sidebars shown:
+# about 88 fit in the column, seen in headless Chromium); a little margin below that.
+CODE_COLUMNS = 84
+
+
+@pytest.mark.parametrize("page", ["index.md", "getting-started.md"])
+def test_first_pages_code_fits_a_1280_px_window(page):
+    """A newcomer reads these two pages first: no code line, comments included, runs off the
+    column (the long comments of the two commands did)."""
+    long = []
+    inside = False
+    for n, line in enumerate(open(os.path.join(ROOT, "docs", page)), start=1):
+        if line.lstrip().startswith("```"):
+            inside = not inside
+        elif inside and len(line.rstrip("\n")) > CODE_COLUMNS:
+            long.append((n, line.rstrip()))
+    assert not long, long
