@@ -53,7 +53,7 @@ def draw(path: str = OUT) -> str:
     import matplotlib.pyplot as plt
 
     recipes = rows()
-    fig, ax = plt.subplots(figsize=(10, 0.62 * len(recipes) + 1.3))
+    fig, ax = plt.subplots(figsize=(8.4, 0.62 * len(recipes) + 1.5))
     for y, row in enumerate(recipes[::-1]):
         ax.broken_barh([(0, FRAMES / FPS)], (y - 0.3, 0.6), color="0.93")  # the video
         if "span" in row:
@@ -68,13 +68,13 @@ def draw(path: str = OUT) -> str:
     ax.set_yticks(range(len(recipes)), [r["label"] for r in recipes[::-1]], fontsize=8.5)
     ax.set_xlim(-0.05, FRAMES / FPS + 0.05)
     ax.set_ylim(-0.7, len(recipes) - 0.3)
-    ax.set_xlabel(f"video time, s (a {FRAMES}-frame video at {FPS} fps; each tick is one frame delivered, "
-                  "one colour per clip)")
+    ax.set_xlabel(f"video time, s (a {FRAMES}-frame video at {FPS} fps)\n"
+                  "each tick is one frame delivered, one colour per clip")
     ax.set_xticks(np.arange(0, FRAMES / FPS, 0.5))
     ax.grid(axis="x", alpha=0.3)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
-    ax.set_title("Where the frames of a sample come from (gold: a time span; dashed: segment borders)", fontsize=10)
+    ax.set_title("Where the frames of a sample come from\n(gold: a time span; dashed: segment borders)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
