@@ -242,9 +242,9 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     passed_over: collections.Counter = collections.Counter()
     storage = Storage(storage_options, block_size=_SCAN_BLOCK)
     inputs = list(inputs)
-    for item in map(os.fspath, inputs):  # a mistyped path is an error, not a row
-        if not (is_remote(item) or _is_shards(item) or os.path.exists(item)):
-            raise FileNotFoundError(f"no such file or folder: {item!r}")
+    for given in map(os.fspath, inputs):  # a mistyped path is an error, not a row
+        if not (is_remote(given) or _is_shards(given) or os.path.exists(given)):
+            raise FileNotFoundError(f"no such file or folder: {given!r}")
     columns = _columns(inputs)
     todo = iter_inputs(inputs, passed_over=passed_over, storage=storage)
     resumed = 0
