@@ -209,8 +209,7 @@ class VideoClips(SharedColumns):
         frame rate and decoder: workers use them instead of probing the file again, as long as
         its size and modification time are those the row was made from (else it is probed). A
         file PyAV reads is still probed, for the timestamps it seeks by (``stats()["probes"]``).
-        Rows the scan found ``unreadable`` are left out, with a warning that counts them (scan
-        again once the files are fixed)."""
+        Rows the scan found ``unreadable`` are left out, with a warning that counts them."""
         listed = csv_listing(manifest, path_column, label_column, start_column, end_column)
         if "spans" not in kwargs and listed.spans is not None:
             kwargs["spans"] = listed.spans
