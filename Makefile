@@ -84,4 +84,4 @@ notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .mypy_cache shmloader.egg-info build dist site
+	rm -rf $(VENV) .venv-newest-* .venv-oldest-* .cache .pytest_cache .mypy_cache shmloader.egg-info build dist site

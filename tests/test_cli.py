@@ -112,7 +112,7 @@ def test_make_clean_removes_what_the_tools_leave():
     out = subprocess.run(["make", "-n", "clean"], cwd=root, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     removed = set(out.stdout.split())
-    for left in (".venv", ".pytest_cache", ".mypy_cache", "shmloader.egg-info", "build", "dist", "site"):
+    for left in (".venv", ".venv-newest-*", ".venv-oldest-*", ".pytest_cache", ".mypy_cache", "shmloader.egg-info", "build", "dist", "site"):
         assert left in removed, (left, out.stdout)
     tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True).stdout.split()
     assert not [p for p in tracked if p.split("/")[0] in removed], out.stdout
