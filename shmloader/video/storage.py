@@ -30,6 +30,7 @@ checks it once per ``stat_ttl`` seconds, not once per clip (a HEAD request each)
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -167,7 +168,7 @@ class Storage:
             try:
                 st = os.stat(local)
             except FileNotFoundError:
-                raise FileNotFoundError(f"no such file: {path!r}") from None
+                raise FileNotFoundError(errno.ENOENT, "No such file or directory", path) from None
             if not stat.S_ISREG(st.st_mode):
                 raise FileNotFoundError(f"not a file: {path!r}")
             return Media(path, st.st_size, (st.st_size, st.st_mtime_ns))
