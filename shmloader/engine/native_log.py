@@ -26,7 +26,7 @@ import select
 import threading
 from collections import deque
 
-__all__ = ["capture", "take", "with_native_lines", "is_native", "damage_seen"]
+__all__ = ["capture", "capturing", "take", "with_native_lines", "is_native", "damage_seen"]
 
 # "[mov,mp4,m4a,3gp,3g2,mj2 @ 0x55c88e413dc0] moov atom not found" (FFmpeg's av_log) and
 # "[08:22:23] /project/src/video/video_reader.cc:86: ERROR opening: ..." (decord's C++ logger).
@@ -135,6 +135,11 @@ def capture() -> None:
     if _capture is None and os.environ.get("SHMLOADER_NATIVE_LOG") != "stderr":
         _capture = _Capture()
         atexit.register(_capture.flush)
+
+
+def capturing() -> bool:
+    """Whether :func:`capture` holds this process's native log lines (in a loader's worker)."""
+    return _capture is not None
 
 
 def take() -> list[str]:

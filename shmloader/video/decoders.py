@@ -44,11 +44,13 @@ class Decord:
     name = "decord"
 
     def __init__(self, threads: int) -> None:
+        from ..engine.native_log import capturing
         from ._av import ffmpeg_logs_to_stderr
         from ._decord import import_decord
 
         decord = import_decord()  # first: decord's own import, without the CUDA stack
-        ffmpeg_logs_to_stderr()  # decord's FFmpeg lines reach native_log with every av version
+        if capturing():  # a loader's worker: decord's FFmpeg lines reach native_log with every av
+            ffmpeg_logs_to_stderr()
         from decord._ffi.base import _LIB, check_call
 
         self._decord = decord
