@@ -18,7 +18,7 @@ import threading
 import warnings
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Union, cast
 
 import numpy as np
 
@@ -260,7 +260,8 @@ class _HostBuffers:
     def _allocate(self) -> memoryview:
         buf = torch.empty(self._layout.slot_bytes, dtype=torch.uint8, pin_memory=self._pinned)
         self.allocated += 1
-        return memoryview(buf.numpy())  # type: ignore[arg-type]  # keeps buf (and its pinned block) alive
+        # keeps buf (and its pinned block) alive; Any: torch's stubs type numpy() otherwise per version
+        return memoryview(cast(Any, buf.numpy()))
 
 
 class _PinThread:
