@@ -520,17 +520,9 @@ def test_a_probe_that_times_out_once_is_tried_again_alone(dataset, tmp_path):
     listed = [files["plain.mp4"], slow, files["rotated.mp4"]]
     (tmp_path / "list.txt").write_text("\n".join(listed) + "\n")
     out = tmp_path / "m.csv"
-    proc = subprocess.Popen([sys.executable, "-m", "shmloader", "scan", str(tmp_path / "list.txt"), "--out", str(out),
-                             "--workers", "2", "--quiet", "--timeout", "5"], stderr=subprocess.PIPE, text=True)
-    stop, opened = threading.Event(), []
-    watcher = threading.Thread(target=replace_once_opened, args=(proc.pid, slow, files["plain.mp4"], stop, opened))
-    watcher.start()
-    try:
-        _, err = proc.communicate(timeout=150)
-    finally:
-        stop.set()
-        watcher.join()
-        proc.kill()
+    opened: list = []
+    proc, err = scan_watched(tmp_path / "list.txt", out,
+                             lambda pid, stop: replace_once_opened(pid, slow, files["plain.mp4"], stop, opened))
     assert proc.returncode == 0, err
     assert opened, "no probe opened the slow file"
     rows = rows_of(out)
@@ -540,6 +532,23 @@ def test_a_probe_that_times_out_once_is_tried_again_alone(dataset, tmp_path):
     for row in rows[:1] + rows[2:]:
         assert (row["decoder"], row["problem"]) == WANT[os.path.basename(row["path"])], row
     assert ", 0 unreadable" in err, err  # the summary's count
+
+
+def scan_watched(listing, out, watch) -> tuple[subprocess.Popen, str]:
+    """``shmloader scan`` of ``listing`` (2 workers, 5-s probe timeout) in a child process while
+    a thread runs ``watch(scan's pid, stop)`` on it; the finished process and its stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "shmloader", "scan", str(listing), "--out", str(out),
+                             "--workers", "2", "--quiet", "--timeout", "5"], stderr=subprocess.PIPE, text=True)
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch, args=(proc.pid, stop))
+    watcher.start()
+    try:
+        _, err = proc.communicate(timeout=150)
+    finally:
+        stop.set()
+        watcher.join()
+        proc.kill()
+    return proc, err
 
 
 def replace_once_opened(root: int, path: str, by: str, stop: threading.Event, opened: list) -> None:
@@ -591,17 +600,8 @@ def test_a_probe_that_crashes_gets_its_row_and_the_rest_go_on(dataset, tmp_path)
     listed = [files["plain.mp4"], hangs, crashes, files["rotated.mp4"], files["gap.mkv"]]
     (tmp_path / "list.txt").write_text("\n".join(listed) + "\n")
     out = tmp_path / "m.csv"
-    proc = subprocess.Popen([sys.executable, "-m", "shmloader", "scan", str(tmp_path / "list.txt"), "--out", str(out),
-                             "--workers", "2", "--quiet", "--timeout", "5"], stderr=subprocess.PIPE, text=True)
-    stop, killed = threading.Event(), []
-    watcher = threading.Thread(target=kill_whoever_opens, args=(proc.pid, crashes, stop, killed))
-    watcher.start()
-    try:
-        _, err = proc.communicate(timeout=150)
-    finally:
-        stop.set()
-        watcher.join()
-        proc.kill()
+    killed: list = []
+    proc, err = scan_watched(tmp_path / "list.txt", out, lambda pid, stop: kill_whoever_opens(pid, crashes, stop, killed))
     assert proc.returncode == 0, err
     rows = rows_of(out)
     assert [row["path"] for row in rows] == listed
