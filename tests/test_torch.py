@@ -370,7 +370,12 @@ RANK = textwrap.dedent("""
     everyone = [None, None]
     dist.all_gather_object(everyone, seen)
     dist.destroy_process_group()
-    print(json.dumps({"seen": seen, "everyone": everyone, "weights": weights}))
+    print(json.dumps({"seen": seen, "everyone": everyone, "weights": weights}), flush=True)
+    # Leave without the interpreter's teardown: gloo's threads can still be joinable when it
+    # destroys them (torch 2.14, now and then: "terminate called without an active exception",
+    # SIGABRT after the line above; pytorch/pytorch#190489). The loader closed above.
+    import os
+    os._exit(0)
 """)
 
 

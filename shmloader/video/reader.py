@@ -178,8 +178,9 @@ def _fill(clips: Any, out: dict[str, np.ndarray], v: int, frames: np.ndarray, un
 
 def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``a`` seen with another shape; raises rather than copy (a copy would not reach the slot)."""
-    b: np.ndarray = a.view()
-    b.shape = shape
+    b = a.reshape(shape)
+    if not np.may_share_memory(a, b):
+        raise ValueError(f"an array of shape {a.shape} cannot be seen as {shape} without a copy")
     return b
 
 
