@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 
 import av
 import numpy as np
@@ -187,6 +188,67 @@ def test_a_task_of_many_files_never_met_probes_them_together(folder):
     assert sorted(_indices(batches)) == list(range(20)) and stats["skipped"] == 0
     for b in batches:
         np.testing.assert_array_equal(read_codes(b["video"])[1], b["frames"])
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_a_loader_probes_each_remote_file_once(folder, batch_size):
+    """A file's clips spread over both workers: one of them probes it, the other takes that
+    probe (video.probestore) and asks the server nothing for it. Batches of one sample probe a
+    file at a time; batches of four probe several files together (``_probe_ahead``)."""
+    root, paths = folder
+    with RangeServer(root) as srv:
+        urls = [srv.url(os.path.relpath(p, root)) for p in paths]
+        clips = shmloader.VideoClips(urls, clip_len=4, clips_per_video=4, size=SIZE)
+        batches, stats = _run(clips, batch_size=batch_size, workers=2, shuffle=True, seed=3, timeout=60)
+    _check_codes(batches)
+    assert sorted(_indices(batches)) == sorted(v for v in range(len(paths)) for _ in range(4))
+    assert stats["probes"] == len(paths), stats  # without sharing: up to one per worker and file
+    assert stats["skipped"] == 0
+
+
+_HOLD = """
+import sys, time
+from shmloader.video.probestore import ProbeStore
+store = ProbeStore.__new__(ProbeStore)
+store.__setstate__({"fd": int(sys.argv[1]), "count": 4, "limit": 1 << 20})
+assert store.try_probing(2)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_shared_probes_round_trip_and_no_lock_outlives_its_worker(folder):
+    """A published probe comes back equal; a full segment publishes nothing; a worker waiting on
+    another's probe waits at most ``wait_s``, and a worker that dies holding a file's lock frees it."""
+    from shmloader.video.probe import probe
+    from shmloader.video.probestore import ProbeStore
+
+    _, paths = folder
+    info = probe(paths[0])
+    store = ProbeStore(4)
+    try:
+        assert store.get(1) is None
+        assert store.put(1, info) and store.get(1) == info and store.get(0) is None
+        tiny = ProbeStore(4, limit=256)
+        assert not tiny.put(0, info) and tiny.get(0) is None
+        tiny.close()
+        holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(store.fd)], pass_fds=(store.fd,),
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            t0 = time.monotonic()
+            with store.probing(2, wait_s=0.3) as mine:
+                assert not mine  # the other process probes file 2
+            assert time.monotonic() - t0 >= 0.3
+            with store.probing(3, wait_s=0.3) as mine:
+                assert mine  # other files are free
+        finally:
+            holder.kill()
+            holder.wait(timeout=30)
+        with store.probing(2, wait_s=30) as mine:
+            assert mine  # the lock died with its holder
+    finally:
+        store.close()
 
 
 def test_failed_requests_are_retried_and_nothing_is_lost(folder):

@@ -66,6 +66,18 @@ class Decoding:
         self._keep(path, now, info)
         return info
 
+    def kept(self, path: str) -> VideoInfo | None:
+        """The probe of ``path`` this worker keeps, if any (whether still current or not)."""
+        hit = self._probes.get(path)
+        return None if hit is None else hit[1]
+
+    def adopt(self, path: str, info: VideoInfo) -> None:
+        """Keep ``info``, probed by another worker of the loader, as if probed here: ``info``
+        serves while the file's stamp is the one it was probed at (``info.media``)."""
+        if info.media is not None:
+            self.storage.seen(info.media)
+            self._keep(path, info.media.stamp, info)
+
     def _keep(self, path: str, stamp, info: VideoInfo) -> None:
         if path in self._probes:
             self._forget(path)

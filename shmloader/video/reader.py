@@ -22,9 +22,14 @@ from .decoding import Decoding
 from .manifest import row_info
 from .media import split_member
 from .probe import VideoInfo
+from .probestore import ProbeStore
 from .sampling import SEGMENTS, clip_frames, crop_windows, rate_frames, scaled_size
 
 __all__ = ["ClipReader"]
+
+# How long a worker waits for another that is probing the same remote file before it probes the
+# file itself (a probe's requests have their own deadlines; this only bounds the wait).
+_PROBE_WAIT_S = 60.0
 
 
 class ClipReader:
@@ -36,6 +41,8 @@ class ClipReader:
     def __init__(self, clips: Any) -> None:  # a VideoClips (clips.py makes readers: not imported here)
         self.clips = clips
         self.decoding = Decoding(clips.decode_threads, clips.decoder, clips.storage)
+        # A loader's workers share remote probes (video.probestore); a reader elsewhere has none.
+        self._shared: ProbeStore | None = getattr(clips, "_probe_store", None)
 
     def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]:
         """Samples ``samples`` (ids ``0 .. len(clips) - 1``) as one batch ``{field: [n, ...]}`` of
@@ -65,7 +72,49 @@ class ClipReader:
         if members is not None and member is not None and members["size"][v] >= 0:  # no header is read
             vc.storage.add_members(member[1], {member[0]: (int(members["offset"][v]), int(members["size"][v]))})
         row = None if vc._known is None else row_info(vc._known, v, path)
-        return self.decoding.info(path) if row is None else self.decoding.info(path, *row)
+        if row is not None:
+            return self.decoding.info(path, *row)
+        shared = self._shared
+        if shared is None or self.decoding.kept(path) is not None:
+            return self.decoding.info(path)
+        info = shared.get(v)
+        if info is None:
+            with shared.probing(v, _PROBE_WAIT_S) as mine:  # another worker may be probing it
+                info = shared.get(v)
+                if info is None:
+                    info = self.decoding.info(path)
+                    if mine:
+                        shared.put(v, info)
+                    return info
+        self.decoding.adopt(path, info)
+        return self.decoding.info(path)
+
+    def _probe_ahead(self, files: list[int]) -> None:
+        """Probe the remote files ``files`` together, but not those another worker of the loader
+        has probed (taken from it) or is probing (``_info`` waits for it)."""
+        vc, shared, decoding = self.clips, self._shared, self.decoding
+        if shared is None:
+            decoding.probe_ahead([vc.paths[v] for v in files])
+            return
+        mine = []
+        try:
+            for v in files:
+                path = vc.paths[v]
+                if decoding.kept(path) is not None:
+                    continue
+                info = shared.get(v)
+                if info is not None:
+                    decoding.adopt(path, info)
+                elif shared.try_probing(v):
+                    mine.append(v)
+            decoding.probe_ahead([vc.paths[v] for v in mine])
+            for v in mine:
+                info = decoding.kept(vc.paths[v])
+                if info is not None:
+                    shared.put(v, info)
+        finally:
+            for v in mine:
+                shared.release(v)
 
     def read_into(self, indices: list[int], rngs: list[np.random.Generator],
                   outs: list[dict[str, np.ndarray]], epoch_key: tuple[int, int] | None = None) -> None:
@@ -81,7 +130,7 @@ class ClipReader:
             by_file.setdefault(v if vc.files is None else int(vc.files[v]), []).append(i)
         remote = vc.remote  # decided once, when the paths were given
         if remote and len(by_file) > 1:  # their probes' requests together, not one after another
-            self.decoding.probe_ahead([vc.paths[v] for v in by_file])
+            self._probe_ahead(list(by_file))
         plans = [self._plan_video(v, [(indices[i] // vc.clips_per_video, indices[i] % vc.clips_per_video,
                                        rngs[i], outs[i]) for i in items], epoch_key)
                  for v, items in by_file.items()]

@@ -216,6 +216,13 @@ class Storage:
         _bound(self._stats, _KEPT)
         return got
 
+    def seen(self, media: Media) -> None:
+        """``media`` as another worker of the loader resolved it just now, taken as this
+        storage's own look at it (asked again after ``stat_ttl``): no HEAD request of ours."""
+        if media.remote and media.path not in self._stats:
+            self._stats[media.path] = (time.monotonic(), media.stamp, media.size)
+            _bound(self._stats, _KEPT)
+
     # -- members of tar shards -----------------------------------------------------------------
 
     def add_members(self, shard: str, members: Mapping[str, tuple[int, int]]) -> None:

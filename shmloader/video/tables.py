@@ -9,6 +9,7 @@ from typing import Any, cast
 import numpy as np
 
 from ..engine.shared import SharedStrings
+from .probestore import ProbeStore
 
 __all__ = ["SharedColumns"]
 
@@ -26,6 +27,8 @@ class SharedColumns:
     _encoded: tuple[np.ndarray, np.ndarray]  # None once pickled: a worker has the table
     _table: SharedStrings | None
     _users: int
+    remote: bool
+    _probe_store: ProbeStore | None = None  # remote files' probes, shared by the workers
 
     def _shared_table(self) -> SharedStrings:
         """Paths and labels in one shared segment, made when a loader first sends this source to
@@ -38,12 +41,15 @@ class SharedColumns:
             columns.update({f"known_{k}": a for k, a in (self._known or {}).items()})
             columns.update({f"member_{k}": a for k, a in (self._members or {}).items()})
             self._table = SharedStrings(self._encoded, columns)
+            if self.remote:
+                self._probe_store = ProbeStore(len(self._table))
         return self._table
 
     @property
     def fds(self) -> tuple[int, ...]:
-        """Descriptors the workers must inherit (the shared path table)."""
-        return (self._shared_table().fd,)
+        """Descriptors the workers must inherit (the shared path table, the shared probes)."""
+        table = self._shared_table()
+        return (table.fd,) if self._probe_store is None else (table.fd, self._probe_store.fd)
 
     def acquire(self) -> None:
         """A loader starts using this source: keep the shared table until it calls release()."""
@@ -56,11 +62,15 @@ class SharedColumns:
         if self._users <= 0 and self._table is not None:
             self._table.close()
             self._table = None
+            if self._probe_store is not None:
+                self._probe_store.close()
+                self._probe_store = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_reader"] = None  # a worker makes its own (worker_init)
         state["paths"] = self._shared_table()  # indexable like the list, a few bytes to pickle
+        state["_probe_store"] = self._probe_store
         state["_table"], state["_users"], state["_encoded"] = None, 0, None
         state["_has_labels"], state["labels"] = self.labels is not None, None
         state["_has_spans"], state["spans"], state["files"] = self.spans is not None, None, None
