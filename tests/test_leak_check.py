@@ -127,7 +127,7 @@ def test_the_autouse_check_fails_a_leaking_test(tmp_path):
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
     (tmp_path / "test_leaky.py").write_text(
         "import os\n\n\ndef test_leaks():\n    test_leaks.fd = os.memfd_create('shmloader')\n")
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
                           str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=50)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "1 passed, 1 error" in out.stdout and "descriptors left open" in out.stdout, out.stdout

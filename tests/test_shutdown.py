@@ -132,9 +132,10 @@ INTERRUPTS = textwrap.dedent("""
         def send():
             os.kill(os.getpid(), signal.SIGINT)
             sent.set()
-        threading.Timer(rng.uniform(0.002, 0.03), send).start()
         since = None  # when the signal was sent, as this loop first saw it
         try:
+            # Inside the try: on a busy machine the signal can come before start() returns.
+            threading.Timer(rng.uniform(0.002, 0.03), send).start()
             for b in loader:  # as fast as the ring turns: leases die and replies land all the time
                 x = b["x"]
                 assert (x == x[:, :1]).all() and list(x[:, 0]) == [x[0, 0], x[0, 0] + 1], x
