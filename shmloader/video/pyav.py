@@ -41,6 +41,24 @@ _OPEN_CONTAINERS = 4
 # H.264 and HEVC hold back at most 16 frames for reordering.
 _REORDER_MAX = 16
 
+# NOTE [ Decoding less, exactly ]
+# A clip is decoded from the keyframe before it; of the frames on the way (and between the wanted
+# frames of frame_step > 1, segments, fps=), those no later frame references need not be decoded.
+# Every packet whose timestamp is not a wanted frame's goes to the decoder with
+# skip_frame = "NONREF" (it drops the frame unless it is a reference), a wanted frame's packet
+# with "DEFAULT". Under B-frames decode order is not presentation order: the choice follows the
+# packet's own timestamp, never its position. A non-reference frame feeds no other frame, so
+# every frame that comes out is the one a full decode gives (bit for bit, tests/test_skipping.py,
+# per codec). Not where frames are counted from the start (no timestamps: a dropped frame would
+# shift the count), nor for codecs outside SKIPS_NONREF. After a stretch of wanted frames the
+# decoder is flushed (no further packet decoded) to let out the frames it holds back.
+#
+# Codecs whose FFmpeg decoder honours it exactly: H.264 (nal_ref_idc 0), HEVC (sub-layer
+# non-reference pictures, in a stream of one temporal layer), MPEG-4 Part 2 (B-frames), VP9
+# (frames that refresh no reference slot; libvpx's encoder writes none by default).
+SKIPS_NONREF = frozenset({"h264", "hevc", "mpeg4", "vp9"})
+_SKIP = "NONREF"
+
 
 class OffTimeline(Exception):
     """A decoded frame's timestamp is not on the timeline a probe read from the container's
@@ -57,7 +75,7 @@ class PyAV:
 
     name = "pyav"
 
-    def __init__(self, threads: int, storage: Storage = LOCAL) -> None:
+    def __init__(self, threads: int, storage: Storage = LOCAL, skip_nonref: bool = True) -> None:
         import av
 
         from ._av import open_input
@@ -65,8 +83,10 @@ class PyAV:
         self._av, self._open_input = av, open_input
         self._threads = threads
         self._storage = storage
+        self.skip_nonref = skip_nonref  # False: decode every frame on the way (a reference to compare with)
         self._scale = _Scaler()
         self._buf: np.ndarray | None = None
+        self.frames_out = 0  # frames the decoder put out, wanted or passed on the way
         self._open: OrderedDict[str, tuple[tuple[int, int], Any]] = OrderedDict()  # path -> (stamp, container)
 
     def _container(self, media: Media):
@@ -136,6 +156,7 @@ class PyAV:
         whole = False  # the pass ended as it meant to: a kept container is left where it can seek on
         try:
             for j, i, frame in self._frames(c, s, info, frames):
+                self.frames_out += 1
                 if frame.is_corrupt:
                     damaged.append(i)
                 if j is not None:
@@ -163,9 +184,10 @@ class PyAV:
     def _frames(self, c, s, info: VideoInfo, frames: np.ndarray):
         """``(j, i, frame)`` for every shown frame decoded on the way to ``frames``: ``i`` its
         index in the video, ``j`` its place in ``frames`` or None for a frame passed on the way.
-        After each stretch of wanted frames a few more come out (``_drain``), so that every frame
-        decoded before a wanted one has shown whether it is damaged: a B-frame comes out before
-        the frame it was decoded after."""
+        After each stretch of wanted frames the frames the decoder holds back come out (counting
+        from the start, ``_drain`` more are decoded; by timestamps, the decoder is flushed and
+        decodes nothing more), so that every frame decoded before a wanted one has shown whether
+        it is damaged: a B-frame comes out before the frame it was decoded after."""
         if info.pts is None:  # no timestamps to seek by: count frames from the start
             j, left = 0, None
             for i, frame in enumerate(_decoded(c, s)):
@@ -178,6 +200,9 @@ class PyAV:
                         return
             return
         pts = info.pts
+        # NOTE [ Decoding less, exactly ]: the frames wanted, by timestamp; every other packet is
+        # sent with skip_frame="NONREF".
+        wanted = set(pts[frames].tolist()) if self.skip_nonref and skips_nonref(info, s) else None
         keys = info.keyframes if info.keyframes is not None and len(info.keyframes) else np.zeros(1, np.int64)
 
         def keyframe_before(i: int) -> int:  # -1: none shown before i (an edit list cut one off)
@@ -195,8 +220,9 @@ class PyAV:
             else:
                 c.seek(int(pts[keys[k]]), stream=s, backward=True)
             s.codec_context.flush_buffers()
-            missed, first, left, last = False, True, None, None
-            for frame in _decoded(c, s):
+            missed, first, last = False, True, None
+            flush = [False]  # set at a stretch's end: _decoded flushes the decoder instead of decoding on
+            for frame in _decoded(c, s, wanted, flush):
                 if frame.pts is not None:
                     if last is not None and frame.pts <= last:
                         raise _Unordered
@@ -207,11 +233,8 @@ class PyAV:
                         raise OffTimeline(f"{info.path!r}: a frame at {frame.pts} is off the index's timeline")
                     continue  # not a shown frame
                 i = found
-                if left is not None:  # draining after the stretch
+                if flush[0]:  # held back for reordering, let out after the stretch
                     yield None, i, frame
-                    left -= 1
-                    if left <= 0:
-                        break
                     continue
                 if (first and i > target) or i > frames[j]:
                     missed = True  # the seek landed past the frame, or the frame never came out
@@ -223,10 +246,10 @@ class PyAV:
                 yield j, i, frame
                 j, back = j + 1, 0
                 if j == len(frames) or keyframe_before(int(frames[j])) > i + 1:
-                    left = _drain(s)  # then seek to the keyframe before the next wanted frame
+                    flush[0] = True  # then seek to the keyframe before the next wanted frame
             else:
-                if left is not None or not first or from_start:
-                    if j == len(frames) or left is None:
+                if flush[0] or not first or from_start:
+                    if j == len(frames) or not flush[0]:
                         return  # the stream ended: the caller reports what is missing
                     continue
                 missed = True  # a seek past the last keyframe found nothing
@@ -275,21 +298,46 @@ def _truncation(media: Media, storage: Storage = LOCAL) -> tuple[int, int] | Non
     return (int(m[1]), int(m[2])) if m else None
 
 
-def _decoded(c, s):
+def _decoded(c, s, wanted: set | None = None, flush: list[bool] | None = None):
     """``c.decode(s)``, except that a packet the decoder rejects (damaged, or cut off at the end
     of a truncated file) first lets out the frames already decoded and held back for
-    reordering: they were decoded from earlier, whole packets."""
+    reordering: they were decoded from earlier, whole packets. ``wanted``: the timestamps of
+    the frames wanted; every other packet is sent with ``skip_frame = "NONREF"``. Once
+    ``flush[0]`` is set, no packet more: the frames held back come out, and the decoder is at
+    its end (``flush_buffers`` before it decodes again)."""
     import av
 
+    cc, skipping = s.codec_context, False
+    cc.skip_frame = "DEFAULT"
     try:
         for p in c.demux(s):
+            if flush is not None and flush[0]:
+                yield from cc.decode(None)
+                return
+            if wanted is not None and skipping != (p.pts is not None and p.pts not in wanted):
+                skipping = not skipping
+                cc.skip_frame = _SKIP if skipping else "DEFAULT"
             yield from p.decode()
     except av.error.FFmpegError:
         try:
-            yield from s.codec_context.decode(None)
+            yield from cc.decode(None)
         except av.error.FFmpegError:
             pass
         raise
+    finally:
+        cc.skip_frame = "DEFAULT"
+
+
+def skips_nonref(info: VideoInfo, s) -> bool:
+    """Whether packets of frames not wanted may be sent with ``skip_frame = "NONREF"``: a codec
+    of ``SKIPS_NONREF``; HEVC only where its configuration record (hvcC) says one temporal
+    layer (a sub-layer non-reference picture may be referenced by a higher layer's)."""
+    if info.codec not in SKIPS_NONREF:
+        return False
+    if info.codec != "hevc":
+        return True
+    extra = s.codec_context.extradata or b""
+    return len(extra) > 22 and extra[0] == 1 and (extra[21] >> 3) & 7 == 1
 
 
 def _drain(stream) -> int:
