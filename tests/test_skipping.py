@@ -184,6 +184,26 @@ def test_a_hevc_stream_of_several_temporal_layers_is_decoded_whole(tmp_path):
     assert mismatches(d, path) == []
 
 
+def test_a_long_gop_with_b_frames_is_read_by_the_decoder_that_skips(files, tmp_path):
+    """decoder="auto": PyAV reads H.264 with B-frames and one keyframe in 60 frames or more (it
+    leaves out the non-reference frames, decord decodes them all); a short GOP stays decord's,
+    and so does VP9 (no B-frames: nothing to leave out)."""
+    long_gop = write(str(tmp_path / "long_gop.mp4"), "libx264", {**_X264, "g": "250", "keyint_min": "25"})
+    info = probe(long_gop)
+    assert (info.container, info.codec, len(info.keyframes), info.decoder, info.problem) == \
+        ("mov", "h264", 1, "pyav", "")
+    assert probe(files["mp4_h264_pyramid"]).decoder == "decord"  # a keyframe every 45 frames
+    vp9 = write(str(tmp_path / "long_gop.webm"), "libvpx-vp9", {"g": "250", "crf": "30", "b:v": "0"})
+    assert probe(vp9).decoder == "decord"
+    clips = shmloader.VideoClips([long_gop], clip_len=8, frame_step=2, clips_per_video=8)
+    with shmloader.Loader(clips, batch_size=4, workers=2, seed=5, timeout=60) as loader:
+        for b in loader:
+            for i in range(len(b["index"])):
+                np.testing.assert_array_equal(b["video"][i], sequential(long_gop)[np.asarray(b["frames"][i])])
+        stats = loader.stats()
+    assert stats["pyav"] > 0 and stats["decord"] == 0, stats
+
+
 @pytest.mark.parametrize("size", [None, (48, 64)])
 def test_the_loader_delivers_sequential_frames(files, size):
     """Real workers, every sampling the skip applies to: each delivered clip is the sequential

@@ -22,7 +22,11 @@ PyAV still reads what decord counts or turns wrong:
 - a rotation tag: decord cannot copy turned frames out at their own size;
 - a container frame count that disagrees with the stream (a truncated download among them);
 - damage (``check="keyframes"`` or ``"frames"``);
-- ``_LONG`` frames or more: decord reads its whole index for every clip.
+- ``_LONG`` frames or more: decord reads its whole index for every clip;
+- a long GOP (``_LONG_GOP`` frames per keyframe or more) with B-frames, in a codec of
+  ``SKIPS_NONREF``: PyAV leaves out the non-reference frames before and between the wanted
+  ones (NOTE [ Decoding less, exactly ] in ``video.pyav``), decord decodes them all: the
+  cheaper exact path (bench/skipping.py).
 
 ``check="keyframes"`` and ``"frames"`` also gather evidence per file: a few seeded positions
 decoded by decord as the loader seeks (a fresh reader each) are compared with PyAV's decode by
@@ -47,7 +51,7 @@ from .mp4index import INDEXED_MIN_FRAMES, from_index
 from .packets import RAW_EXTENSIONS, Pass, RawStream, read_open
 from .storage import LOCAL, Storage
 
-__all__ = ["VideoInfo", "probe", "DECODERS", "CHECKS", "DECORD_SHAPES", "UNORDERED"]
+__all__ = ["VideoInfo", "probe", "DECODERS", "CHECKS", "DECORD_SHAPES", "SKIPS_NONREF", "UNORDERED"]
 
 DECODERS = ("decord", "pyav")
 CHECKS = ("headers", "keyframes", "frames")
@@ -67,6 +71,18 @@ DECORD_SHAPES: dict[tuple[str, str], bool] = {
     ("mov", "h263"): False, ("flv", "flv1"): False,
 }
 
+# Codecs whose FFmpeg decoder, told ``skip_frame = "NONREF"``, leaves out exactly the frames no
+# later frame references (NOTE [ Decoding less, exactly ] in ``video.pyav``; each compared frame
+# for frame with a sequential decode in tests/test_skipping.py): H.264 (nal_ref_idc 0), HEVC
+# (sub-layer non-reference pictures, in a stream of one temporal layer), MPEG-4 Part 2
+# (B-frames), VP9 (frames that refresh no reference slot; libvpx writes none by default).
+SKIPS_NONREF = frozenset({"h264", "hevc", "mpeg4", "vp9"})
+
+# From this many frames per keyframe (on average), a file of a codec in SKIPS_NONREF with
+# B-frames is read by PyAV: a random clip decodes the frames from the keyframe before it, and
+# PyAV leaves out the non-reference ones on the way, decord decodes them all. Measured on
+# x264 files (bench/skipping.py, bench/results/skipping-cpu2.md).
+_LONG_GOP = 60
 
 # From this many frames a video is long: PyAV reads it (decord's reader reads its whole index on
 # every open, which is once per clip), and an MP4/MOV is timed from its own index (``mp4index``).
@@ -182,6 +198,9 @@ def probe(path: str | Media, *, check: str = "headers", index: bool = True,
         pyav.append("shape")  # decord's seeking is unproven for this kind of file
     if kept >= _LONG:
         pyav.append("long")
+    if reorder and r.codec in SKIPS_NONREF and r.keyframes is not None \
+            and kept >= _LONG_GOP * max(1, len(r.keyframes)):
+        pyav.append("long GOP")  # PyAV decodes less (NOTE [ Decoding less, exactly ])
     if media.remote:
         pyav.append("remote")  # decord reads whole files only
     if r.truncated:

@@ -20,7 +20,7 @@ import numpy as np
 from .decoders import scratch
 from .media import Media
 from .packets import index_of
-from .probe import VideoInfo, probe
+from .probe import SKIPS_NONREF, VideoInfo, probe
 from .storage import LOCAL, Storage, first_line
 
 __all__ = ["PyAV", "OffTimeline", "PYAV_SEEKS", "byte_ranges"]
@@ -52,11 +52,7 @@ _REORDER_MAX = 16
 # per codec). Not where frames are counted from the start (no timestamps: a dropped frame would
 # shift the count), nor for codecs outside SKIPS_NONREF. After a stretch of wanted frames the
 # decoder is flushed (no further packet decoded) to let out the frames it holds back.
-#
-# Codecs whose FFmpeg decoder honours it exactly: H.264 (nal_ref_idc 0), HEVC (sub-layer
-# non-reference pictures, in a stream of one temporal layer), MPEG-4 Part 2 (B-frames), VP9
-# (frames that refresh no reference slot; libvpx's encoder writes none by default).
-SKIPS_NONREF = frozenset({"h264", "hevc", "mpeg4", "vp9"})
+# The codecs: ``probe.SKIPS_NONREF``.
 _SKIP = "NONREF"
 
 
