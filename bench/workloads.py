@@ -134,7 +134,7 @@ def shm_transform(iters: int):
 _TEXTURE_AMPLITUDE = 0.3
 
 def write_textured(path: str | os.PathLike, video_id: int, frames: int, size: tuple[int, int],
-                   fps: int, gop: int) -> str:
+                   fps: int, gop: int, options: dict[str, str] | None = None) -> str:
     """A frame-code video (``shmloader.samples.frame_image``) over a panning texture with noise.
 
     The texture moves 1 pixel per frame to the right and 1 every other frame down (a slow
@@ -154,9 +154,10 @@ def write_textured(path: str | os.PathLike, video_id: int, frames: int, size: tu
     with av.open(path, "w") as container:
         stream = container.add_stream("libx264", rate=fps)
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
-        # The same settings as write_video(gop=...): keyframes at multiples of gop only.
-        stream.options = {"crf": "18", "preset": "veryfast", "g": str(gop), "keyint_min": str(gop),
-                          "sc_threshold": "0"}
+        # The same settings as write_video(gop=...): keyframes at multiples of gop only; or the
+        # encoder's ``options`` as given (gop unused).
+        stream.options = options or {"crf": "18", "preset": "veryfast", "g": str(gop), "keyint_min": str(gop),
+                                     "sc_threshold": "0"}
         for i in range(frames):
             y, x = i // 2, i
             image = frame_image(video_id, i, h, w) + _TEXTURE_AMPLITUDE * (texture[y : y + h, x : x + w] - 128)
