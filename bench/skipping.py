@@ -119,8 +119,10 @@ def one_process(row: str, clips: ClipSet, wl: Workload, duration: float, res) ->
     infos = [probe(p) for p in clips.paths]
     decoder = {"one-pyav": lambda: PyAV(1), "one-pyav-full": lambda: PyAV(1, skip_nonref=False),
                "one-decord": lambda: Decord(1)}[row]()
+    from measure import system_busy
+
     rng = np.random.default_rng(res.rep)
-    n, cpu0, t0 = 0, time.process_time(), time.perf_counter()
+    busy0, n, cpu0, t0 = system_busy(), 0, time.process_time(), time.perf_counter()
     while time.perf_counter() - t0 < duration:
         info = infos[int(rng.integers(len(infos)))]
         start = int(rng.integers(0, info.frames - wl.span + 1))
@@ -128,14 +130,16 @@ def one_process(row: str, clips: ClipSet, wl: Workload, duration: float, res) ->
         n += 1
     dt = time.perf_counter() - t0
     res.clips, res.seconds, res.clips_per_s = n, dt, n / dt
-    res.cpu_ms_per_clip = 1000 * (time.process_time() - cpu0) / n
+    cpu = time.process_time() - cpu0
+    res.cpu_ms_per_clip = 1000 * cpu / n
+    res.other_cpu_pct = max(0.0, 100 * (system_busy() - busy0 - cpu) / dt)
     res.frames_per_s = res.clips_per_s * wl.clip_len
 
 
 def run(row: str, rep: int, args, ctx: dict) -> dict:
     import loaders
     from limit import physical_limit
-    from measure import Result, run_pipeline, system_busy
+    from measure import Result, run_pipeline
 
     clips, wl = ctx["clips"], ctx["wl"]
     res = Result(row, wl.name, "1" if row in ONE_ROWS else str(args.workers), rep)
@@ -143,9 +147,7 @@ def run(row: str, rep: int, args, ctx: dict) -> dict:
         if row == "decord-alone":
             physical_limit(clips, wl, args.workers, args.duration, res)
         elif row in ONE_ROWS:
-            busy = system_busy()
             one_process(row, clips, wl, args.duration, res)
-            res.other_cpu_pct = max(0.0, system_busy() - busy)
         else:
             run_pipeline(lambda: loaders.shm(clips, wl, args.workers, args.batch_size, decoder=row),
                          res, clip_len=wl.clip_len, clip_bytes=wl.clip_bytes, duration=args.duration,
