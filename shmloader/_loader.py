@@ -229,15 +229,13 @@ class Loader:
         return self._engine.stats(_usable_cpus())
 
     def stats_line(self) -> str:
-        """One line for a log or a progress bar: is training input-bound, and what to do about it."""
-        s = self.stats()
-        busy = ", ".join(f"{100 * b:.0f}%" for b in s["worker_busy_fraction"]) or "-"
-        verdict = "input-bound" if s["input_bound"] else "compute-bound"
-        rec = s["recommended_workers"]
-        return (f"{verdict}: consumer waited {100 * s['consumer_wait_fraction']:.0f}% of the time; "
-                f"{s['samples_per_s']:.1f} samples/s; workers busy {busy}; "
-                f"{s['samples_per_worker_s']:.1f} samples/s per busy worker"
-                + (f"; recommended workers: {rec}" if rec else ""))
+        """One line for a log or a progress bar: is training input-bound, and what to do about it:
+        the workers to use, or, when every CPU decodes already, how many frames the workers decode
+        per delivered frame and what grouped decode (``clips_per_video=K, group_clips=True``)
+        would decode instead (an estimate from the workers' own counters)."""
+        from ._diagnosis import stats_line
+
+        return stats_line(self.stats(), self._plan.group)
 
     def as_dataset(self, prefetch: int | None = -1, input_context: tf.distribute.InputContext | None = None
                    ) -> tf.data.Dataset:

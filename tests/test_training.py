@@ -164,7 +164,9 @@ def test_stats_says_input_bound_and_recommends_more_workers(caplog, four_cpus):
     assert s["recommended_workers"] == CPUS
     # A worker cannot beat its sleep.
     assert s["worker_busy_s"] >= 60 * SLOW_S and s["samples_per_worker_s"] <= 1 / SLOW_S
-    assert s["worker_busy_fraction"][0] == pytest.approx(s["worker_busy_s"] / s["elapsed_s"], rel=0.1)
+    # Its share counts from its READY, not from its process start (NOTE [ Start-up is not work ]).
+    assert s["worker_busy_s"] / s["elapsed_s"] < s["worker_busy_fraction"][0] <= 1.0
+    assert s["worker_busy_fraction"][0] > 0.8
     assert "input-bound" in caplog.text and f"recommended workers: {CPUS}" in caplog.text
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import selectors
 import subprocess
 import threading
@@ -51,6 +50,7 @@ from .protocol import COUNTS, ST_DONE, ST_READY, ProtocolError, pack_task, take_
 from .ring import Layout, Ring
 from .schedule import Batch, Scheduler, Task, holding
 from .source import Source
+from .stats import Clock
 
 __all__ = ["Engine", "Exhausted"]
 
@@ -71,43 +71,6 @@ _SKIPS_KEPT = 10_000
 
 class Exhausted(Exception):
     """The plan is done (or the loader was closed): iteration ends."""
-
-
-class _Clock:
-    """When the loader started and handed out its first batch, and what the consumer waited
-    until then: the start-up is reported apart (``first_batch_s``), not against the pipeline."""
-
-    def __init__(self) -> None:
-        self.t0 = time.monotonic()
-        self.t_first: float | None = None
-        self.first_wait_s: float | None = None
-
-    def handed_out(self) -> None:
-        if self.t_first is None:
-            self.t_first = time.monotonic()
-
-    def waited(self, total_wait_s: float) -> None:
-        if self.first_wait_s is None and self.t_first is not None:
-            self.first_wait_s = total_wait_s
-
-    def report(self, counters: dict, workers: list[Worker], cpus: int, slots: int, leased: int) -> dict[str, Any]:
-        now = time.monotonic()
-        s = dict(counters)
-        s["elapsed_s"] = elapsed = now - self.t0
-        s["workers"], s["slots"], s["leased"] = len(workers), slots, leased
-        s["samples_per_s"] = s["samples"] / elapsed if elapsed > 0 else 0.0
-        s["first_batch_s"] = None if self.t_first is None else self.t_first - self.t0
-        window = now - self.t_first if self.t_first is not None else 0.0
-        steady_wait = s["consumer_wait_s"] - (self.first_wait_s or 0.0)
-        s["consumer_wait_fraction"] = min(1.0, max(0.0, steady_wait / window)) if window > 0 else 0.0
-        s["worker_busy_fraction"] = [min(1.0, w.busy_s / max(now - w.started, 1e-9)) for w in workers]
-        rate = s["decoded"] / s["worker_busy_s"] if s["worker_busy_s"] > 0 else 0.0
-        s["samples_per_worker_s"] = rate
-        s["bytes_per_sample"] = s["bytes_read"] / s["decoded"] if s["decoded"] else 0.0
-        demand = s["samples"] / max(window - steady_wait, 1e-9)
-        s["recommended_workers"] = max(1, min(cpus, math.ceil(demand / rate))) if rate and s["samples"] else None
-        s["input_bound"] = s["consumer_wait_fraction"] > 0.1
-        return s
 
 
 class Engine:
@@ -141,7 +104,7 @@ class Engine:
             self.close()
             raise
         self._warned_copy = False
-        self._clock = _Clock()
+        self._clock = Clock()
         self._stats = dict(batches=0, samples=0, skipped=0, dropped=0, copied=0,
                            consumer_wait_s=0.0, worker_busy_s=0.0, worker_restarts=0, epoch=0,
                            decoded=0, tasks=0, **dict.fromkeys(COUNTS, 0))
@@ -337,7 +300,7 @@ class Engine:
                     busy: float, counts: tuple[int, ...]) -> None:
         if status == ST_READY and not w.ready and not count:
             w.ready = True
-            w.head_since = time.monotonic()
+            w.head_since = w.ready_at = time.monotonic()
             return
         task = w.outstanding[0] if w.outstanding else None
         if status != ST_DONE or task is None or count != len(task):

@@ -64,6 +64,7 @@ class Worker:
     life_w: int
     started: float
     ready: bool = False
+    ready_at: float = 0.0  # when it said READY: its start-up (interpreter, imports) is not its work
     head_since: float = 0.0  # when the worker began its oldest outstanding task
     outstanding: deque = field(default_factory=deque)  # tasks sent, oldest first (``engine.schedule.Task``)
     load: int = 0  # items in those tasks

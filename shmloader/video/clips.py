@@ -319,7 +319,7 @@ class VideoClips(SharedColumns):
 
     def worker_init(self) -> None:
         self._restore_columns()
-        self._reader = self.reader()
+        self._reader = self.reader().load_decoders()
 
     def reader(self) -> ClipReader:
         """A reader of these samples in this process: ``reader().read([0, 5, 9])`` gives their

@@ -43,6 +43,10 @@ class ClipReader:
         self.decoding = Decoding(clips.decode_threads, clips.decoder, clips.storage)
         # A loader's workers share remote probes (video.probestore); a reader elsewhere has none.
         self._shared: ProbeStore | None = getattr(clips, "_probe_store", None)
+        # Frames a decoder goes through for the passes whose keyframes the probe knows (all of
+        # them, lead = those no clip shows, head = those before each pass's first frame) and the
+        # frames those passes deliver (``Loader.stats``: frames decoded per delivered frame).
+        self.frames = dict.fromkeys(("frames_decoded", "frames_lead", "frames_head", "frames_delivered"), 0)
 
     def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]:
         """Samples ``samples`` (ids ``0 .. len(clips) - 1``) as one batch ``{field: [n, ...]}`` of
@@ -56,13 +60,22 @@ class ClipReader:
         self.read_into(ids, [seeded((seed, epoch, s)) for s in ids], outs, (seed, epoch))
         return batch
 
+    def load_decoders(self) -> ClipReader:
+        """Import the decoders these clips may use now (a worker, before it says READY): ~0.4 s
+        that would otherwise count as its first task's decoding (NOTE [ Start-up is not work ]
+        in ``engine.stats``). Returns this reader."""
+        vc = self.clips
+        for name in ("pyav",) if vc.decoder == "pyav" or vc.remote else ("decord", "pyav"):
+            self.decoding.decoder(name)
+        return self
+
     def counters(self) -> dict[str, int]:
         """Decodes by decord and by PyAV, decodes decord handed to PyAV, probes read again (an
         index-read timeline found wrong), files probed, and bytes and requests fetched from
         remote storage so far (``engine.protocol.COUNTS``)."""
         d = self.decoding
         return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
-                "reprobes": d.reprobes, "probes": d.probes, **self.clips.storage.counters()}
+                "reprobes": d.reprobes, "probes": d.probes, **self.clips.storage.counters(), **self.frames}
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""
@@ -139,8 +152,18 @@ class ClipReader:
         for v, info, passes in plans:
             for size, group, union, direct in passes:
                 decoded = self.decoding.decode(info, size, union, direct)
+                if info.keyframes is not None and len(info.keyframes):
+                    self._count(union, info.keyframes, sum(g[2].size for g in group))
                 for out, row, frames, _, rng in group:
                     _fill(self.clips, out, row, frames, union, decoded, rng, done=decoded is direct)
+
+    def _count(self, union: np.ndarray, keyframes: np.ndarray, delivered: int) -> None:
+        decoded, head = decode_cost(union, keyframes)
+        f = self.frames
+        f["frames_decoded"] += decoded
+        f["frames_lead"] += decoded - len(union)
+        f["frames_head"] += head
+        f["frames_delivered"] += delivered
 
     def _plan_video(self, v: int, items: list[tuple[int, int, np.random.Generator, dict[str, np.ndarray]]],
                     epoch_key: tuple[int, int] | None) -> tuple[int, VideoInfo, list[Any]]:
@@ -191,6 +214,20 @@ class ClipReader:
                 direct = group[0][0]["video"][: len(union)]
             passes.append((size, group, union, direct))
         return v, info, passes
+
+
+def decode_cost(union: np.ndarray, keyframes: np.ndarray) -> tuple[int, int]:
+    """Frames a seeking decoder goes through to show the sorted frames ``union``, and how many of
+    them come before the first: it seeks to the keyframe at or before a frame whenever that
+    keyframe lies past what it has decoded, else it decodes on (decord's ``get_batch`` and PyAV's
+    seek + decode forward both do; skipping non-reference frames is not counted)."""
+    frames = np.asarray(union, np.int64)
+    kf = np.asarray(keyframes, np.int64)
+    key = kf[np.maximum(np.searchsorted(kf, frames, side="right") - 1, 0)]
+    key = np.minimum(key, frames)  # a frame before the first keyframe: decoded from itself
+    prev = np.concatenate([[-1], frames[:-1]])
+    start = np.where(key > prev, key, prev + 1)
+    return int((frames - start + 1).sum()), int(frames[0] - start[0])
 
 
 def _fill(clips: Any, out: dict[str, np.ndarray], v: int, frames: np.ndarray, union: np.ndarray,

@@ -1,0 +1,44 @@
+"""``Loader.stats_line()``: the diagnosis of ``stats()`` in one line, and what to do about it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["grouped_decode_estimate", "stats_line"]
+
+# Clips per video the line prices grouped decode at (``clips_per_video=K, group_clips=True``).
+_GROUPINGS = (4, 8)
+
+
+def grouped_decode_estimate(s: dict[str, Any], k: int) -> float | None:
+    """Frames decoded per delivered frame if ``k`` clips of a video shared one decode pass: the
+    frames before each pass's first wanted frame (from its keyframe) paid once per ``k`` clips,
+    the rest as now. From the workers' own counters; None before any counted pass."""
+    delivered = s.get("frames_delivered", 0)
+    if not delivered:
+        return None
+    head = s["frames_head"]
+    return (s["frames_decoded"] - head + head / k) / delivered
+
+
+def stats_line(s: dict[str, Any], group: int) -> str:
+    """``s``: a ``Loader.stats()`` dict; ``group``: the source's samples per decode group."""
+    busy = ", ".join(f"{100 * b:.0f}%" for b in s["worker_busy_fraction"]) or "-"
+    verdict = "input-bound" if s["input_bound"] else "compute-bound"
+    parts = [f"{verdict}: consumer waited {100 * s['consumer_wait_fraction']:.0f}% of the time",
+             f"{s['samples_per_s']:.1f} samples/s", f"workers busy {busy}",
+             f"{s['samples_per_worker_s']:.1f} samples/s per busy worker"]
+    per = s.get("decoded_per_frame")
+    if per is not None:
+        parts.append(f"{per:.1f} frames decoded per delivered frame")
+    rec, workers, cpus = s["recommended_workers"], s["workers"], s.get("cpus", s["workers"])
+    if rec and rec != workers:
+        parts.append(f"recommended workers: {rec}")
+    if s["input_bound"] and rec is not None and rec <= workers and workers >= cpus:
+        advice = f"all {cpus} CPUs decode already: decode less per clip or add cores"
+        if group == 1 and per is not None:
+            saved = [(k, grouped_decode_estimate(s, k)) for k in _GROUPINGS]
+            advice += " (clips_per_video=K, group_clips=True would decode ~" + ", ".join(
+                f"{e:.1f} at K={k}" for k, e in saved if e is not None) + " per delivered frame)"
+        parts.append(advice)
+    return "; ".join(parts)
