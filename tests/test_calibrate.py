@@ -1,0 +1,94 @@
+"""shmloader.calibrate: the model's ceiling on synthetic batches, what the loader feeds it one
+clip per sample and grouped, and a prediction that a real run with those settings bears out
+(issue #36). Real videos, real workers, a real torch model whose step time is known."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import shmloader
+from shmloader.samples import make_videos
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.timeout(240)
+
+SLEEP_S = 0.01  # the step's known time: a GPU step the host waits for, without taking a core
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def long_gop_clips(tmp_path_factory):
+    """16 videos of 120 frames, a keyframe every 60: one random clip costs decoding from its
+    keyframe, so one clip per sample decodes slower than the step takes batches."""
+    paths, labels = make_videos(tmp_path_factory.mktemp("gop60"), count=16, frames=120, size=(96, 128), gop=60)
+    return shmloader.VideoClips(paths, labels, clip_len=8, frame_step=2, size=(64, 64))
+
+
+def make_step():
+    torch.set_num_threads(1)
+    conv = torch.nn.Conv3d(3, 4, 3)
+
+    def step(batch):
+        x = torch.from_numpy(batch["video"][:, :4, :16, :16]).permute(0, 4, 1, 2, 3).float()
+        with torch.no_grad():
+            conv(x)
+        time.sleep(SLEEP_S)
+
+    return step
+
+
+def real_run(clips, step, seconds: float, warm: int = 4) -> float:
+    """Samples/s of a training loop: the loader as calibrate runs it, the step on every batch."""
+    with shmloader.Loader(clips, batch_size=BATCH, workers=2, shuffle=True, epochs=None) as loader:
+        n = 0
+        for i, batch in enumerate(loader):
+            step(batch)
+            if i == warm:
+                t0 = time.perf_counter()
+            elif i > warm:
+                n += len(batch["video"])
+                if time.perf_counter() - t0 >= seconds:
+                    return n / (time.perf_counter() - t0)
+    raise AssertionError("unreachable: the loader runs for ever")
+
+
+def test_predicted_fed_fraction_matches_a_real_run(long_gop_clips, capsys):
+    step = make_step()
+    r = shmloader.calibrate(long_gop_clips, step, batch_size=BATCH, workers=2, seconds=8)
+    table = capsys.readouterr().out
+    assert set(r) == {"ceiling", "one_clip", "grouped_4", "grouped_8", "workers", "cpus"} and r["workers"] == 2
+    # No step is faster than its sleep; the conv on 4 tiny clips takes a fraction of it.
+    assert 0.3 * BATCH / SLEEP_S < r["ceiling"] <= BATCH / SLEEP_S
+    one = r["one_clip"]
+    for row in (one, r["grouped_4"], r["grouped_8"]):
+        assert set(row) >= {"samples_per_s", "fed_fraction"}
+        assert row["fed_fraction"] == pytest.approx(min(1.0, row["samples_per_s"] / r["ceiling"]))
+        assert row["more_cores"] == max(0, row["workers_needed"] - r["cpus"])
+    # Grouped decode shares each keyframe's lead-in among 8 clips: it feeds more.
+    assert r["grouped_8"]["samples_per_s"] > 1.5 * one["samples_per_s"]
+    assert "synthetic (the model's ceiling)" in table and "clips_per_video=8, group_clips=True" in table
+
+    real = real_run(long_gop_clips, step, seconds=4) / r["ceiling"]
+    assert abs(one["fed_fraction"] - real) <= 0.25 * real, (one, real)
+
+
+def test_any_callable_and_any_source(capsys):
+    """A step that is not torch, a source that is not video: the grouped rows are None."""
+    src = shmloader.FunctionSource(lambda i, rng: {"x": np.full(8, i, np.float32)}, {"x": ((8,), np.float32)}, 64)
+    seen = []
+
+    def step(batch):
+        seen.append(batch["x"].shape)
+        time.sleep(0.002)
+
+    r = shmloader.calibrate(src, step, batch_size=8, workers=1, seconds=1, verbose=False)
+    assert capsys.readouterr().out == ""
+    assert r["grouped_4"] is None and r["grouped_8"] is None
+    assert 0 < r["ceiling"] <= 8 / 0.002 and 0 < r["one_clip"]["fed_fraction"] <= 1.0
+    assert seen and all(s == (8, 8) for s in seen)
+    with pytest.raises(TypeError, match="step must be callable"):
+        shmloader.calibrate(src, None, batch_size=8)  # type: ignore[arg-type]
