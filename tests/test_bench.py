@@ -325,3 +325,29 @@ def test_recipes_figure_legend_covers_no_panel(monkeypatch, tmp_path):
         assert {t.get_text() for t in legend.get_texts()} == drawn
     finally:
         report.pyplot().close(fig)
+
+
+def test_grouping_structure_counts_videos_per_batch_and_batches_per_video():
+    import grouping
+
+    ix = [np.array([0, 0, 1, 2]), np.array([3, 3, 0, 0]), np.array([2, 1, 4, 4])]
+    s = grouping.batch_structure(ix, [0, 0, 0])
+    assert (s["distinct_min"], s["distinct_max"], s["distinct_median"]) == (2, 3, 3)
+    # video 0: batches 0, 1; videos 1 and 2: 0, 2 (first to last: 3); 3: 1; 4: 2
+    assert (s["spread_max"], s["span_max"], s["spread_median"], s["span_median"]) == (2, 3, 2, 2)
+
+
+def test_grouping_reads_real_loaders(tmp_path):
+    """bench/grouping.py on 8 small videos: one clip per sample gives every batch distinct videos;
+    K=4 grouped puts a video's 4 clips in a few consecutive batches and decodes fewer frames."""
+    import grouping
+
+    from shmloader.samples import make_videos
+
+    paths, labels = make_videos(tmp_path, count=8, frames=60, size=(64, 64), gop=30)
+    one = grouping.measure(paths, labels, 1, batch_size=4, epochs=2, workers=2)
+    four = grouping.measure(paths, labels, 4, batch_size=4, epochs=2, workers=2)
+    assert one["batches"] == 4 and one["distinct_min"] == 4 and one["spread_max"] == 1
+    assert four["batches"] == 16 and four["clips_per_video_epoch"] == 4
+    assert four["distinct_median"] < 4 and 1 < four["spread_median"] and four["span_max"] <= 5  # window: 4 batches
+    assert four["decoded_per_frame"] < one["decoded_per_frame"]
