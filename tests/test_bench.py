@@ -351,3 +351,30 @@ def test_grouping_reads_real_loaders(tmp_path):
     assert four["batches"] == 16 and four["clips_per_video_epoch"] == 4
     assert four["distinct_median"] < 4 and 1 < four["spread_median"] and four["span_max"] <= 5  # window: 4 batches
     assert four["decoded_per_frame"] < one["decoded_per_frame"]
+
+
+def test_gpu_feed_runs_small_on_cpu(tmp_path):
+    """bench/gpu_feed.py with its tiny model on the CPU: a row per input, the ceiling first, the
+    report and its plot written, and the report written again from its json alone."""
+    pytest.importorskip("torch")
+    import json
+
+    import gpu_feed
+    import report
+
+    argv = ["--models", "tiny", "--device", "cpu", "--make-videos", "4", "--frames", "40", "--seconds", "1",
+            "--batch", "4", "--workers", "2", "--warm", "1", "--clip-len", "4", "--group", "4",
+            "--folder", str(tmp_path / "videos"), "--out", str(tmp_path), "--name", "feed"]
+    assert gpu_feed.main(argv) == 0
+    doc = json.loads((tmp_path / "feed.json").read_text())
+    assert [r["input"] for r in doc["rows"]] == ["synthetic", "shmloader", "shmloader grouped K=4", "DataLoader"]
+    assert doc["rows"][0]["fed_fraction"] == 1.0
+    for r in doc["rows"]:
+        assert r["clips_per_s"] > 0 and r["cores_busy"] > 0 and r["clip"] == "4x112x112"
+        assert r["fed_fraction"] == pytest.approx(r["clips_per_s"] / doc["rows"][0]["clips_per_s"])
+    md = (tmp_path / "feed.md").read_text()
+    assert "| tiny, 4x112x112, B=4 | synthetic |" in md and (tmp_path / "feed.png").stat().st_size > 0
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "feed.json").write_text(json.dumps(doc))
+    assert report.main([str(tmp_path / "again" / "feed.json"), "--write"]) == 0
+    assert (tmp_path / "again" / "feed.md").read_text() == md
