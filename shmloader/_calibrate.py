@@ -50,12 +50,13 @@ def calibrate(clips: Any, step: Callable[[Any], Any], *, batch_size: int, worker
         {"ceiling": samples/s,
          "one_clip" | "grouped_4" | "grouped_8": {"samples_per_s", "fed_fraction",
                                                   "samples_per_worker_s", "workers_needed",
-                                                  "more_cores"},
+                                                  "more_cores", "decoded_per_frame"},
          "workers": workers used, "cpus": CPUs this process may use}
 
     ``fed_fraction``: the share of the ceiling a run with those settings gets, ``min(1, decode
     rate / ceiling)``; ``workers_needed``: workers to reach the ceiling at one worker's rate;
-    ``more_cores``: how many more than this node's CPUs that takes (0 where they suffice).
+    ``more_cores``: how many more than this node's CPUs that takes (0 where they suffice);
+    ``decoded_per_frame``: frames the workers decoded per delivered frame (``Loader.stats``).
     A grouped row is None for a source without ``with_options`` (not ``VideoClips``).
 
     :param clips: a ``VideoClips`` (or any loader source, then without the grouped rows).
@@ -84,8 +85,8 @@ def calibrate(clips: Any, step: Callable[[Any], Any], *, batch_size: int, worker
         if source is None:
             result[name] = None
             continue
-        rate, per_worker = loader_rate(source, batch_size, nworkers, phase)
-        result[name] = _row(rate, per_worker, result["ceiling"], cpus)
+        rate, stats = loader_rate(source, batch_size, nworkers, phase)
+        result[name] = _row(rate, stats, result["ceiling"], cpus)
     if verbose:
         print(calibration_table(result))
     return result
@@ -128,10 +129,10 @@ def _ceiling(clips: Any, step: Callable[[Any], Any], batch_size: int, device: An
 
 
 def loader_rate(source: Any, batch_size: int, workers: int, seconds: float,
-                step: Callable[[Any], Any] | None = None, device: Any = None) -> tuple[float, float]:
+                step: Callable[[Any], Any] | None = None, device: Any = None) -> tuple[float, dict[str, Any]]:
     """Samples/s a shuffled, endless ``Loader`` over ``source`` delivers for ``seconds`` once
     started (its first batches left out), with ``step`` run on each batch (None: a consumer that
-    takes nothing), and the decode rate of one busy worker (``stats()``)."""
+    takes nothing), and the loader's ``stats()`` at the end."""
     warm = _WARMUP_BATCHES_PER_WORKER * workers
     with Loader(source, batch_size=batch_size, workers=workers, shuffle=True, epochs=None) as loader:
         batches: Iterable[dict[str, Any]] = loader if device is None else loader.as_torch(device=device)
@@ -149,15 +150,17 @@ def loader_rate(source: Any, batch_size: int, workers: int, seconds: float,
                     break
             del batch
         elapsed = time.perf_counter() - t0
-        per_worker = float(loader.stats()["samples_per_worker_s"])
-    return n / elapsed, per_worker
+        stats = loader.stats()
+    return n / elapsed, stats
 
 
-def _row(rate: float, per_worker: float, ceiling: float, cpus: int) -> dict[str, Any]:
+def _row(rate: float, stats: dict[str, Any], ceiling: float, cpus: int) -> dict[str, Any]:
+    per_worker = float(stats["samples_per_worker_s"])
     needed = max(1, math.ceil(ceiling / per_worker)) if per_worker > 0 else None
     return {"samples_per_s": rate, "fed_fraction": min(1.0, rate / ceiling) if ceiling > 0 else 0.0,
             "samples_per_worker_s": per_worker, "workers_needed": needed,
-            "more_cores": None if needed is None else max(0, needed - cpus)}
+            "more_cores": None if needed is None else max(0, needed - cpus),
+            "decoded_per_frame": stats.get("decoded_per_frame")}
 
 
 def calibration_table(result: dict[str, Any]) -> str:

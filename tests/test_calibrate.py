@@ -58,7 +58,10 @@ def real_run(clips, step, seconds: float, warm: int = 4) -> float:
 
 def test_predicted_fed_fraction_matches_a_real_run(long_gop_clips, capsys):
     step = make_step()
-    r = shmloader.calibrate(long_gop_clips, step, batch_size=BATCH, workers=2, seconds=8)
+    # Real runs just before and just after: other work on the machine changes every rate by
+    # itself, and a drift over the calibration cancels in their mean.
+    before = real_run(long_gop_clips, step, seconds=3)
+    r = shmloader.calibrate(long_gop_clips, step, batch_size=BATCH, workers=2, seconds=12)
     table = capsys.readouterr().out
     assert set(r) == {"ceiling", "one_clip", "grouped_4", "grouped_8", "workers", "cpus"} and r["workers"] == 2
     # No step is faster than its sleep; the conv on 4 tiny clips takes a fraction of it.
@@ -68,12 +71,14 @@ def test_predicted_fed_fraction_matches_a_real_run(long_gop_clips, capsys):
         assert set(row) >= {"samples_per_s", "fed_fraction"}
         assert row["fed_fraction"] == pytest.approx(min(1.0, row["samples_per_s"] / r["ceiling"]))
         assert row["more_cores"] == max(0, row["workers_needed"] - r["cpus"])
-    # Grouped decode shares each keyframe's lead-in among 8 clips: it feeds more.
-    assert r["grouped_8"]["samples_per_s"] > 1.5 * one["samples_per_s"]
+    # Grouped decode shares each keyframe's lead-in among 8 clips: it decodes fewer frames for
+    # each it delivers (a count, not a speed: the machine may be busy with other work).
+    assert r["grouped_8"]["decoded_per_frame"] < r["grouped_4"]["decoded_per_frame"] < one["decoded_per_frame"]
     assert "synthetic (the model's ceiling)" in table and "clips_per_video=8, group_clips=True" in table
 
-    real = real_run(long_gop_clips, step, seconds=4) / r["ceiling"]
-    assert abs(one["fed_fraction"] - real) <= 0.25 * real, (one, real)
+    after = real_run(long_gop_clips, step, seconds=3)
+    real = (before + after) / 2 / r["ceiling"]
+    assert abs(one["fed_fraction"] - real) <= 0.25 * real, (one, before, after, r["ceiling"])
 
 
 def test_any_callable_and_any_source(capsys):
