@@ -65,7 +65,7 @@ class ClipReader:
         that would otherwise count as its first task's decoding (NOTE [ Start-up is not work ]
         in ``engine.stats``). Returns this reader."""
         vc = self.clips
-        for name in ("pyav",) if vc.decoder == "pyav" or vc.remote else ("decord", "pyav"):
+        for name in ("pyav",) if vc.decoder == "pyav" or vc.remote else ("pyav", "decord"):
             self.decoding.decoder(name)
         return self
 
