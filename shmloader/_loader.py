@@ -20,6 +20,7 @@ from ._errors import LoaderError
 from .engine.core import Engine, Exhausted
 from .engine.plan import EpochPlan, check_state, plan_state
 from .engine.ring import Layout, memory_for_ring
+from .engine.shared import sharing
 from .engine.source import Source, check_int, probe_transform
 
 if TYPE_CHECKING:
@@ -149,10 +150,11 @@ class Loader:
         self._nslots = slots
         self._log_every = log_every
         self._last_log = time.monotonic()
-        config = pickle.dumps((list(sys.path), cloudpickle.dumps({
-            "layout": self._layout, "slots": slots, "source": source, "transform": transform,
-            "seed": seed, "scratch": scratch,
-        })))
+        with sharing():  # the workers inherit the source's shared tables: pickled as descriptors
+            config = pickle.dumps((list(sys.path), cloudpickle.dumps({
+                "layout": self._layout, "slots": slots, "source": source, "transform": transform,
+                "seed": seed, "scratch": scratch,
+            })))
         self._engine = Engine(source, self._plan, self._layout, slots=slots, workers=nworkers, run=run,
                               start=self._start, epochs=epochs, ordered=ordered,
                               drop_remainder=drop_remainder, on_error=on_error, timeout=float(timeout),

@@ -48,6 +48,11 @@ class ClipReader:
         # frames those passes deliver (``Loader.stats``: frames decoded per delivered frame).
         self.frames = dict.fromkeys(("frames_decoded", "frames_lead", "frames_head", "frames_delivered"), 0)
 
+    def __reduce__(self) -> tuple[type, tuple[Any]]:
+        """Pickled as its description alone (by value, see ``video.tables``): the probes and
+        open files it caches belong to this process."""
+        return (type(self), (self.clips,))
+
     def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]:
         """Samples ``samples`` (ids ``0 .. len(clips) - 1``) as one batch ``{field: [n, ...]}`` of
         new arrays, drawn as a loader with ``seed`` draws them in ``epoch``."""

@@ -1,6 +1,11 @@
 """A video source's columns in one shared segment for the ring's workers: paths (and labels,
 spans, a scan manifest's columns, tar members' places) mapped by each worker instead of
-unpickled into each, so a worker's memory does not grow with the number of videos."""
+unpickled into each, so a worker's memory does not grow with the number of videos.
+
+That is how a source pickles for the ring (``engine.shared.sharing``). Pickled anywhere else —
+a Ray task, another machine, a user's own pickle — it carries its columns by value (paths,
+labels, spans, a scan manifest's probe columns, tar members' places): no descriptor, nothing
+probed again."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..engine.shared import SharedStrings
+from ..engine.shared import SharedStrings, is_sharing
 from .probestore import ProbeStore
 
 __all__ = ["SharedColumns"]
@@ -24,7 +29,7 @@ class SharedColumns:
     files: np.ndarray | None
     _known: dict[str, np.ndarray] | None
     _members: dict[str, np.ndarray] | None
-    _encoded: tuple[np.ndarray, np.ndarray]  # None once pickled: a worker has the table
+    _encoded: tuple[np.ndarray, np.ndarray] | None  # None once pickled
     _table: SharedStrings | None
     _users: int
     remote: bool
@@ -35,6 +40,8 @@ class SharedColumns:
         its workers: each worker maps it instead of unpickling its own copy, so a worker's
         memory does not grow with the number of videos."""
         if self._table is None:
+            if self._encoded is None:  # pickled by value: encoded again where a loader uses it
+                self._encoded = SharedStrings.encode(list(self.paths))
             columns: dict[str, np.ndarray] = {} if self.labels is None else {"labels": self.labels}
             if self.spans is not None and self.files is not None:
                 columns.update(spans=self.spans, files=self.files)
@@ -69,6 +76,10 @@ class SharedColumns:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_reader"] = None  # a worker makes its own (worker_init)
+        if not is_sharing():  # by value: usable in any process, on any machine
+            state["_table"], state["_users"], state["_encoded"] = None, 0, None
+            state["_probe_store"] = None  # the loader's workers' probes: a descriptor here only
+            return state
         state["paths"] = self._shared_table()  # indexable like the list, a few bytes to pickle
         state["_probe_store"] = self._probe_store
         state["_table"], state["_users"], state["_encoded"] = None, 0, None
@@ -80,6 +91,8 @@ class SharedColumns:
 
     def _restore_columns(self) -> None:
         """In a worker: the columns back from the shared table (see ``__getstate__``)."""
+        if not isinstance(self.paths, SharedStrings):  # pickled by value: the columns came along
+            return
         table = cast(SharedStrings, self.paths)
         if self.__dict__.pop("_has_labels", False):
             self.labels = table.column("labels")
