@@ -1,0 +1,98 @@
+"""What runs inside Ray's tasks for ``shmloader.ray``: the decode function and the skip log.
+
+Ray is imported inside the functions only: ``shmloader.ray`` imports this module, and nothing
+here may run at ``import shmloader``.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from ._errors import SampleError
+
+__all__ = ["decode_items", "skip_log"]
+
+# Readers kept per task worker (Ray reuses a worker for the next task): a reader caches its
+# files' probes, so the next task of the same dataset does not open them again.
+_READERS_KEPT = 2
+_readers: OrderedDict[str, Any] = OrderedDict()
+
+
+class SkipLog:
+    """The samples left out by ``on_error="skip"``: ``(epoch, sample) -> reason``, each once."""
+
+    def __init__(self) -> None:
+        self.skips: dict[tuple[int, int], str] = {}
+
+    def add(self, skips: list[tuple[int, int, str]]) -> None:
+        for epoch, sample, reason in skips:
+            self.skips.setdefault((epoch, sample), reason)
+
+    def all(self) -> list[tuple[int, int, str]]:
+        return sorted((e, s, r) for (e, s), r in self.skips.items())
+
+
+def skip_log() -> Any:
+    """A ``SkipLog`` actor on the driver's node (it outlives any decode node), no CPU."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    return ray.remote(num_cpus=0)(SkipLog).options(scheduling_strategy=here).remote()
+
+
+def _reader(clips: Any, token: str) -> Any:
+    reader = _readers.get(token)
+    if reader is None:
+        import ray
+
+        if isinstance(clips, ray.ObjectRef):
+            clips = ray.get(clips)
+        reader = _readers[token] = clips.reader()
+        while len(_readers) > _READERS_KEPT:
+            _readers.popitem(last=False)
+    _readers.move_to_end(token)
+    return reader
+
+
+def decode_items(batch: dict[str, np.ndarray], *, clips: Any, token: str, seed: int, on_error: str,
+                 log: Any) -> dict[str, np.ndarray]:
+    """``map_batches`` function: the rows of the task items in ``batch`` (``epoch``,
+    ``samples``), as ``ClipReader.read`` gives them plus ``epoch`` and ``sample``."""
+    reader = _reader(clips, token)
+    parts: list[dict[str, np.ndarray]] = []
+    skips: list[tuple[int, int, str]] = []
+    for epoch, samples in zip(batch["epoch"].tolist(), batch["samples"]):
+        ids = [int(s) for s in samples]
+        try:
+            parts.append(_rows(reader.read(ids, seed=seed, epoch=epoch), epoch, ids))
+            continue
+        except Exception:  # noqa: BLE001, S110 - one cannot be read: each alone below says which
+            pass
+        for s in ids:  # which of them fails: the others are still delivered
+            try:
+                parts.append(_rows(reader.read([s], seed=seed, epoch=epoch), epoch, [s]))
+            except Exception as e:
+                if on_error == "raise":
+                    err = SampleError(s, reader.clips.describe(s), type(e).__qualname__, str(e))
+                    raise err from e
+                skips.append((epoch, s, f"{type(e).__qualname__}: {e}"))
+                traceback.clear_frames(e.__traceback__)
+    if skips:
+        import ray
+
+        ray.get(log.add.remote(skips))  # logged before this task's rows count as delivered
+    if not parts:
+        return _rows({k: np.zeros((0, *shape), dtype) for k, (shape, dtype) in reader.clips.spec().items()},
+                     0, [])
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _rows(arrays: dict[str, np.ndarray], epoch: int, ids: list[int]) -> dict[str, np.ndarray]:
+    arrays["epoch"] = np.full(len(ids), epoch, np.int64)
+    arrays["sample"] = np.asarray(ids, np.int64)
+    return arrays

@@ -1,0 +1,123 @@
+"""Beyond one node: decode a :class:`~shmloader.VideoClips` in Ray tasks on a cluster's CPU nodes
+and feed the trainers through Ray Data. The only module that imports Ray (``shmloader[ray]``).
+
+NOTE [ Epochs on Ray ]
+The epoch plan is the loader's own (``engine.plan.EpochPlan``): epoch ``e`` holds the samples a
+``Loader(clips, seed=, shuffle=)`` delivers in epoch ``e``, and sample ``i`` draws its clips from
+``(seed, e, i)`` in the task that reads it (``ClipReader.read``), so each row holds exactly the
+frames the local loader gives it, whichever node reads it and however often a task is re-run.
+The plan is cut into task items in the driver (no file opened there): a run of
+``samples_per_task`` samples, or with ``group_clips=True`` the samples of one video in that epoch
+(one decode pass). Ray re-runs a task lost with its node or worker; an exception of ours is not
+retried and ends the dataset, so the error policy lives in the task (``on_error``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._ray_tasks import decode_items, skip_log
+from .engine.plan import EpochPlan
+from .engine.source import check_int
+
+if TYPE_CHECKING:
+    import ray.data
+
+    from .video.clips import VideoClips
+
+__all__ = ["dataset", "plan_items", "skipped"]
+
+# Samples per task when clips are not grouped: a task's fixed cost in Ray (scheduling, one block
+# in the object store; a few ms) stays small beside the decoding (tens of ms a clip).
+_SAMPLES_PER_TASK = 8
+# The loader's default shuffle window of a grouped source is 4 batches' worth of samples
+# (_loader._GROUP_WINDOW_BATCHES); here it is in videos.
+_GROUP_WINDOW = 8
+
+
+def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = True,
+               start_epoch: int = 0, samples_per_task: int = _SAMPLES_PER_TASK,
+               group_window: int | None = None) -> list[dict[str, Any]]:
+    """The tasks of epochs ``start_epoch .. start_epoch + epochs - 1``: ``[{"epoch": e,
+    "samples": [ids]}]`` in plan order (see NOTE [ Epochs on Ray ]); with ``group_clips``
+    one item per video and epoch."""
+    check_int("epochs", epochs, 1)
+    check_int("seed", seed, 0)
+    check_int("start_epoch", start_epoch, 0)
+    check_int("samples_per_task", samples_per_task, 1)
+    group = int(clips.group_size)
+    window = group_window if group_window is not None else _GROUP_WINDOW
+    plan = EpochPlan(len(clips), 1, shuffle=shuffle, seed=seed, drop_remainder=False, group=group,
+                     window=window, groups=clips.group_ids())
+    items: list[dict[str, Any]] = []
+    for epoch in range(start_epoch, start_epoch + epochs):
+        order = plan.order(epoch)
+        if group == 1:
+            items += [{"epoch": epoch, "samples": order[i : i + samples_per_task].tolist()}
+                      for i in range(0, len(order), samples_per_task)]
+            continue
+        videos: dict[int, list[int]] = {}
+        for sample, g in zip(order.tolist(), np.asarray(plan.group_of(order)).tolist()):
+            videos.setdefault(g, []).append(sample)
+        items += [{"epoch": epoch, "samples": s} for s in videos.values()]
+    return items
+
+
+def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = True,
+            on_error: str = "raise", num_cpus: float = 1, resources: dict[str, float] | None = None,
+            start_epoch: int = 0, samples_per_task: int = _SAMPLES_PER_TASK,
+            group_window: int | None = None, **ray_remote_args: Any) -> ray.data.Dataset:
+    """A Ray Dataset of the samples of ``clips``, decoded in Ray tasks.
+
+    One row per sample with the fields of a ``Loader`` batch (``video``, ``label``, ``index``,
+    ``start``, ``frames``, ``mask`` with ``max_frames``) plus ``epoch`` and ``sample`` (the
+    sample id). Epoch ``e`` holds the samples, clips and frames of epoch ``e`` of
+    ``Loader(clips, seed=seed, shuffle=shuffle)`` (NOTE [ Epochs on Ray ]); rows come in the
+    order tasks finish unless the ``DataContext`` preserves order.
+
+    :param clips: the dataset's description; it travels to the tasks by value (paths, options,
+        a scan manifest's probe columns: no file is probed twice).
+    :param epochs: epochs in the dataset, numbered from ``start_epoch``; iterating it again
+        gives the same epochs (make one dataset per epoch with ``start_epoch=e``, or
+        ``epochs=N`` for one stream).
+    :param on_error: ``"raise"``: the first unreadable sample ends the dataset with a
+        ``SampleError`` naming its file and sample; ``"skip"``: it is left out, and
+        ``skipped(ds)`` lists it with its reason.
+    :param num_cpus: CPUs each decode task takes.
+    :param resources: custom resources each task needs, e.g. ``{"decode": 1}`` to keep decoding
+        on the nodes started with that resource.
+    :param samples_per_task: samples a task reads (ungrouped clips).
+    :param group_window: videos per shuffle window with ``group_clips=True``.
+    :param ray_remote_args: passed to ``Dataset.map_batches`` (``scheduling_strategy``,
+        ``memory``, ``concurrency``...).
+    """
+    import ray
+
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    items = plan_items(clips, epochs=epochs, seed=seed, shuffle=shuffle, start_epoch=start_epoch,
+                       samples_per_task=samples_per_task, group_window=group_window)
+    if not ray.is_initialized():
+        ray.init()
+    log = skip_log() if on_error == "skip" else None
+    fn_kwargs = {"clips": ray.put(clips), "token": uuid.uuid4().hex, "seed": seed, "on_error": on_error,
+                 "log": log}
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
+    ds = ds.map_batches(decode_items, batch_size=1, batch_format="numpy", fn_kwargs=fn_kwargs,
+                        num_cpus=num_cpus, resources=resources, **ray_remote_args)
+    ds._shmloader_skips = log  # type: ignore[attr-defined]  # read by skipped()
+    return ds
+
+
+def skipped(ds: ray.data.Dataset) -> list[tuple[int, int, str]]:
+    """``(epoch, sample, reason)`` of every sample left out so far by ``dataset(...,
+    on_error="skip")`` (a sample re-read by a re-run task counts once), sorted."""
+    import ray
+
+    log = getattr(ds, "_shmloader_skips", None)
+    if log is None:
+        raise ValueError("skipped() reads a dataset made by shmloader.ray.dataset(..., on_error='skip')")
+    return [(int(e), int(s), str(r)) for e, s, r in ray.get(log.all.remote())]
