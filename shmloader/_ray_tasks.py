@@ -14,7 +14,7 @@ import numpy as np
 
 from ._errors import SampleError
 
-__all__ = ["decode_items", "skip_log"]
+__all__ = ["TaskLog", "decode_items", "task_log"]
 
 # Readers kept per task worker (Ray reuses a worker for the next task): a reader caches its
 # files' probes, so the next task of the same dataset does not open them again.
@@ -22,27 +22,36 @@ _READERS_KEPT = 2
 _readers: OrderedDict[str, Any] = OrderedDict()
 
 
-class SkipLog:
-    """The samples left out by ``on_error="skip"``: ``(epoch, sample) -> reason``, each once."""
+class TaskLog:
+    """What the tasks report: the samples left out by ``on_error="skip"`` (``(epoch, sample) ->
+    reason``, each once however often a task is re-run) and, per node, the tasks and samples
+    read and the reader's counters (decodes, probes, bytes fetched: ``ClipReader.counters``)."""
 
     def __init__(self) -> None:
         self.skips: dict[tuple[int, int], str] = {}
+        self.nodes: dict[str, dict[str, int]] = {}
 
-    def add(self, skips: list[tuple[int, int, str]]) -> None:
+    def add(self, node: str, skips: list[tuple[int, int, str]], counts: dict[str, int]) -> None:
         for epoch, sample, reason in skips:
             self.skips.setdefault((epoch, sample), reason)
+        mine = self.nodes.setdefault(node, {})
+        for k, n in counts.items():
+            mine[k] = mine.get(k, 0) + n
 
-    def all(self) -> list[tuple[int, int, str]]:
+    def skipped(self) -> list[tuple[int, int, str]]:
         return sorted((e, s, r) for (e, s), r in self.skips.items())
 
+    def stats(self) -> dict[str, dict[str, int]]:
+        return self.nodes
 
-def skip_log() -> Any:
-    """A ``SkipLog`` actor on the driver's node (it outlives any decode node), no CPU."""
+
+def task_log() -> Any:
+    """A ``TaskLog`` actor on the driver's node (it outlives any decode node), no CPU."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    return ray.remote(num_cpus=0)(SkipLog).options(scheduling_strategy=here).remote()
+    return ray.remote(num_cpus=0)(TaskLog).options(scheduling_strategy=here).remote()
 
 
 def _reader(clips: Any, token: str) -> Any:
@@ -64,6 +73,7 @@ def decode_items(batch: dict[str, np.ndarray], *, clips: Any, token: str, seed: 
     """``map_batches`` function: the rows of the task items in ``batch`` (``epoch``,
     ``samples``), as ``ClipReader.read`` gives them plus ``epoch`` and ``sample``."""
     reader = _reader(clips, token)
+    before = reader.counters()
     parts: list[dict[str, np.ndarray]] = []
     skips: list[tuple[int, int, str]] = []
     for epoch, samples in zip(batch["epoch"].tolist(), batch["samples"]):
@@ -82,10 +92,12 @@ def decode_items(batch: dict[str, np.ndarray], *, clips: Any, token: str, seed: 
                     raise err from e
                 skips.append((epoch, s, f"{type(e).__qualname__}: {e}"))
                 traceback.clear_frames(e.__traceback__)
-    if skips:
-        import ray
+    import ray
 
-        ray.get(log.add.remote(skips))  # logged before this task's rows count as delivered
+    counts = {k: n - before.get(k, 0) for k, n in reader.counters().items()}
+    counts.update(tasks=1, samples=sum(len(p["sample"]) for p in parts), skipped=len(skips))
+    # Logged before this task's rows count as delivered: skipped(ds) is complete once they are.
+    ray.get(log.add.remote(ray.get_runtime_context().get_node_id(), skips, counts))
     if not parts:
         return _rows({k: np.zeros((0, *shape), dtype) for k, (shape, dtype) in reader.clips.spec().items()},
                      0, [])

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._ray_tasks import decode_items, skip_log
+from ._ray_tasks import decode_items, task_log
 from .engine.plan import EpochPlan
 from .engine.source import check_int
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from .video.clips import VideoClips
 
-__all__ = ["dataset", "plan_items", "skipped"]
+__all__ = ["dataset", "plan_items", "skipped", "stats"]
 
 # Samples per task when clips are not grouped: a task's fixed cost in Ray (scheduling, one block
 # in the object store; a few ms) stays small beside the decoding (tens of ms a clip).
@@ -102,22 +102,37 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
                        samples_per_task=samples_per_task, group_window=group_window)
     if not ray.is_initialized():
         ray.init()
-    log = skip_log() if on_error == "skip" else None
+    log = task_log()
     fn_kwargs = {"clips": ray.put(clips), "token": uuid.uuid4().hex, "seed": seed, "on_error": on_error,
                  "log": log}
     ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds = ds.map_batches(decode_items, batch_size=1, batch_format="numpy", fn_kwargs=fn_kwargs,
                         num_cpus=num_cpus, resources=resources, **ray_remote_args)
-    ds._shmloader_skips = log  # type: ignore[attr-defined]  # read by skipped()
+    ds._shmloader_log = log  # type: ignore[attr-defined]  # read by skipped() and stats()
     return ds
 
 
 def skipped(ds: ray.data.Dataset) -> list[tuple[int, int, str]]:
-    """``(epoch, sample, reason)`` of every sample left out so far by ``dataset(...,
-    on_error="skip")`` (a sample re-read by a re-run task counts once), sorted."""
+    """``(epoch, sample, reason)`` of every sample ``dataset(..., on_error="skip")`` left out so
+    far, sorted (a sample re-read by a re-run task counts once). Complete for the rows already
+    delivered: read it after the epoch."""
     import ray
 
-    log = getattr(ds, "_shmloader_skips", None)
+    return [(int(e), int(s), str(r)) for e, s, r in ray.get(_log(ds).skipped.remote())]
+
+
+def stats(ds: ray.data.Dataset) -> dict[str, dict[str, int]]:
+    """Per node id (hex), what the decode tasks of ``ds`` did there so far: ``tasks``,
+    ``samples`` delivered, ``skipped``, and the reader's counters (``decord``, ``pyav``,
+    ``probes``, ``bytes``...: ``ClipReader.counters``). A task re-run after a failure counts
+    again: this is work done, not rows delivered."""
+    import ray
+
+    return {str(n): dict(c) for n, c in ray.get(_log(ds).stats.remote()).items()}
+
+
+def _log(ds: ray.data.Dataset) -> Any:
+    log = getattr(ds, "_shmloader_log", None)
     if log is None:
-        raise ValueError("skipped() reads a dataset made by shmloader.ray.dataset(..., on_error='skip')")
-    return [(int(e), int(s), str(r)) for e, s, r in ray.get(log.all.remote())]
+        raise ValueError("this reads a dataset made by shmloader.ray.dataset() (not one derived from it)")
+    return log

@@ -1,0 +1,291 @@
+"""shmloader.ray on a real local Ray cluster: a head with the ``trainer`` resource and two CPU
+nodes with ``decode``, started once for the module (20-30 s) and shut down with every process it
+started gone. Frames are checked by the codes the test videos carry in their pixels."""
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+# Every node on 127.0.0.1 (node_ip_address below): without this, ray.init turns a loopback address
+# into the machine's own IP before connecting (the switch Ray uses on macOS, read at import).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+ray = pytest.importorskip("ray")
+
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
+
+import shmloader  # noqa: E402
+import shmloader.ray as sray  # noqa: E402
+from shmloader.samples import read_codes  # noqa: E402
+
+from .conftest import leaks, live_children, shm_entries  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+STORE = 200 * 1024**2
+NODE = dict(num_cpus=1, object_store_memory=STORE, include_dashboard=False, node_ip_address="127.0.0.1")
+
+
+def node_pids(node) -> set[int]:
+    """The processes Ray started for ``node`` (raylet, gcs, log monitor...)."""
+    return {info.process.pid for infos in node.all_processes.values() for info in infos}
+
+
+def tree(pids: set[int]) -> set[int]:
+    """``pids`` and every live descendant (a raylet's task workers)."""
+    out = set(pids)
+    for pid in pids:
+        try:
+            out |= {p.pid for p in psutil.Process(pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    shm_before = set(os.listdir("/dev/shm"))
+    kids_before = {p.pid for p in live_children()}
+    c = Cluster(initialize_head=True, head_node_args={**NODE, "resources": {"trainer": 1}})
+    try:
+        c.decode_nodes = [c.add_node(**NODE, resources={"decode": 1}) for _ in range(2)]
+        c.connect()
+        yield c
+    finally:
+        started = {pid for n in [c.head_node, *c.worker_nodes] if n is not None for pid in node_pids(n)}
+        started = tree(started) | {p.pid for p in live_children()} - kids_before
+        ray.shutdown()
+        c.shutdown()
+        deadline = time.monotonic() + 30
+        while any(alive(p) for p in started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in started if alive(p)], "Ray processes left behind"
+        assert not [p for p in live_children() if p.pid not in kids_before]
+        assert set(os.listdir("/dev/shm")) - shm_before == set(), "Ray left entries in /dev/shm"
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request):
+    """conftest's check, with the cluster's own processes (its nodes and their task workers, which
+    Ray keeps for the next task) left to the module fixture's teardown, which waits for them all."""
+    c = request.getfixturevalue("cluster") if "cluster" in request.fixturenames else None
+    before_shm = shm_entries()
+    before = {p.pid for p in live_children()}
+    yield
+    if c is not None:
+        before |= tree({pid for n in [c.head_node, *c.worker_nodes] for pid in node_pids(n)})
+    found = leaks(before_shm, before)
+    assert not found, "; ".join(found)
+
+
+@pytest.fixture(scope="module")
+def clips(videos):
+    paths, labels = videos
+    return shmloader.VideoClips(paths, labels, clip_len=4, frame_step=2, clips_per_video=2)
+
+
+def rows_of(ds) -> list[dict]:
+    return [dict(r) for r in ds.iter_rows()]
+
+
+def check_codes(row) -> None:
+    """The pixels are the frames the row names, of the video it names."""
+    ids, frames = read_codes(np.asarray(row["video"]))
+    assert (ids == row["index"]).all() and (frames == np.asarray(row["frames"])).all(), (ids, frames, row["frames"])
+
+
+def loader_epochs(clips, epochs: int, seed: int) -> list[set]:
+    """(index, start, frames) of each epoch of the local Loader with that seed."""
+    out: list[list] = [[] for _ in range(epochs)]
+    with shmloader.Loader(clips, batch_size=4, workers=1, shuffle=True, seed=seed, epochs=epochs) as loader:
+        per = len(loader)
+        for b, batch in enumerate(loader):
+            out[b // per] += [(int(i), int(s), tuple(f)) for i, s, f in
+                              zip(batch["index"], batch["start"], batch["frames"].tolist())]
+    return [sorted(e) for e in out]
+
+
+def test_import_shmloader_does_not_import_ray():
+    code = "import sys, shmloader, shmloader.video.reader; print('ray' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "False", r.stderr
+
+
+def test_clips_pickle_by_value_with_the_manifest_columns(videos, tmp_path):
+    """A pickled VideoClips holds no descriptor: read in a fresh process it gives the same arrays,
+    and a scan manifest's columns come along (decord's files are not probed again)."""
+    manifest = str(tmp_path / "m.csv")
+    r = subprocess.run([sys.executable, "-m", "shmloader", "scan", os.path.dirname(videos[0][0]), "--out", manifest,
+                        "--workers", "1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    clips = shmloader.VideoClips.from_csv(manifest, clip_len=4)
+    blob = pickle.dumps(clips)
+    assert b"memfd" not in blob and len(blob) < 20_000
+    code = ("import json, pickle, sys; r = pickle.loads(sys.stdin.buffer.read()).reader(); "
+            "b = r.read([0, 3], seed=3, epoch=1); print(json.dumps([b['start'].tolist(), r.counters()]))")
+    r = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, timeout=60, cwd=os.getcwd())
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    starts, counters = json.loads(r.stdout)
+    assert starts == clips.reader().read([0, 3], seed=3, epoch=1)["start"].tolist()
+    assert counters["probes"] == 0 and counters["decord"] == 2, counters
+
+
+def test_epochs_are_the_local_loaders_by_frame_codes(cluster, clips):
+    seed = 7
+    ds = sray.dataset(clips, epochs=2, seed=seed, resources={"decode": 1}, samples_per_task=3)
+    rows = rows_of(ds)
+    assert {"video", "label", "index", "start", "frames", "epoch", "sample"} <= set(rows[0])
+    for r in rows:
+        check_codes(r)
+        assert r["label"] == r["index"] % 3 and r["sample"] // 2 == r["index"]
+    local = loader_epochs(clips, 2, seed)
+    for e in range(2):
+        mine = [r for r in rows if r["epoch"] == e]
+        assert sorted(int(r["sample"]) for r in mine) == list(range(len(clips)))
+        assert sorted((int(r["index"]), int(r["start"]), tuple(r["frames"].tolist())) for r in mine) == local[e]
+    assert local[0] != local[1]  # random starts: the epochs differ, and each matched its own
+    # Placement: only the nodes with the decode resource read anything.
+    decode = {n.node_id for n in cluster.decode_nodes}
+    done = sray.stats(ds)
+    assert set(done) <= decode and sum(s["samples"] for s in done.values()) == 2 * len(clips), done
+
+
+def test_the_tasks_import_this_checkout(cluster):
+    @ray.remote(resources={"decode": 1})
+    def where():
+        import shmloader
+
+        return shmloader.__file__
+
+    assert ray.get(where.remote(), timeout=60) == shmloader.__file__
+
+
+def test_grouped_clips_a_task_per_video(cluster, videos):
+    paths, labels = videos
+    clips = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=4, group_clips=True)
+    items = sray.plan_items(clips, epochs=1, seed=1)
+    assert len(items) == len(paths) and all(len({s // 4 for s in i["samples"]}) == 1 for i in items)
+    ds = sray.dataset(clips, seed=1, resources={"decode": 1})
+    rows = rows_of(ds)
+    assert sorted(int(r["sample"]) for r in rows) == list(range(len(clips)))
+    for r in rows:
+        check_codes(r)
+    assert sorted((int(r["index"]), int(r["start"])) for r in rows) == \
+        sorted((i, s) for i, s, _ in loader_epochs(clips, 1, 1)[0])
+    done = sray.stats(ds)
+    assert sum(s["tasks"] for s in done.values()) == len(paths)  # one decode pass per video
+
+
+def test_skip_counts_and_names_the_bad_samples(cluster, videos, tmp_path):
+    paths, labels = videos
+    bad = tmp_path / "not_a_video.mp4"
+    bad.write_bytes(b"\0" * 4096)
+    clips = shmloader.VideoClips([*paths[:3], str(bad)], [0, 1, 2, 0], clip_len=4, size=(96, 128))
+    ds = sray.dataset(clips, epochs=2, seed=2, on_error="skip", resources={"decode": 1}, samples_per_task=2)
+    rows = rows_of(ds)
+    assert sorted((int(r["epoch"]), int(r["sample"])) for r in rows) == [(e, s) for e in range(2) for s in range(3)]
+    skips = sray.skipped(ds)
+    assert [(e, s) for e, s, _ in skips] == [(0, 3), (1, 3)]
+    assert all(reason for _, _, reason in skips)
+    assert sum(s["skipped"] for s in sray.stats(ds).values()) == 2
+
+
+def test_raise_names_the_file_and_sample(cluster, videos):
+    paths, labels = videos
+    missing = os.path.join(os.path.dirname(paths[0]), "gone.mp4")
+    clips = shmloader.VideoClips([paths[0], missing], [0, 1], clip_len=4, size=(96, 128))
+    ds = sray.dataset(clips, shuffle=False, resources={"decode": 1}, samples_per_task=2)
+    with pytest.raises(Exception) as info:
+        rows_of(ds)
+    text = str(info.value)
+    assert "sample 1" in text and "gone.mp4" in text and "SampleError" in text, text[-3000:]
+
+
+def test_streaming_split_gives_two_ranks_disjoint_shards(cluster, clips):
+    ds = sray.dataset(clips, seed=5, resources={"decode": 1})
+
+    @ray.remote(num_cpus=0, resources={"trainer": 0.5})
+    class Rank:
+        def samples(self, it):
+            return [int(s) for b in it.iter_batches(batch_size=4, batch_format="numpy") for s in b["sample"]]
+
+    ranks = [Rank.remote() for _ in range(2)]
+    shards = ray.get([r.samples.remote(it) for r, it in zip(ranks, ds.streaming_split(2))], timeout=180)
+    assert all(shards) and not set(shards[0]) & set(shards[1])
+    assert sorted(shards[0] + shards[1]) == list(range(len(clips)))
+    for r in ranks:
+        ray.kill(r)
+
+
+def test_iter_torch_batches(cluster, clips):
+    import torch
+
+    ds = sray.dataset(clips, seed=3, resources={"decode": 1})
+    seen = []
+    for b in ds.iter_torch_batches(batch_size=4):
+        assert isinstance(b["video"], torch.Tensor) and b["video"].dtype == torch.uint8
+        assert tuple(b["video"].shape[1:]) == (4, 96, 128, 3)
+        ids, frames = read_codes(b["video"].numpy())
+        assert (ids == b["index"].numpy()[:, None]).all() and (frames == b["frames"].numpy()).all()
+        seen += b["sample"].tolist()
+    assert sorted(seen) == list(range(len(clips)))
+
+
+def test_to_tf_delivers_the_epoch(cluster, clips):
+    import tensorflow as tf
+
+    ds = sray.dataset(clips, seed=4, resources={"decode": 1})
+    tfds = ds.to_tf(feature_columns=["video", "sample"], label_columns="label", batch_size=4)
+    assert isinstance(tfds, tf.data.Dataset)
+    seen = []
+    for features, label in tfds:
+        ids, _ = read_codes(features["video"].numpy())
+        assert (ids[:, 0] % 3 == label.numpy()).all()
+        seen += features["sample"].numpy().tolist()
+    assert sorted(seen) == list(range(len(clips)))
+
+
+@ray.remote(num_cpus=1)
+def _pid() -> int:
+    return os.getpid()
+
+
+def test_a_decode_nodes_raylet_killed_mid_epoch(cluster, clips):
+    """A third decode node joins; its raylet is SIGKILLed once rows flow: its tasks run again on
+    the others and every sample of the three epochs arrives exactly once, with the right frames."""
+    extra = cluster.add_node(**NODE, resources={"decode": 1})
+    raylet = extra.all_processes["raylet"][0].process.pid
+    # Its first task worker takes seconds to start on this box: started before the epoch.
+    here = NodeAffinitySchedulingStrategy(extra.node_id, soft=False)
+    assert ray.get(_pid.options(scheduling_strategy=here).remote(), timeout=120) not in node_pids(extra)
+    ds = sray.dataset(clips, epochs=3, seed=9, resources={"decode": 1}, samples_per_task=1)
+    rows, killed_at = [], None
+    for r in ds.iter_rows():
+        rows.append(dict(r))
+        if killed_at is None and len(rows) >= 3:
+            if extra.node_id in sray.stats(ds):  # it has decoded: kill it with work in hand
+                os.kill(raylet, signal.SIGKILL)
+                killed_at = len(rows)
+            assert len(rows) < 2 * len(clips), "the third node decoded nothing in two epochs"
+    assert killed_at is not None and not alive(raylet)
+    assert sorted((int(r["epoch"]), int(r["sample"])) for r in rows) == \
+        [(e, s) for e in range(3) for s in range(len(clips))]
+    for r in rows:
+        check_codes(r)
