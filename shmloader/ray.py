@@ -15,7 +15,7 @@ retried and ends the dataset, so the error policy lives in the task (``on_error`
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -105,8 +105,8 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     log = task_log()
     fn_kwargs = {"clips": ray.put(clips), "token": uuid.uuid4().hex, "seed": seed, "on_error": on_error,
                  "log": log}
-    ds = ray.data.from_items(items, override_num_blocks=len(items))
-    ds = ds.map_batches(decode_items, batch_size=1, batch_format="numpy", fn_kwargs=fn_kwargs,
+    items_ds = ray.data.from_items(items, override_num_blocks=len(items))
+    ds = items_ds.map_batches(cast(Any, decode_items), batch_size=1, batch_format="numpy", fn_kwargs=fn_kwargs,
                         num_cpus=num_cpus, resources=resources, **ray_remote_args)
     ds._shmloader_log = log  # type: ignore[attr-defined]  # read by skipped() and stats()
     return ds

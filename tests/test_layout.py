@@ -22,6 +22,7 @@ PUBLIC = {
     "shmloader.torch": ["TorchLoader", "as_torch"],
     "shmloader.jax": ["batches"],
     "shmloader.tfdata": ["LoaderCheckpoint", "as_dataset", "distributed_dataset"],
+    "shmloader.ray": ["dataset", "plan_items", "skipped", "stats"],
 }
 
 # What each part may import from the package (NOTE: the subpackages' docstrings say the same).

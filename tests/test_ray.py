@@ -20,18 +20,18 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 ray = pytest.importorskip("ray")
 
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-import shmloader  # noqa: E402
-import shmloader.ray as sray  # noqa: E402
-from shmloader.samples import read_codes  # noqa: E402
+import shmloader
+import shmloader.ray as sray
+from shmloader.samples import read_codes
 
-from .conftest import leaks, live_children, shm_entries  # noqa: E402
+from .conftest import leaks, live_children, shm_entries
 
 pytestmark = pytest.mark.timeout(240)
 
 STORE = 200 * 1024**2
-NODE = dict(num_cpus=1, object_store_memory=STORE, include_dashboard=False, node_ip_address="127.0.0.1")
+NODE = {"num_cpus": 1, "object_store_memory": STORE, "include_dashboard": False, "node_ip_address": "127.0.0.1"}
 
 
 def node_pids(node) -> set[int]:
@@ -124,7 +124,7 @@ def loader_epochs(clips, epochs: int, seed: int) -> list[set]:
 
 def test_import_shmloader_does_not_import_ray():
     code = "import sys, shmloader, shmloader.video.reader; print('ray' in sys.modules)"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert r.stdout.strip() == "False", r.stderr
 
 
@@ -133,14 +133,14 @@ def test_clips_pickle_by_value_with_the_manifest_columns(videos, tmp_path):
     and a scan manifest's columns come along (decord's files are not probed again)."""
     manifest = str(tmp_path / "m.csv")
     r = subprocess.run([sys.executable, "-m", "shmloader", "scan", os.path.dirname(videos[0][0]), "--out", manifest,
-                        "--workers", "1"], capture_output=True, text=True, timeout=120)
+                        "--workers", "1"], capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     clips = shmloader.VideoClips.from_csv(manifest, clip_len=4)
     blob = pickle.dumps(clips)
     assert b"memfd" not in blob and len(blob) < 20_000
     code = ("import json, pickle, sys; r = pickle.loads(sys.stdin.buffer.read()).reader(); "
             "b = r.read([0, 3], seed=3, epoch=1); print(json.dumps([b['start'].tolist(), r.counters()]))")
-    r = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, timeout=60, cwd=os.getcwd())
+    r = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     starts, counters = json.loads(r.stdout)
     assert starts == clips.reader().read([0, 3], seed=3, epoch=1)["start"].tolist()
@@ -194,7 +194,7 @@ def test_grouped_clips_a_task_per_video(cluster, videos):
 
 
 def test_skip_counts_and_names_the_bad_samples(cluster, videos, tmp_path):
-    paths, labels = videos
+    paths, _ = videos
     bad = tmp_path / "not_a_video.mp4"
     bad.write_bytes(b"\0" * 4096)
     clips = shmloader.VideoClips([*paths[:3], str(bad)], [0, 1, 2, 0], clip_len=4, size=(96, 128))
@@ -208,7 +208,7 @@ def test_skip_counts_and_names_the_bad_samples(cluster, videos, tmp_path):
 
 
 def test_raise_names_the_file_and_sample(cluster, videos):
-    paths, labels = videos
+    paths, _ = videos
     missing = os.path.join(os.path.dirname(paths[0]), "gone.mp4")
     clips = shmloader.VideoClips([paths[0], missing], [0, 1], clip_len=4, size=(96, 128))
     ds = sray.dataset(clips, shuffle=False, resources={"decode": 1}, samples_per_task=2)

@@ -22,6 +22,8 @@ keeps the epoch it was drawn in (its randomness, its place in ``state()``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .source import seeded
@@ -63,7 +65,7 @@ class EpochPlan:
             raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
         self.shard = (index, count)
 
-    def group_of(self, samples):
+    def group_of(self, samples: Any) -> Any:
         """The group id of each of ``samples`` (an int or an array)."""
         return self.groups[samples] if self.groups is not None else samples // self.group
 

@@ -9,7 +9,7 @@ probed again."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +93,7 @@ class SharedColumns:
         """In a worker: the columns back from the shared table (see ``__getstate__``)."""
         if not isinstance(self.paths, SharedStrings):  # pickled by value: the columns came along
             return
-        table = cast(SharedStrings, self.paths)
+        table = self.paths
         if self.__dict__.pop("_has_labels", False):
             self.labels = table.column("labels")
         if self.__dict__.pop("_has_spans", False):
