@@ -26,6 +26,7 @@ import shmloader
 import shmloader.ray as sray
 from shmloader.samples import read_codes
 
+from ._examples import doc_example
 from .conftest import leaks, live_children, shm_entries
 
 pytestmark = pytest.mark.timeout(240)
@@ -260,6 +261,15 @@ def test_to_tf_delivers_the_epoch(cluster, clips):
         assert (ids[:, 0] % 3 == label.numpy()).all()
         seen += features["sample"].numpy().tolist()
     assert sorted(seen) == list(range(len(clips)))
+
+
+def test_the_guides_example(cluster, videos):
+    """docs/guide/beyond-one-node.md's example, with this module's videos."""
+    paths, labels = videos
+    ns = {"paths": paths, "labels": labels}
+    exec(doc_example("ray-trainer"), ns)
+    assert tuple(ns["video"].shape) == (4, 4, 96, 128, 3) and len(ns["shards"]) == 2
+    assert ns["shmloader"].ray.skipped(ns["ds"]) == []
 
 
 @ray.remote(num_cpus=1)
