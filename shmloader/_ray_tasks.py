@@ -6,6 +6,7 @@ here may run at ``import shmloader``.
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections import OrderedDict
 from typing import Any
@@ -20,6 +21,8 @@ __all__ = ["TaskLog", "decode_items", "task_log"]
 # files' probes, so the next task of the same dataset does not open them again.
 _READERS_KEPT = 2
 _readers: OrderedDict[str, Any] = OrderedDict()
+# The log is one small actor call per task; far longer means the cluster is gone from here.
+_LOG_TIMEOUT_S = 120
 
 
 class TaskLog:
@@ -57,15 +60,25 @@ def task_log() -> Any:
 def _reader(clips: Any, token: str) -> Any:
     reader = _readers.get(token)
     if reader is None:
-        import ray
-
-        if isinstance(clips, ray.ObjectRef):
-            clips = ray.get(clips)
         reader = _readers[token] = clips.reader()
         while len(_readers) > _READERS_KEPT:
             _readers.popitem(last=False)
     _readers.move_to_end(token)
     return reader
+
+
+def _report(log: Any, skips: list[tuple[int, int, str]], counts: dict[str, int]) -> None:
+    """The task's skips and counts to the log, before its rows count as delivered (so
+    ``skipped(ds)`` is complete once they are). Ray Data turns any exception of this function into
+    a user error, which ends the dataset and is never retried: a worker that lost the cluster (its
+    node's raylet died mid-task) exits as a dead worker does instead, and Ray runs the task again
+    elsewhere."""
+    import ray
+
+    try:
+        ray.get(log.add.remote(ray.get_runtime_context().get_node_id(), skips, counts), timeout=_LOG_TIMEOUT_S)
+    except ray.exceptions.RayError:
+        os._exit(1)
 
 
 def decode_items(batch: dict[str, np.ndarray], *, clips: Any, token: str, seed: int, on_error: str,
@@ -92,12 +105,9 @@ def decode_items(batch: dict[str, np.ndarray], *, clips: Any, token: str, seed: 
                     raise err from e
                 skips.append((epoch, s, f"{type(e).__qualname__}: {e}"))
                 traceback.clear_frames(e.__traceback__)
-    import ray
-
     counts = {k: n - before.get(k, 0) for k, n in reader.counters().items()}
     counts.update(tasks=1, samples=sum(len(p["sample"]) for p in parts), skipped=len(skips))
-    # Logged before this task's rows count as delivered: skipped(ds) is complete once they are.
-    ray.get(log.add.remote(ray.get_runtime_context().get_node_id(), skips, counts))
+    _report(log, skips, counts)
     if not parts:
         return _rows({k: np.zeros((0, *shape), dtype) for k, (shape, dtype) in reader.clips.spec().items()},
                      0, [])

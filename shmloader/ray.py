@@ -103,7 +103,9 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     if not ray.is_initialized():
         ray.init()
     log = task_log()
-    fn_kwargs = {"clips": ray.put(clips), "token": uuid.uuid4().hex, "seed": seed, "on_error": on_error,
+    # clips by value: Ray Data stores the function's arguments once and hands them to each task as
+    # its own (fetched by Ray, retried by Ray), never a reference the task must get itself.
+    fn_kwargs = {"clips": clips, "token": uuid.uuid4().hex, "seed": seed, "on_error": on_error,
                  "log": log}
     items_ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds = items_ds.map_batches(cast(Any, decode_items), batch_size=1, batch_format="numpy", fn_kwargs=fn_kwargs,
