@@ -1,0 +1,181 @@
+"""Clips/s through Ray against the local Loader on the same cores and clips (issue #37).
+
+    flock /tmp/bench.lock python bench/ray_feed.py [--reps 3] [--videos 48]
+
+Cells, each one epoch, interleaved over ``--reps`` repetitions after a warm-up epoch each:
+``loader``: ``Loader(workers=2)``; ``ray``: ``shmloader.ray.dataset`` on a local cluster (a head
+with no CPU for tasks, which runs this driver, and two decode nodes of one CPU each, so both read
+on 2 cores), iterated with ``iter_batches``; each one clip per sample and grouped
+(``clips_per_video=4, group_clips=True``). Then the consumer routes over one materialized epoch
+(no decoding): ``iter_batches`` (numpy), ``iter_torch_batches`` and ``to_tf``; and the idle
+cluster's CPU and memory. Results: bench/results/ray-feed-cpu2.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+# This checkout's shmloader, here and in the processes Ray starts (they inherit the environment).
+sys.path.insert(0, ROOT)
+os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # nodes on 127.0.0.1 (see tests/test_ray.py)
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import psutil
+
+import shmloader
+from shmloader.samples import make_videos
+
+BATCH = 8
+NODE = {"object_store_memory": 200 * 1024**2, "include_dashboard": False, "node_ip_address": "127.0.0.1"}
+
+
+def cluster_procs(cluster) -> list[psutil.Process]:
+    pids = {i.process.pid for n in [cluster.head_node, *cluster.worker_nodes] for v in n.all_processes.values()
+            for i in v}
+    out = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            out += [p, *p.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def idle(cluster, seconds: float = 10.0) -> dict:
+    """CPU (cores busy) and memory (RSS, USS in MB) of every process of the cluster, driver aside."""
+    procs = cluster_procs(cluster)
+    t0 = {p.pid: sum(p.cpu_times()[:2]) for p in procs}
+    time.sleep(seconds)
+    busy = sum(sum(p.cpu_times()[:2]) - t0[p.pid] for p in procs if p.is_running())
+    mem = [p.memory_full_info() for p in procs if p.is_running()]
+    return {"processes": len(procs), "cores_busy": busy / seconds,
+            "rss_mb": sum(m.rss for m in mem) / 1e6, "uss_mb": sum(m.uss for m in mem) / 1e6}
+
+
+def epoch_loader(clips, seed: int) -> float:
+    with shmloader.Loader(clips, batch_size=BATCH, workers=2, shuffle=True, seed=seed) as loader:
+        t = time.perf_counter()
+        n = sum(len(b["index"]) for b in loader)
+        return n / (time.perf_counter() - t)
+
+
+def epoch_ray(clips, seed: int) -> float:
+    import shmloader.ray as sray
+
+    ds = sray.dataset(clips, seed=seed, resources={"decode": 1})
+    t = time.perf_counter()
+    n = sum(len(b["index"]) for b in ds.iter_batches(batch_size=BATCH, batch_format="numpy"))
+    return n / (time.perf_counter() - t)
+
+
+def routes(clips) -> dict:
+    """Rows/s and MB/s of each consumer route over one decoded, materialized epoch."""
+    import shmloader.ray as sray
+
+    ds = sray.dataset(clips, seed=99, resources={"decode": 1}).materialize()
+    rows = ds.count()
+    mb = rows * clips.spec()["video"][0][0] * 112 * 112 * 3 / 1e6
+    ways = {
+        "iter_batches": lambda: ds.iter_batches(batch_size=BATCH, batch_format="numpy"),
+        "iter_torch_batches": lambda: ds.iter_torch_batches(batch_size=BATCH),
+        "to_tf": lambda: ds.to_tf(feature_columns="video", label_columns="label", batch_size=BATCH),
+    }
+    out = {}
+    for name, make in ways.items():
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            for _ in make():
+                pass
+            times.append(time.perf_counter() - t)
+        s = statistics.median(times)
+        out[name] = {"rows_per_s": rows / s, "mb_per_s": mb / s}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--videos", type=int, default=48)
+    ap.add_argument("--folder", default="/tmp/ray_feed_videos")
+    ap.add_argument("--name", default="ray-feed-cpu2")
+    args = ap.parse_args()
+    # torch before tensorflow (DESIGN fact 28); the to_tf route needs tensorflow
+    importlib.import_module("torch")
+    importlib.import_module("tensorflow")
+
+    os.makedirs(args.folder, exist_ok=True)
+    paths, labels = make_videos(args.folder, count=args.videos, frames=120, size=(256, 340))
+    common = {"clip_len": 16, "frame_step": 2, "size": (112, 112)}
+    sources = {"one clip": shmloader.VideoClips(paths, labels, clips_per_video=2, **common),
+               "grouped x4": shmloader.VideoClips(paths, labels, clips_per_video=4, group_clips=True, **common)}
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    t = time.perf_counter()
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "num_cpus": 0, "resources": {"trainer": 1}})
+    for _ in range(2):
+        cluster.add_node(**NODE, num_cpus=1, resources={"decode": 1})
+    cluster.connect()
+    started = time.perf_counter() - t
+    results: dict = {"conditions": {"cpus": os.cpu_count(), "batch": BATCH, "videos": args.videos,
+                                    "video": "120 frames 340x256 x264 (GOP <= 250)", "clip": "16 x every 2nd, 112x112",
+                                    "ray": ray.__version__, "reps": args.reps},
+                     "cluster_start_s": started, "cells": {}}
+    try:
+        for clips in sources.values():  # warm-up: Ray's task workers start, files in the page cache
+            epoch_ray(clips, 0)
+            epoch_loader(clips, 0)
+        results["idle_after_warm_up"] = idle(cluster)
+        cells = [(s, w) for s in sources for w in ("loader", "ray")]
+        got: dict = {f"{s} / {w}": [] for s, w in cells}
+        for rep in range(args.reps):
+            for s, w in cells if rep % 2 == 0 else cells[::-1]:
+                fn = epoch_loader if w == "loader" else epoch_ray
+                got[f"{s} / {w}"].append(fn(sources[s], rep + 1))
+                print(f"{s} / {w}: {got[f'{s} / {w}'][-1]:.1f} clips/s", flush=True)
+        results["cells"] = {k: {"clips_per_s": statistics.median(v), "all": v} for k, v in got.items()}
+        results["routes"] = routes(sources["one clip"])
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    out = os.path.join(HERE, "results", args.name)
+    with open(out + ".json", "w") as f:
+        json.dump(results, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write(report(results))
+    print(report(results))
+
+
+def report(r: dict) -> str:
+    c = r["conditions"]
+    lines = [f"# Ray vs the local Loader, {c['cpus']} cores (bench/ray_feed.py)", "",
+             f"{c['videos']} videos of {c['video']}; clips {c['clip']}; batch {c['batch']}; Ray {c['ray']}; "
+             f"median of {c['reps']} epochs after a warm-up epoch.", "",
+             "| clips | Loader(workers=2) clips/s | Ray, 2 decode nodes x 1 CPU | Ray / Loader |", "|---|---|---|---|"]
+    for s in ("one clip", "grouped x4"):
+        a, b = r["cells"][f"{s} / loader"]["clips_per_s"], r["cells"][f"{s} / ray"]["clips_per_s"]
+        lines.append(f"| {s} | {a:.1f} | {b:.1f} | {b / a:.2f}x |")
+    i = r["idle_after_warm_up"]
+    lines += ["", f"Cluster start (head + 2 nodes): {r['cluster_start_s']:.1f} s. Idle cluster after the warm-up: "
+              f"{i['processes']} processes, {i['cores_busy']:.2f} cores busy, RSS {i['rss_mb']:.0f} MB, "
+              f"USS {i['uss_mb']:.0f} MB.", "", "| consumer route (materialized epoch) | rows/s | MB/s |", "|---|---|---|"]
+    for name, v in r["routes"].items():
+        lines.append(f"| {name} | {v['rows_per_s']:.0f} | {v['mb_per_s']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
