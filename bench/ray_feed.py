@@ -162,16 +162,16 @@ def main() -> None:
 def report(r: dict) -> str:
     c = r["conditions"]
     lines = [f"# Ray vs the local Loader, {c['cpus']} cores (bench/ray_feed.py)", "",
-             f"{c['videos']} videos of {c['video']}; clips {c['clip']}; batch {c['batch']}; Ray {c['ray']}; "
-             f"median of {c['reps']} epochs after a warm-up epoch.", "",
+             (f"{c['videos']} videos of {c['video']}; clips {c['clip']}; batch {c['batch']}; Ray {c['ray']}; "
+              f"median of {c['reps']} epochs after a warm-up epoch."), "",
              "| clips | Loader(workers=2) clips/s | Ray, 2 decode nodes x 1 CPU | Ray / Loader |", "|---|---|---|---|"]
     for s in ("one clip", "grouped x4"):
         a, b = r["cells"][f"{s} / loader"]["clips_per_s"], r["cells"][f"{s} / ray"]["clips_per_s"]
         lines.append(f"| {s} | {a:.1f} | {b:.1f} | {b / a:.2f}x |")
     i = r["idle_after_warm_up"]
-    lines += ["", f"Cluster start (head + 2 nodes): {r['cluster_start_s']:.1f} s. Idle cluster after the warm-up: "
-              f"{i['processes']} processes, {i['cores_busy']:.2f} cores busy, RSS {i['rss_mb']:.0f} MB, "
-              f"USS {i['uss_mb']:.0f} MB.", "", "| consumer route (materialized epoch) | rows/s | MB/s |", "|---|---|---|"]
+    lines += ["", (f"Cluster start (head + 2 nodes): {r['cluster_start_s']:.1f} s. Idle cluster after the warm-up: "
+                   f"{i['processes']} processes, {i['cores_busy']:.2f} cores busy, RSS {i['rss_mb']:.0f} MB, "
+                   f"USS {i['uss_mb']:.0f} MB."), "", "| consumer route (materialized epoch) | rows/s | MB/s |", "|---|---|---|"]
     for name, v in r["routes"].items():
         lines.append(f"| {name} | {v['rows_per_s']:.0f} | {v['mb_per_s']:.0f} |")
     return "\n".join(lines) + "\n"
