@@ -26,35 +26,50 @@ _LOG_TIMEOUT_S = 120
 
 
 class TaskLog:
-    """What the tasks report: the samples left out by ``on_error="skip"`` (``(epoch, sample) ->
-    reason``, each once however often a task is re-run) and, per node, the tasks and samples
-    read and the reader's counters (decodes, probes, bytes fetched: ``ClipReader.counters``)."""
+    """What the tasks of each dataset (its token) report: the samples left out by
+    ``on_error="skip"`` (``(epoch, sample) -> reason``, each once however often a task is re-run)
+    and, per node, the tasks and samples read and the reader's counters (``ClipReader.counters``)."""
 
     def __init__(self) -> None:
-        self.skips: dict[tuple[int, int], str] = {}
-        self.nodes: dict[str, dict[str, int]] = {}
+        self.skips: dict[str, dict[tuple[int, int], str]] = {}
+        self.nodes: dict[str, dict[str, dict[str, int]]] = {}
 
-    def add(self, node: str, skips: list[tuple[int, int, str]], counts: dict[str, int]) -> None:
+    def add(self, token: str, node: str, skips: list[tuple[int, int, str]], counts: dict[str, int]) -> None:
+        mine = self.skips.setdefault(token, {})
         for epoch, sample, reason in skips:
-            self.skips.setdefault((epoch, sample), reason)
-        mine = self.nodes.setdefault(node, {})
+            mine.setdefault((epoch, sample), reason)
+        done = self.nodes.setdefault(token, {}).setdefault(node, {})
         for k, n in counts.items():
-            mine[k] = mine.get(k, 0) + n
+            done[k] = done.get(k, 0) + n
 
-    def skipped(self) -> list[tuple[int, int, str]]:
-        return sorted((e, s, r) for (e, s), r in self.skips.items())
+    def skipped(self, token: str) -> list[tuple[int, int, str]]:
+        return sorted((e, s, r) for (e, s), r in self.skips.get(token, {}).items())
 
-    def stats(self) -> dict[str, dict[str, int]]:
-        return self.nodes
+    def stats(self, token: str) -> dict[str, dict[str, int]]:
+        return self.nodes.get(token, {})
+
+    def forget(self, token: str) -> None:
+        self.skips.pop(token, None)
+        self.nodes.pop(token, None)
+
+
+# One log per driver and Ray session: an actor is a process of its own, and starting one per
+# dataset (per epoch) cost seconds of CPU on a small node.
+_log: tuple[str, Any] | None = None
 
 
 def task_log() -> Any:
-    """A ``TaskLog`` actor on the driver's node (it outlives any decode node), no CPU."""
+    """The driver's ``TaskLog`` actor, on the driver's node (it outlives any decode node), no CPU."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    return ray.remote(num_cpus=0)(TaskLog).options(scheduling_strategy=here).remote()
+    global _log
+    context = ray.get_runtime_context()
+    session = f"{context.get_job_id()}:{ray.get_runtime_context().gcs_address}"
+    if _log is None or _log[0] != session:
+        here = NodeAffinitySchedulingStrategy(context.get_node_id(), soft=True)
+        _log = (session, ray.remote(num_cpus=0)(TaskLog).options(scheduling_strategy=here).remote())
+    return _log[1]
 
 
 def _reader(clips: Any, token: str) -> Any:
@@ -67,7 +82,7 @@ def _reader(clips: Any, token: str) -> Any:
     return reader
 
 
-def _report(log: Any, skips: list[tuple[int, int, str]], counts: dict[str, int]) -> None:
+def _report(log: Any, token: str, skips: list[tuple[int, int, str]], counts: dict[str, int]) -> None:
     """The task's skips and counts to the log, before its rows count as delivered (so
     ``skipped(ds)`` is complete once they are). Ray Data turns any exception of this function into
     a user error, which ends the dataset and is never retried: a worker that lost the cluster (its
@@ -76,7 +91,8 @@ def _report(log: Any, skips: list[tuple[int, int, str]], counts: dict[str, int])
     import ray
 
     try:
-        ray.get(log.add.remote(ray.get_runtime_context().get_node_id(), skips, counts), timeout=_LOG_TIMEOUT_S)
+        node = ray.get_runtime_context().get_node_id()
+        ray.get(log.add.remote(token, node, skips, counts), timeout=_LOG_TIMEOUT_S)
     except ray.exceptions.RayError:
         os._exit(1)
 
@@ -107,7 +123,7 @@ def decode_items(batch: dict[str, np.ndarray], *, clips: Any, token: str, seed: 
                 traceback.clear_frames(e.__traceback__)
     counts = {k: n - before.get(k, 0) for k, n in reader.counters().items()}
     counts.update(tasks=1, samples=sum(len(p["sample"]) for p in parts), skipped=len(skips))
-    _report(log, skips, counts)
+    _report(log, token, skips, counts)
     if not parts:
         return _rows({k: np.zeros((0, *shape), dtype) for k, (shape, dtype) in reader.clips.spec().items()},
                      0, [])

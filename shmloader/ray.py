@@ -7,14 +7,15 @@ The epoch plan is the loader's own (``engine.plan.EpochPlan``): epoch ``e`` hold
 ``(seed, e, i)`` in the task that reads it (``ClipReader.read``), so each row holds exactly the
 frames the local loader gives it, whichever node reads it and however often a task is re-run.
 The plan is cut into task items in the driver (no file opened there): a run of
-``samples_per_task`` samples, or with ``group_clips=True`` the samples of one video in that epoch
-(one decode pass). Ray re-runs a task lost with its node or worker; an exception of ours is not
-retried and ends the dataset, so the error policy lives in the task (``on_error``).
+``samples_per_task`` samples, or with ``group_clips=True`` whole videos' samples of that epoch
+(one decode pass per video) up to that many. Ray re-runs a task lost with its node or worker;
+an exception of ours is not retried and ends the dataset, so the error policy lives in the task (``on_error``).
 """
 
 from __future__ import annotations
 
 import uuid
+import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -42,8 +43,9 @@ def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bo
                start_epoch: int = 0, samples_per_task: int = _SAMPLES_PER_TASK,
                group_window: int | None = None) -> list[dict[str, Any]]:
     """The tasks of epochs ``start_epoch .. start_epoch + epochs - 1``: ``[{"epoch": e,
-    "samples": [ids]}]`` in plan order (see NOTE [ Epochs on Ray ]); with ``group_clips``
-    one item per video and epoch."""
+    "samples": [ids]}]`` in plan order (see NOTE [ Epochs on Ray ]); with ``group_clips`` a
+    video's samples of an epoch are all in one item (with other whole videos, up to
+    ``samples_per_task`` samples)."""
     check_int("epochs", epochs, 1)
     check_int("seed", seed, 0)
     check_int("start_epoch", start_epoch, 0)
@@ -62,7 +64,14 @@ def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bo
         videos: dict[int, list[int]] = {}
         for sample, g in zip(order.tolist(), np.asarray(plan.group_of(order)).tolist()):
             videos.setdefault(g, []).append(sample)
-        items += [{"epoch": epoch, "samples": s} for s in videos.values()]
+        item: list[int] = []
+        for samples in videos.values():  # whole videos, up to samples_per_task samples a task
+            if item and len(item) + len(samples) > samples_per_task:
+                items.append({"epoch": epoch, "samples": item})
+                item = []
+            item = item + samples
+        if item:
+            items.append({"epoch": epoch, "samples": item})
     return items
 
 
@@ -89,7 +98,8 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     :param num_cpus: CPUs each decode task takes.
     :param resources: custom resources each task needs, e.g. ``{"decode": 1}`` to keep decoding
         on the nodes started with that resource.
-    :param samples_per_task: samples a task reads (ungrouped clips).
+    :param samples_per_task: samples a task reads (with ``group_clips``: whole videos, up to
+        this many samples, at least one video).
     :param group_window: videos per shuffle window with ``group_clips=True``.
     :param ray_remote_args: passed to ``Dataset.map_batches`` (``scheduling_strategy``,
         ``memory``, ``concurrency``...).
@@ -102,15 +112,16 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
                        samples_per_task=samples_per_task, group_window=group_window)
     if not ray.is_initialized():
         ray.init()
-    log = task_log()
+    log, token = task_log(), uuid.uuid4().hex
     # clips by value: Ray Data stores the function's arguments once and hands them to each task as
     # its own (fetched by Ray, retried by Ray), never a reference the task must get itself.
-    fn_kwargs = {"clips": clips, "token": uuid.uuid4().hex, "seed": seed, "on_error": on_error,
+    fn_kwargs = {"clips": clips, "token": token, "seed": seed, "on_error": on_error,
                  "log": log}
     items_ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds = items_ds.map_batches(cast(Any, decode_items), batch_size=1, batch_format="numpy", fn_kwargs=fn_kwargs,
                         num_cpus=num_cpus, resources=resources, **ray_remote_args)
-    ds._shmloader_log = log  # type: ignore[attr-defined]  # read by skipped() and stats()
+    ds._shmloader_log = (log, token)  # type: ignore[attr-defined]  # read by skipped() and stats()
+    weakref.finalize(ds, _forget, log, token)
     return ds
 
 
@@ -120,7 +131,8 @@ def skipped(ds: ray.data.Dataset) -> list[tuple[int, int, str]]:
     delivered: read it after the epoch."""
     import ray
 
-    return [(int(e), int(s), str(r)) for e, s, r in ray.get(_log(ds).skipped.remote())]
+    log, token = _log(ds)
+    return [(int(e), int(s), str(r)) for e, s, r in ray.get(log.skipped.remote(token))]
 
 
 def stats(ds: ray.data.Dataset) -> dict[str, dict[str, int]]:
@@ -130,11 +142,20 @@ def stats(ds: ray.data.Dataset) -> dict[str, dict[str, int]]:
     again: this is work done, not rows delivered."""
     import ray
 
-    return {str(n): dict(c) for n, c in ray.get(_log(ds).stats.remote()).items()}
+    log, token = _log(ds)
+    return {str(n): dict(c) for n, c in ray.get(log.stats.remote(token)).items()}
 
 
-def _log(ds: ray.data.Dataset) -> Any:
+def _forget(log: Any, token: str) -> None:
+    """A dataset is gone: its entries leave the log (nothing to do once Ray is shut down)."""
+    import ray
+
+    if ray.is_initialized():
+        log.forget.remote(token)
+
+
+def _log(ds: ray.data.Dataset) -> tuple[Any, str]:
     log = getattr(ds, "_shmloader_log", None)
     if log is None:
         raise ValueError("this reads a dataset made by shmloader.ray.dataset() (not one derived from it)")
-    return log
+    return cast("tuple[Any, str]", log)

@@ -58,11 +58,22 @@ def alive(pid: int) -> bool:
         return False
 
 
+def shm_held(pids: set[int]) -> set[str]:
+    """Files under /dev/shm that processes ``pids`` hold open or mapped (and still exist)."""
+    out = set()
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            out |= {f.path for f in p.open_files()} | {m.path for m in p.memory_maps()}
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return {f for f in out if f.startswith("/dev/shm/") and os.path.exists(f)}
+
+
 @pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster
 
-    shm_before = set(os.listdir("/dev/shm"))
     kids_before = {p.pid for p in live_children()}
     c = Cluster(initialize_head=True, head_node_args={**NODE, "resources": {"trainer": 1}})
     try:
@@ -72,6 +83,7 @@ def cluster():
     finally:
         started = {pid for n in [c.head_node, *c.worker_nodes] if n is not None for pid in node_pids(n)}
         started = tree(started) | {p.pid for p in live_children()} - kids_before
+        held = shm_held(started)  # the object stores' files, and whatever else Ray keeps there
         ray.shutdown()
         c.shutdown()
         deadline = time.monotonic() + 30
@@ -79,7 +91,8 @@ def cluster():
             time.sleep(0.1)
         assert not [p for p in started if alive(p)], "Ray processes left behind"
         assert not [p for p in live_children() if p.pid not in kids_before]
-        assert set(os.listdir("/dev/shm")) - shm_before == set(), "Ray left entries in /dev/shm"
+        # Compared by name, not by listing: other jobs on this machine make and remove their own.
+        assert not [f for f in held if os.path.exists(f)], f"Ray left {held} in /dev/shm"
 
 
 @pytest.fixture(autouse=True)
@@ -181,8 +194,10 @@ def test_the_tasks_import_this_checkout(cluster):
 def test_grouped_clips_a_task_per_video(cluster, videos):
     paths, labels = videos
     clips = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=4, group_clips=True)
-    items = sray.plan_items(clips, epochs=1, seed=1)
-    assert len(items) == len(paths) and all(len({s // 4 for s in i["samples"]}) == 1 for i in items)
+    items = sray.plan_items(clips, epochs=1, seed=1)  # two whole videos a task
+    assert len(items) == len(paths) // 2 and all(len(i["samples"]) == 8 for i in items)
+    videos = [sorted({s // 4 for s in i["samples"]}) for i in items]
+    assert sorted(v for vs in videos for v in vs) == list(range(len(paths)))  # each video in one task
     ds = sray.dataset(clips, seed=1, resources={"decode": 1})
     rows = rows_of(ds)
     assert sorted(int(r["sample"]) for r in rows) == list(range(len(clips)))
@@ -191,7 +206,8 @@ def test_grouped_clips_a_task_per_video(cluster, videos):
     assert sorted((int(r["index"]), int(r["start"])) for r in rows) == \
         sorted((i, s) for i, s, _ in loader_epochs(clips, 1, 1)[0])
     done = sray.stats(ds)
-    assert sum(s["tasks"] for s in done.values()) == len(paths)  # one decode pass per video
+    assert sum(s["tasks"] for s in done.values()) == len(paths) // 2
+    assert sum(s["decord"] + s["pyav"] for s in done.values()) == len(paths)  # one decode pass per video
 
 
 def test_skip_counts_and_names_the_bad_samples(cluster, videos, tmp_path):
@@ -267,7 +283,7 @@ def test_the_guides_example(cluster, videos):
     """docs/guide/beyond-one-node.md's example, with this module's videos."""
     paths, labels = videos
     ns = {"paths": paths, "labels": labels}
-    exec(doc_example("ray-trainer"), ns)
+    exec(doc_example("ray-trainer"), ns)  # noqa: S102 - the docs page's own code
     assert tuple(ns["video"].shape) == (4, 4, 96, 128, 3) and len(ns["shards"]) == 2
     assert ns["shmloader"].ray.skipped(ns["ds"]) == []
 
@@ -291,10 +307,16 @@ def test_a_decode_nodes_raylet_killed_mid_epoch(cluster, clips):
         rows.append(dict(r))
         if killed_at is None and len(rows) >= 3:
             if extra.node_id in sray.stats(ds):  # it has decoded: kill it with work in hand
+                victims = tree(node_pids(extra))  # its raylet, log monitor and task workers
                 os.kill(raylet, signal.SIGKILL)
                 killed_at = len(rows)
             assert len(rows) < 2 * len(clips), "the third node decoded nothing in two epochs"
     assert killed_at is not None and not alive(raylet)
+    # The dead node's task workers notice and leave on their own (the others stay for next time).
+    deadline = time.monotonic() + 30
+    while [p for p in victims if p != raylet and alive(p) and p not in node_pids(extra)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in victims if p != raylet and alive(p) and p not in node_pids(extra)]
     assert sorted((int(r["epoch"]), int(r["sample"])) for r in rows) == \
         [(e, s) for e in range(3) for s in range(len(clips))]
     for r in rows:
