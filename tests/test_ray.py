@@ -59,7 +59,8 @@ def alive(pid: int) -> bool:
 
 
 def shm_held(pids: set[int]) -> set[str]:
-    """Files under /dev/shm that processes ``pids`` hold open or mapped (and still exist)."""
+    """Files under /dev/shm that processes ``pids`` hold open or mapped (Ray's object stores map
+    ``/dev/shm/plasma*`` files, unlinked once mapped)."""
     out = set()
     for pid in pids:
         try:
@@ -67,7 +68,7 @@ def shm_held(pids: set[int]) -> set[str]:
             out |= {f.path for f in p.open_files()} | {m.path for m in p.memory_maps()}
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
-    return {f for f in out if f.startswith("/dev/shm/") and os.path.exists(f)}
+    return {f.removesuffix(" (deleted)") for f in out if f.startswith("/dev/shm/")}
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +93,7 @@ def cluster():
         assert not [p for p in started if alive(p)], "Ray processes left behind"
         assert not [p for p in live_children() if p.pid not in kids_before]
         # Compared by name, not by listing: other jobs on this machine make and remove their own.
+        assert any("plasma" in f for f in held), f"the object stores' files were not seen: {held}"
         assert not [f for f in held if os.path.exists(f)], f"Ray left {held} in /dev/shm"
 
 
