@@ -115,13 +115,13 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     log, token = task_log(), uuid.uuid4().hex
     # clips by value: Ray Data stores the function's arguments once and hands them to each task as
     # its own (fetched by Ray, retried by Ray), never a reference the task must get itself.
-    fn_kwargs = {"clips": clips, "token": token, "seed": seed, "on_error": on_error,
-                 "log": log}
+    fn_kwargs = {"clips": clips, "token": token, "seed": seed, "on_error": on_error, "log": log}
     items_ds = ray.data.from_items(items, override_num_blocks=len(items))
-    ds = items_ds.map_batches(cast(Any, decode_items), batch_size=1, batch_format="numpy", fn_kwargs=fn_kwargs,
-                        num_cpus=num_cpus, resources=resources, **ray_remote_args)
+    ds = items_ds.map_batches(cast(Any, decode_items), batch_size=1, batch_format="numpy",
+                              fn_kwargs=fn_kwargs, num_cpus=num_cpus, resources=resources,
+                              **ray_remote_args)
     ds._shmloader_log = (log, token)  # type: ignore[attr-defined]  # read by skipped() and stats()
-    weakref.finalize(ds, _forget, log, token)
+    weakref.finalize(ds, _forget, log, token).atexit = False  # at exit the whole log goes
     return ds
 
 
