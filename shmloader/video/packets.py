@@ -18,7 +18,7 @@ from .media import Media
 from .storage import Storage
 
 __all__ = ["Pass", "read_open", "RawStream", "NoFrameBoundary", "RAW_EXTENSIONS", "RAW_GAP", "indexed_end",
-           "byte_spans", "timeline", "median_step", "index_of", "sequence_headers"]
+           "byte_spans", "timeline", "median_step", "index_of", "sequence_headers", "open_gop"]
 
 # Frames a probe decodes, where the decoder reorders, to see that decoded stamps follow
 # presentation order (B-frames start in the first GOP).
@@ -307,6 +307,20 @@ def median_step(pts: np.ndarray | None, tb: Fraction, stream) -> float:
         return float(np.median(np.diff(pts))) * float(tb)
     rate = stream.average_rate or stream.guessed_rate
     return 1.0 / float(rate) if rate else 0.0
+
+
+def open_gop(decode_pos: np.ndarray | None, keyframes: np.ndarray | None) -> int | None:
+    """The first keyframe (frame index) with leading pictures, None if none has: a frame shown
+    before the keyframe but decoded after it (x264 ``open-gop``, HEVC RASL pictures before a
+    CRA). They reference the GOP before, so a decode from that keyframe cannot show them; and a
+    reader that counts a keyframe's place by packets in decode order (decord) puts it that many
+    frames early (NOTE [ Which decoder reads a file ] in ``video.probe``)."""
+    if decode_pos is None or keyframes is None or len(decode_pos) < 2:
+        return None
+    before = np.maximum.accumulate(decode_pos)  # the last-decoded frame shown up to each frame
+    keys = keyframes[(keyframes > 0) & (keyframes < len(decode_pos))]
+    hit = keys[before[keys - 1] > decode_pos[keys]]
+    return int(hit[0]) if len(hit) else None
 
 
 def index_of(pts: np.ndarray | None, t) -> int | None:

@@ -23,6 +23,13 @@ PyAV still reads what decord counts or turns wrong:
 - a container frame count that disagrees with the stream (a truncated download among them);
 - damage (``check="keyframes"`` or ``"frames"``);
 - ``_LONG`` frames or more: decord reads its whole index for every clip;
+- an open GOP: a keyframe with leading pictures (shown before it, decoded after it:
+  x264 ``open-gop``, HEVC RASL pictures before a CRA; ``packets.open_gop``). decord counts a
+  keyframe's place by packets in decode order, so it places such a keyframe as many frames early
+  as it has leading pictures, and a clip that starts at or just before it comes back wrong (MP4:
+  frame 45 for 44; MKV: frame 0 for 44, measured with decord2 3.4.0, tests/test_open_gop.py).
+  PyAV seeks to the keyframe before the wanted frame by presentation order, so a leading
+  picture is decoded from the GOP it references;
 - a long GOP (``_LONG_GOP`` frames per keyframe or more) with B-frames, in a codec of
   ``SKIPS_NONREF``: PyAV leaves out the non-reference frames before and between the wanted
   ones (NOTE [ Decoding less, exactly ] in ``video.pyav``), decord decodes them all: the
@@ -48,7 +55,7 @@ import numpy as np
 
 from .media import Media
 from .mp4index import INDEXED_MIN_FRAMES, from_index
-from .packets import RAW_EXTENSIONS, Pass, RawStream, read_open
+from .packets import RAW_EXTENSIONS, Pass, RawStream, open_gop, read_open
 from .storage import LOCAL, Storage
 
 __all__ = ["VideoInfo", "probe", "DECODERS", "CHECKS", "DECORD_SHAPES", "SKIPS_NONREF", "UNORDERED"]
@@ -198,6 +205,8 @@ def probe(path: str | Media, *, check: str = "headers", index: bool = True,
         pyav.append("shape")  # decord's seeking is unproven for this kind of file
     if kept >= _LONG:
         pyav.append("long")
+    if reorder and open_gop(r.decode_pos, r.keyframes) is not None:
+        pyav.append("open GOP")  # decord places the keyframe early: its leading pictures come out wrong
     if reorder and r.codec in SKIPS_NONREF and r.keyframes is not None \
             and kept >= _LONG_GOP * max(1, len(r.keyframes)):
         pyav.append("long GOP")  # PyAV decodes less (NOTE [ Decoding less, exactly ])
