@@ -96,6 +96,7 @@ def test_exception_in_training_loop():
     wait_gone(pids, 2)
 
 
+@pytest.mark.timeout(600)  # a hundred loaders' start-ups: past 120 s at load 14 on 2 cores
 def test_hundred_early_breaks_leak_nothing():
     fds_before = len(os.listdir("/proc/self/fd"))
     shm_before = shm_entries()
