@@ -81,7 +81,7 @@ class ProbeStore:
         body = pickle.dumps(info, protocol=pickle.HIGHEST_PROTOCOL)
         data = _HEADER.pack(v, _HEADER.size + len(body)) + body
         with _locked(self.fd, _APPEND):
-            end = max(os.fstat(self.fd).st_size, _ENTRY.size * self.count)
+            end = os.fstat(self.fd).st_size  # the table was sized at creation: appends go after it
             if end + len(data) > self.limit:
                 return False
             os.pwrite(self.fd, data, end)
@@ -94,20 +94,16 @@ class ProbeStore:
         (False: another worker held it for ``wait_s``; probe anyway, and publish nothing)."""
         deadline = time.monotonic() + wait_s
         pause = 0.001
-        while True:
-            try:
-                fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, v)
-                break
-            except OSError:
-                if time.monotonic() >= deadline:
-                    yield False
-                    return
-                time.sleep(pause)
-                pause = min(2 * pause, 0.02)
+        while not self.try_probing(v):
+            if time.monotonic() >= deadline:
+                yield False
+                return
+            time.sleep(pause)
+            pause = min(2 * pause, 0.02)
         try:
             yield True
         finally:
-            fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, v)
+            self.release(v)
 
     def try_probing(self, v: int) -> bool:
         """Take file ``v``'s lock if no worker holds it (``release`` gives it back)."""
