@@ -59,7 +59,9 @@ _log: tuple[str, Any] | None = None
 
 
 def task_log() -> Any:
-    """The driver's ``TaskLog`` actor, on the driver's node (it outlives any decode node), no CPU."""
+    """The driver's ``TaskLog`` actor, on the driver's node (it outlives any decode node), no CPU.
+    The affinity is hard: a soft one let Ray place it on a decode node now and then (seen on a
+    local cluster), where losing that node took every task's report with it."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -67,7 +69,7 @@ def task_log() -> Any:
     context = ray.get_runtime_context()
     session = f"{context.get_job_id()}:{ray.get_runtime_context().gcs_address}"
     if _log is None or _log[0] != session:
-        here = NodeAffinitySchedulingStrategy(context.get_node_id(), soft=True)
+        here = NodeAffinitySchedulingStrategy(context.get_node_id(), soft=False)
         _log = (session, ray.remote(num_cpus=0)(TaskLog).options(scheduling_strategy=here).remote())
     return _log[1]
 

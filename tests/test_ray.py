@@ -311,6 +311,9 @@ def test_a_decode_nodes_raylet_killed_mid_epoch(cluster, clips):
             if extra.node_id in sray.stats(ds):  # it has decoded: kill it with work in hand
                 victims = tree(node_pids(extra))  # its raylet, log monitor and task workers
                 os.kill(raylet, signal.SIGKILL)
+                # Reaped as its parent would be on a real node: the workers it started watch its
+                # PID to leave, and a zombie still answers to that PID.
+                extra.all_processes["raylet"][0].process.wait(timeout=30)
                 killed_at = len(rows)
             assert len(rows) < 2 * len(clips), "the third node decoded nothing in two epochs"
     assert killed_at is not None and not alive(raylet)
@@ -318,7 +321,8 @@ def test_a_decode_nodes_raylet_killed_mid_epoch(cluster, clips):
     deadline = time.monotonic() + 30
     while [p for p in victims if p != raylet and alive(p) and p not in node_pids(extra)] and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in victims if p != raylet and alive(p) and p not in node_pids(extra)]
+    left = [p for p in victims if p != raylet and alive(p) and p not in node_pids(extra)]
+    assert not left, [(p, psutil.Process(p).cmdline()[:2]) for p in left if alive(p)]
     assert sorted((int(r["epoch"]), int(r["sample"])) for r in rows) == \
         [(e, s) for e in range(3) for s in range(len(clips))]
     for r in rows:
