@@ -17,8 +17,9 @@ from ._errors import SampleError
 
 __all__ = ["TaskLog", "decode_items", "task_log"]
 
-# Readers kept per task worker (Ray reuses a worker for the next task): a reader caches its
-# files' probes, so the next task of the same dataset does not open them again.
+# Readers kept per task worker (Ray reuses a worker for the next task, of this dataset or the
+# next), by the clips' description: a reader caches its files' probes, so a later task over the
+# same clips does not open them again.
 _READERS_KEPT = 2
 _readers: OrderedDict[str, Any] = OrderedDict()
 # The log is one small actor call per task; far longer means the cluster is gone from here.
@@ -74,13 +75,13 @@ def task_log() -> Any:
     return _log[1]
 
 
-def _reader(clips: Any, token: str) -> Any:
-    reader = _readers.get(token)
+def _reader(clips: Any, key: str) -> Any:
+    reader = _readers.get(key)
     if reader is None:
-        reader = _readers[token] = clips.reader()
+        reader = _readers[key] = clips.reader()
         while len(_readers) > _READERS_KEPT:
             _readers.popitem(last=False)
-    _readers.move_to_end(token)
+    _readers.move_to_end(key)
     return reader
 
 
@@ -99,11 +100,12 @@ def _report(log: Any, token: str, skips: list[tuple[int, int, str]], counts: dic
         os._exit(1)
 
 
-def decode_items(batch: dict[str, np.ndarray], *, clips: Any, token: str, seed: int, on_error: str,
-                 log: Any) -> dict[str, np.ndarray]:
+def decode_items(batch: dict[str, np.ndarray], *, clips: Any, token: str, reader_key: str, seed: int,
+                 on_error: str, log: Any) -> dict[str, np.ndarray]:
     """``map_batches`` function: the rows of the task items in ``batch`` (``epoch``,
-    ``samples``), as ``ClipReader.read`` gives them plus ``epoch`` and ``sample``."""
-    reader = _reader(clips, token)
+    ``samples``), as ``ClipReader.read`` gives them plus ``epoch`` and ``sample``; ``reader_key``
+    names the description ``clips`` (equal keys, equal descriptions: one reader serves them)."""
+    reader = _reader(clips, reader_key)
     before = reader.counters()
     parts: list[dict[str, np.ndarray]] = []
     skips: list[tuple[int, int, str]] = []

@@ -8,12 +8,15 @@ The epoch plan is the loader's own (``engine.plan.EpochPlan``): epoch ``e`` hold
 frames the local loader gives it, whichever node reads it and however often a task is re-run.
 The plan is cut into task items in the driver (no file opened there): a run of
 ``samples_per_task`` samples, or with ``group_clips=True`` whole videos' samples of that epoch
-(one decode pass per video) up to that many. Ray re-runs a task lost with its node or worker;
-an exception of ours is not retried and ends the dataset, so the error policy lives in the task (``on_error``).
+(one decode pass per video) up to that many; by default 8 decode passes a task either way.
+Ray re-runs a task lost with its node or worker; an exception of ours is not retried and ends
+the dataset, so the error policy lives in the task (``on_error``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import uuid
 import weakref
 from typing import TYPE_CHECKING, Any, cast
@@ -31,26 +34,31 @@ if TYPE_CHECKING:
 
 __all__ = ["dataset", "plan_items", "skipped", "stats"]
 
-# Samples per task when clips are not grouped: a task's fixed cost in Ray (scheduling, one block
-# in the object store; a few ms) stays small beside the decoding (tens of ms a clip).
-_SAMPLES_PER_TASK = 8
+# Decode passes per task: 8 samples one clip per sample, 8 videos' samples with group_clips. A
+# task costs Ray ~0.1 s of CPU (the executor in the driver, the raylets, the worker around our
+# function), and its slot idles 0.18-0.25 s before the next task starts (Ray Data polls for
+# finished tasks every 0.1 s; measured on a busy 2-core box): little beside 8 one-clip samples
+# (~0.2 s of decoding), but 8 grouped samples (2 videos, ~0.1 s) ran at half the loader's rate.
+_PASSES_PER_TASK = 8
 # The loader's default shuffle window of a grouped source is 4 batches' worth of samples
 # (_loader._GROUP_WINDOW_BATCHES); here it is in videos.
 _GROUP_WINDOW = 8
 
 
 def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = True,
-               start_epoch: int = 0, samples_per_task: int = _SAMPLES_PER_TASK,
+               start_epoch: int = 0, samples_per_task: int | None = None,
                group_window: int | None = None) -> list[dict[str, Any]]:
     """The tasks of epochs ``start_epoch .. start_epoch + epochs - 1``: ``[{"epoch": e,
     "samples": [ids]}]`` in plan order (see NOTE [ Epochs on Ray ]); with ``group_clips`` a
     video's samples of an epoch are all in one item (with other whole videos, up to
-    ``samples_per_task`` samples)."""
+    ``samples_per_task`` samples; by default 8 samples, or 8 videos' samples)."""
     check_int("epochs", epochs, 1)
     check_int("seed", seed, 0)
     check_int("start_epoch", start_epoch, 0)
-    check_int("samples_per_task", samples_per_task, 1)
     group = int(clips.group_size)
+    if samples_per_task is None:
+        samples_per_task = _PASSES_PER_TASK * group
+    check_int("samples_per_task", samples_per_task, 1)
     window = group_window if group_window is not None else _GROUP_WINDOW
     plan = EpochPlan(len(clips), 1, shuffle=shuffle, seed=seed, drop_remainder=False, group=group,
                      window=window, groups=clips.group_ids())
@@ -77,7 +85,7 @@ def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bo
 
 def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = True,
             on_error: str = "raise", num_cpus: float = 1, resources: dict[str, float] | None = None,
-            start_epoch: int = 0, samples_per_task: int = _SAMPLES_PER_TASK,
+            start_epoch: int = 0, samples_per_task: int | None = None,
             group_window: int | None = None, **ray_remote_args: Any) -> ray.data.Dataset:
     """A Ray Dataset of the samples of ``clips``, decoded in Ray tasks.
 
@@ -99,7 +107,8 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     :param resources: custom resources each task needs, e.g. ``{"decode": 1}`` to keep decoding
         on the nodes started with that resource.
     :param samples_per_task: samples a task reads (with ``group_clips``: whole videos, up to
-        this many samples, at least one video).
+        this many samples, at least one video); by default 8, or with ``group_clips`` 8 videos'
+        samples (a task costs Ray ~0.1 s: see ``_PASSES_PER_TASK``).
     :param group_window: videos per shuffle window with ``group_clips=True``.
     :param ray_remote_args: passed to ``Dataset.map_batches`` (``scheduling_strategy``,
         ``memory``, ``concurrency``...).
@@ -113,9 +122,13 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     if not ray.is_initialized():
         ray.init()
     log, token = task_log(), uuid.uuid4().hex
+    # The same description gets the same reader in a task worker, dataset after dataset (an epoch
+    # each): the probes it keeps (checked against each file's size and mtime) are not read again.
+    reader_key = hashlib.sha1(pickle.dumps(clips)).hexdigest()
     # clips by value: Ray Data stores the function's arguments once and hands them to each task as
     # its own (fetched by Ray, retried by Ray), never a reference the task must get itself.
-    fn_kwargs = {"clips": clips, "token": token, "seed": seed, "on_error": on_error, "log": log}
+    fn_kwargs = {"clips": clips, "token": token, "reader_key": reader_key, "seed": seed, "on_error": on_error,
+                 "log": log}
     items_ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds = items_ds.map_batches(cast(Any, decode_items), batch_size=1, batch_format="numpy",
                               fn_kwargs=fn_kwargs, num_cpus=num_cpus, resources=resources,

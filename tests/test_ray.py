@@ -196,11 +196,13 @@ def test_the_tasks_import_this_checkout(cluster):
 def test_grouped_clips_a_task_per_video(cluster, videos):
     paths, labels = videos
     clips = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=4, group_clips=True)
-    items = sray.plan_items(clips, epochs=1, seed=1)  # two whole videos a task
+    # by default 8 videos a task (a task costs Ray ~0.1 s: 2 videos' decoding)
+    assert [len(i["samples"]) for i in sray.plan_items(clips, epochs=1, seed=1)] == [4 * min(8, len(paths))]
+    items = sray.plan_items(clips, epochs=1, seed=1, samples_per_task=8)  # two whole videos a task
     assert len(items) == len(paths) // 2 and all(len(i["samples"]) == 8 for i in items)
     videos = [sorted({s // 4 for s in i["samples"]}) for i in items]
     assert sorted(v for vs in videos for v in vs) == list(range(len(paths)))  # each video in one task
-    ds = sray.dataset(clips, seed=1, resources={"decode": 1})
+    ds = sray.dataset(clips, seed=1, resources={"decode": 1}, samples_per_task=8)
     rows = rows_of(ds)
     assert sorted(int(r["sample"]) for r in rows) == list(range(len(clips)))
     for r in rows:
@@ -210,6 +212,18 @@ def test_grouped_clips_a_task_per_video(cluster, videos):
     done = sray.stats(ds)
     assert sum(s["tasks"] for s in done.values()) == len(paths) // 2
     assert sum(s["decord"] + s["pyav"] for s in done.values()) == len(paths)  # one decode pass per video
+
+
+def test_a_task_worker_keeps_its_probes_for_the_next_dataset(cluster, clips):
+    """Datasets over the same clips (an epoch each) share a reader in each task worker: on one
+    node, the second dataset opens no file to probe it again."""
+    pin = NodeAffinitySchedulingStrategy(cluster.decode_nodes[0].node_id, soft=False)
+    for seed in (11, 12):
+        ds = sray.dataset(clips, seed=seed, resources={"decode": 1}, scheduling_strategy=pin)
+        assert sorted(int(r["sample"]) for r in rows_of(ds)) == list(range(len(clips)))
+        done = sray.stats(ds)
+        assert set(done) == {cluster.decode_nodes[0].node_id}, done
+    assert sum(s["probes"] for s in done.values()) == 0, done
 
 
 def test_skip_counts_and_names_the_bad_samples(cluster, videos, tmp_path):
