@@ -6,9 +6,10 @@ Cells, each one epoch, interleaved over ``--reps`` repetitions after a warm-up e
 ``loader``: ``Loader(workers=2)``; ``ray``: ``shmloader.ray.dataset`` on a local cluster (a head
 with no CPU for tasks, which runs this driver, and two decode nodes of one CPU each, so both read
 on 2 cores), iterated with ``iter_batches``; each one clip per sample and grouped
-(``clips_per_video=4, group_clips=True``). Then the consumer routes over one materialized epoch
-(no decoding): ``iter_batches`` (numpy), ``iter_torch_batches`` and ``to_tf``; and the idle
-cluster's CPU and memory. Results: bench/results/ray-feed-cpu2.{json,md}.
+(``clips_per_video=4, group_clips=True``); each cell also counts its clips per CPU second of the
+processes taking part, a figure the machine's other jobs do not move. Then the consumer routes
+over one materialized epoch (no decoding): ``iter_batches`` (numpy), ``iter_torch_batches`` and
+``to_tf``; and the idle cluster's CPU and memory. Results: bench/results/ray-feed-cpu2.{json,md}.
 """
 
 from __future__ import annotations
@@ -64,20 +65,42 @@ def idle(cluster, seconds: float = 10.0) -> dict:
             "rss_mb": sum(m.rss for m in mem) / 1e6, "uss_mb": sum(m.uss for m in mem) / 1e6}
 
 
-def epoch_loader(clips, seed: int) -> float:
+def cpu_s(procs: list[psutil.Process]) -> dict[int, float]:
+    """User + system CPU seconds of each process still there."""
+    out = {}
+    for p in procs:
+        try:
+            out[p.pid] = sum(p.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def cpu_since(procs: list[psutil.Process], before: dict[int, float]) -> float:
+    now = cpu_s(procs)
+    return sum(now[pid] - t for pid, t in before.items() if pid in now)
+
+
+def epoch_loader(clips, seed: int) -> tuple[float, float]:
+    """Clips/s, and clips per CPU second of this process and its workers (the busy box's other
+    jobs do not count there)."""
     with shmloader.Loader(clips, batch_size=BATCH, workers=2, shuffle=True, seed=seed) as loader:
-        t = time.perf_counter()
+        procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
+        c, t = cpu_s(procs), time.perf_counter()
         n = sum(len(b["index"]) for b in loader)
-        return n / (time.perf_counter() - t)
+        return n / (time.perf_counter() - t), n / cpu_since(procs, c)
 
 
-def epoch_ray(clips, seed: int) -> float:
+def epoch_ray(clips, seed: int, cluster) -> tuple[float, float]:
+    """Clips/s, and clips per CPU second of this driver and every process of the cluster."""
     import shmloader.ray as sray
 
+    procs = [psutil.Process(), *cluster_procs(cluster)]
+    c = cpu_s(procs)
     ds = sray.dataset(clips, seed=seed, resources={"decode": 1})
     t = time.perf_counter()
     n = sum(len(b["index"]) for b in ds.iter_batches(batch_size=BATCH, batch_format="numpy"))
-    return n / (time.perf_counter() - t)
+    return n / (time.perf_counter() - t), n / cpu_since(procs, c)
 
 
 def routes(clips) -> dict:
@@ -141,17 +164,21 @@ def main() -> None:
                      "cluster_start_s": started, "cells": {}}
     try:
         for clips in sources.values():  # warm-up: Ray's task workers start, files in the page cache
-            epoch_ray(clips, 0)
+            epoch_ray(clips, 0, cluster)
             epoch_loader(clips, 0)
         results["idle_after_warm_up"] = idle(cluster)
         cells = [(s, w) for s in sources for w in ("loader", "ray")]
         got: dict = {f"{s} / {w}": [] for s, w in cells}
         for rep in range(args.reps):
             for s, w in cells if rep % 2 == 0 else cells[::-1]:
-                fn = epoch_loader if w == "loader" else epoch_ray
-                got[f"{s} / {w}"].append(fn(sources[s], rep + 1))
-                print(f"{s} / {w}: {got[f'{s} / {w}'][-1]:.1f} clips/s", flush=True)
-        results["cells"] = {k: {"clips_per_s": statistics.median(v), "all": v} for k, v in got.items()}
+                k = f"{s} / {w}"
+                got[k].append(epoch_loader(sources[s], rep + 1) if w == "loader" else
+                              epoch_ray(sources[s], rep + 1, cluster))
+                print(f"{k}: {got[k][-1][0]:.1f} clips/s, {got[k][-1][1]:.1f} clips/CPU-s", flush=True)
+        results["cells"] = {k: {"clips_per_s": statistics.median(a for a, _ in v), "all": [a for a, _ in v],
+                                "clips_per_cpu_s": statistics.median(b for _, b in v), "all_cpu": [b for _, b in v]}
+                            for k, v in got.items()}
+        results["load_avg_1m_at_end"] = os.getloadavg()[0]
         results["routes"] = routes(sources["one clip"])
     finally:
         ray.shutdown()
@@ -169,10 +196,18 @@ def report(r: dict) -> str:
     lines = [f"# Ray vs the local Loader, {c['cpus']} cores (bench/ray_feed.py)", "",
              (f"{c['videos']} videos of {c['video']}; clips {c['clip']}; batch {c['batch']}; Ray {c['ray']}; "
               f"median of {c['reps']} epochs after a warm-up epoch."), "",
-             "| clips | Loader(workers=2) clips/s | Ray, 2 decode nodes x 1 CPU | Ray / Loader |", "|---|---|---|---|"]
+             ("| clips | Loader(workers=2) clips/s | Ray, 2 decode nodes x 1 CPU | Ray / Loader "
+              "| per CPU second: Loader | Ray | Ray / Loader |"), "|---|---|---|---|---|---|---|"]
     for s in ("one clip", "grouped x4"):
-        a, b = r["cells"][f"{s} / loader"]["clips_per_s"], r["cells"][f"{s} / ray"]["clips_per_s"]
-        lines.append(f"| {s} | {a:.1f} | {b:.1f} | {b / a:.2f}x |")
+        lo, ra = r["cells"][f"{s} / loader"], r["cells"][f"{s} / ray"]
+        a, b = lo["clips_per_s"], ra["clips_per_s"]
+        pa, pb = lo.get("clips_per_cpu_s"), ra.get("clips_per_cpu_s")
+        cpu = f"{pa:.1f} | {pb:.1f} | {pb / pa:.2f}x" if pa and pb else "- | - | -"
+        lines.append(f"| {s} | {a:.1f} | {b:.1f} | {b / a:.2f}x | {cpu} |")
+    lines += ["", ("Per CPU second: clips over the CPU time of every process taking part (the loader and its "
+                   "workers; the driver and all of the cluster's processes), which the machine's other jobs "
+                   "do not change." + (f" Load average at the end: {r['load_avg_1m_at_end']:.1f}."
+                                       if "load_avg_1m_at_end" in r else ""))]
     i = r["idle_after_warm_up"]
     lines += ["", (f"Cluster start (head + 2 nodes): {r['cluster_start_s']:.1f} s. Idle cluster after the warm-up: "
                    f"{i['processes']} processes, {i['cores_busy']:.2f} cores busy, RSS {i['rss_mb']:.0f} MB, "
