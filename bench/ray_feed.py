@@ -1,8 +1,11 @@
 """Clips/s through Ray against the local Loader on the same cores and clips (issue #37).
 
-    flock /tmp/bench.lock python bench/ray_feed.py [--reps 3] [--videos 48]
+    flock /tmp/bench.lock python bench/ray_feed.py [--reps 3] [--videos 48] [--epochs 1]
 
-Cells, each one epoch, interleaved over ``--reps`` repetitions after a warm-up epoch each:
+Cells, each one dataset (or loader) of ``--epochs`` epochs, interleaved over ``--reps``
+repetitions after a warm-up epoch each; with ``--epochs 3`` each start-up (Ray Data's executor,
+the loader's first batches) is paid once per 3 epochs, as in a training run that asks for its
+epochs up front:
 ``loader``: ``Loader(workers=2)``; ``ray``: ``shmloader.ray.dataset`` on a local cluster (a head
 with no CPU for tasks, which runs this driver, and two decode nodes of one CPU each, so both read
 on 2 cores), iterated with ``iter_batches``; each one clip per sample and grouped
@@ -81,23 +84,23 @@ def cpu_since(procs: list[psutil.Process], before: dict[int, float]) -> float:
     return sum(now[pid] - t for pid, t in before.items() if pid in now)
 
 
-def epoch_loader(clips, seed: int) -> tuple[float, float]:
+def epoch_loader(clips, seed: int, epochs: int = 1) -> tuple[float, float]:
     """Clips/s, and clips per CPU second of this process and its workers (the busy box's other
     jobs do not count there)."""
-    with shmloader.Loader(clips, batch_size=BATCH, workers=2, shuffle=True, seed=seed) as loader:
+    with shmloader.Loader(clips, batch_size=BATCH, workers=2, shuffle=True, seed=seed, epochs=epochs) as loader:
         procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
         c, t = cpu_s(procs), time.perf_counter()
         n = sum(len(b["index"]) for b in loader)
         return n / (time.perf_counter() - t), n / cpu_since(procs, c)
 
 
-def epoch_ray(clips, seed: int, cluster) -> tuple[float, float]:
+def epoch_ray(clips, seed: int, cluster, epochs: int = 1) -> tuple[float, float]:
     """Clips/s, and clips per CPU second of this driver and every process of the cluster."""
     import shmloader.ray as sray
 
     procs = [psutil.Process(), *cluster_procs(cluster)]
     c = cpu_s(procs)
-    ds = sray.dataset(clips, seed=seed, resources={"decode": 1})
+    ds = sray.dataset(clips, seed=seed, epochs=epochs, resources={"decode": 1})
     t = time.perf_counter()
     n = sum(len(b["index"]) for b in ds.iter_batches(batch_size=BATCH, batch_format="numpy"))
     return n / (time.perf_counter() - t), n / cpu_since(procs, c)
@@ -138,6 +141,7 @@ def main() -> None:
     ap.add_argument("--videos", type=int, default=48)
     ap.add_argument("--folder", default="/tmp/ray_feed_videos")
     ap.add_argument("--name", default="ray-feed-cpu2")
+    ap.add_argument("--epochs", type=int, default=1, help="epochs per cell (one dataset, one loader)")
     args = ap.parse_args()
     # torch before tensorflow (DESIGN fact 28); the to_tf route needs tensorflow
     importlib.import_module("torch")
@@ -160,7 +164,7 @@ def main() -> None:
     started = time.perf_counter() - t
     results: dict = {"command": " ".join(["python bench/ray_feed.py", *sys.argv[1:]]), "conditions": {"cpus": os.cpu_count(), "batch": BATCH, "videos": args.videos,
                                     "video": "120 frames 340x256 x264 (GOP <= 250)", "clip": "16 x every 2nd, 112x112",
-                                    "ray": ray.__version__, "reps": args.reps},
+                                    "ray": ray.__version__, "reps": args.reps, "epochs": args.epochs},
                      "cluster_start_s": started, "cells": {}}
     try:
         for clips in sources.values():  # warm-up: Ray's task workers start, files in the page cache
@@ -172,8 +176,8 @@ def main() -> None:
         for rep in range(args.reps):
             for s, w in cells if rep % 2 == 0 else cells[::-1]:
                 k = f"{s} / {w}"
-                got[k].append(epoch_loader(sources[s], rep + 1) if w == "loader" else
-                              epoch_ray(sources[s], rep + 1, cluster))
+                got[k].append(epoch_loader(sources[s], rep + 1, args.epochs) if w == "loader" else
+                              epoch_ray(sources[s], rep + 1, cluster, args.epochs))
                 print(f"{k}: {got[k][-1][0]:.1f} clips/s, {got[k][-1][1]:.1f} clips/CPU-s", flush=True)
         results["cells"] = {k: {"clips_per_s": statistics.median(a for a, _ in v), "all": [a for a, _ in v],
                                 "clips_per_cpu_s": statistics.median(b for _, b in v), "all_cpu": [b for _, b in v]}
@@ -197,7 +201,9 @@ def report(r: dict) -> str:
     per_cpu = any("clips_per_cpu_s" in v for v in r["cells"].values())
     lines = [f"# Ray vs the local Loader, {c['cpus']} cores (bench/ray_feed.py)", "",
              (f"{c['videos']} videos of {c['video']}; clips {c['clip']}; batch {c['batch']}; Ray {c['ray']}; "
-              f"median of {c['reps']} epochs after a warm-up epoch."), "",
+              + (f"median of {c['reps']} epochs after a warm-up epoch." if c.get("epochs", 1) == 1 else
+               f"each cell one dataset (one loader) of {c['epochs']} epochs, median of {c['reps']} "
+               "after a warm-up epoch.")), "",
              "| clips | Loader(workers=2) clips/s | Ray, 2 decode nodes x 1 CPU | Ray / Loader "
              + ("| per CPU second: Loader | Ray | Ray / Loader |" if per_cpu else "|"),
              "|---|---|---|---|" + ("---|---|---|" if per_cpu else "")]
