@@ -94,13 +94,13 @@ def epoch_loader(clips, seed: int, epochs: int = 1) -> tuple[float, float]:
         return n / (time.perf_counter() - t), n / cpu_since(procs, c)
 
 
-def epoch_ray(clips, seed: int, cluster, epochs: int = 1) -> tuple[float, float]:
+def epoch_ray(clips, seed: int, cluster, epochs: int = 1, **options) -> tuple[float, float]:
     """Clips/s, and clips per CPU second of this driver and every process of the cluster."""
     import shmloader.ray as sray
 
     procs = [psutil.Process(), *cluster_procs(cluster)]
     c = cpu_s(procs)
-    ds = sray.dataset(clips, seed=seed, epochs=epochs, resources={"decode": 1})
+    ds = sray.dataset(clips, seed=seed, epochs=epochs, resources={"decode": 1}, **options)
     t = time.perf_counter()
     n = sum(len(b["index"]) for b in ds.iter_batches(batch_size=BATCH, batch_format="numpy"))
     return n / (time.perf_counter() - t), n / cpu_since(procs, c)
@@ -142,11 +142,14 @@ def main() -> None:
     ap.add_argument("--folder", default="/tmp/ray_feed_videos")
     ap.add_argument("--name", default="ray-feed-cpu2")
     ap.add_argument("--epochs", type=int, default=1, help="epochs per cell (one dataset, one loader)")
+    ap.add_argument("--num-cpus", type=float, default=None, help="shmloader.ray.dataset(num_cpus=)")
+    ap.add_argument("--samples-per-task", type=int, default=None, help="shmloader.ray.dataset(samples_per_task=)")
     args = ap.parse_args()
     # torch before tensorflow (DESIGN fact 28); the to_tf route needs tensorflow
     importlib.import_module("torch")
     importlib.import_module("tensorflow")
 
+    options = {k: v for k, v in (("num_cpus", args.num_cpus), ("samples_per_task", args.samples_per_task)) if v is not None}
     os.makedirs(args.folder, exist_ok=True)
     paths, labels = make_videos(args.folder, count=args.videos, frames=120, size=(256, 340))
     common = {"clip_len": 16, "frame_step": 2, "size": (112, 112)}
@@ -164,11 +167,12 @@ def main() -> None:
     started = time.perf_counter() - t
     results: dict = {"command": " ".join(["python bench/ray_feed.py", *sys.argv[1:]]), "conditions": {"cpus": os.cpu_count(), "batch": BATCH, "videos": args.videos,
                                     "video": "120 frames 340x256 x264 (GOP <= 250)", "clip": "16 x every 2nd, 112x112",
-                                    "ray": ray.__version__, "reps": args.reps, "epochs": args.epochs},
+                                    "ray": ray.__version__, "reps": args.reps, "epochs": args.epochs,
+                                    "dataset_options": options},
                      "cluster_start_s": started, "cells": {}}
     try:
         for clips in sources.values():  # warm-up: Ray's task workers start, files in the page cache
-            epoch_ray(clips, 0, cluster)
+            epoch_ray(clips, 0, cluster, **options)
             epoch_loader(clips, 0)
         results["idle_after_warm_up"] = idle(cluster)
         cells = [(s, w) for s in sources for w in ("loader", "ray")]
@@ -177,7 +181,7 @@ def main() -> None:
             for s, w in cells if rep % 2 == 0 else cells[::-1]:
                 k = f"{s} / {w}"
                 got[k].append(epoch_loader(sources[s], rep + 1, args.epochs) if w == "loader" else
-                              epoch_ray(sources[s], rep + 1, cluster, args.epochs))
+                              epoch_ray(sources[s], rep + 1, cluster, args.epochs, **options))
                 print(f"{k}: {got[k][-1][0]:.1f} clips/s, {got[k][-1][1]:.1f} clips/CPU-s", flush=True)
         results["cells"] = {k: {"clips_per_s": statistics.median(a for a, _ in v), "all": [a for a, _ in v],
                                 "clips_per_cpu_s": statistics.median(b for _, b in v), "all_cpu": [b for _, b in v]}
@@ -203,7 +207,8 @@ def report(r: dict) -> str:
              (f"{c['videos']} videos of {c['video']}; clips {c['clip']}; batch {c['batch']}; Ray {c['ray']}; "
               + (f"median of {c['reps']} epochs after a warm-up epoch." if c.get("epochs", 1) == 1 else
                f"each cell one dataset (one loader) of {c['epochs']} epochs, median of {c['reps']} "
-               "after a warm-up epoch.")), "",
+               "after a warm-up epoch.")
+              + "".join(f" `{k}={v}`." for k, v in c.get("dataset_options", {}).items())), "",
              "| clips | Loader(workers=2) clips/s | Ray, 2 decode nodes x 1 CPU | Ray / Loader "
              + ("| per CPU second: Loader | Ray | Ray / Loader |" if per_cpu else "|"),
              "|---|---|---|---|" + ("---|---|---|" if per_cpu else "")]

@@ -8,7 +8,8 @@ The epoch plan is the loader's own (``engine.plan.EpochPlan``): epoch ``e`` hold
 frames the local loader gives it, whichever node reads it and however often a task is re-run.
 The plan is cut into task items in the driver (no file opened there): a run of
 ``samples_per_task`` samples, or with ``group_clips=True`` whole videos' samples of that epoch
-(one decode pass per video) up to that many; by default 8 decode passes a task either way.
+(one decode pass per video) up to that many; by default 64 samples or 16 videos a task, up to
+128 MB of video.
 Ray re-runs a task lost with its node or worker; an exception of ours is not retried and ends
 the dataset, so the error policy lives in the task (``on_error``).
 """
@@ -34,12 +35,16 @@ if TYPE_CHECKING:
 
 __all__ = ["dataset", "plan_items", "skipped", "stats"]
 
-# Decode passes per task: 8 samples one clip per sample, 8 videos' samples with group_clips. A
-# task costs Ray ~0.1 s of CPU (the executor in the driver, the raylets, the worker around our
-# function), and its slot idles 0.18-0.25 s before the next task starts (Ray Data polls for
-# finished tasks every 0.1 s; measured on a busy 2-core box): little beside 8 one-clip samples
-# (~0.2 s of decoding), but 8 grouped samples (2 videos, ~0.1 s) ran at half the loader's rate.
-_PASSES_PER_TASK = 8
+# Samples per task: 64, and at least 16 decode passes (with group_clips, 16 whole videos), but
+# no more video than _TASK_BYTES (Ray's own target block size). A task costs Ray ~0.1 s of CPU
+# (the executor in the driver, the raylets, the worker around our function), and its slot idles
+# 0.18-0.25 s before the next task starts (Ray Data polls for finished tasks every 0.1 s). On an
+# idle 2-core box over 3-epoch datasets (bench/results/ray-feed-cpu2-run7, run10, run11), one
+# clip per sample ran at 0.42x, 0.79x and 0.88x the local loader's clips/s with 8, 32 and 64
+# samples a task; grouped by 4, at 0.66x-0.54x with 8 videos a task and 0.63x with 16.
+_SAMPLES_PER_TASK = 64
+_PASSES_PER_TASK = 16
+_TASK_BYTES = 128 * 1024**2
 # The loader's default shuffle window of a grouped source is 4 batches' worth of samples
 # (_loader._GROUP_WINDOW_BATCHES); here it is in videos.
 _GROUP_WINDOW = 8
@@ -51,13 +56,16 @@ def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bo
     """The tasks of epochs ``start_epoch .. start_epoch + epochs - 1``: ``[{"epoch": e,
     "samples": [ids]}]`` in plan order (see NOTE [ Epochs on Ray ]); with ``group_clips`` a
     video's samples of an epoch are all in one item (with other whole videos, up to
-    ``samples_per_task`` samples; by default 8 samples, or 8 videos' samples)."""
+    ``samples_per_task`` samples; by default 64 samples, or 16 videos' samples, up to 128 MB of
+    video and at least one video)."""
     check_int("epochs", epochs, 1)
     check_int("seed", seed, 0)
     check_int("start_epoch", start_epoch, 0)
     group = int(clips.group_size)
     if samples_per_task is None:
-        samples_per_task = _PASSES_PER_TASK * group
+        video_shape, dtype = clips.spec()["video"]
+        fit = _TASK_BYTES // (int(np.prod(video_shape)) * dtype.itemsize)
+        samples_per_task = max(group, min(max(_SAMPLES_PER_TASK, _PASSES_PER_TASK * group), fit))
     check_int("samples_per_task", samples_per_task, 1)
     window = group_window if group_window is not None else _GROUP_WINDOW
     plan = EpochPlan(len(clips), 1, shuffle=shuffle, seed=seed, drop_remainder=False, group=group,
@@ -107,8 +115,8 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     :param resources: custom resources each task needs, e.g. ``{"decode": 1}`` to keep decoding
         on the nodes started with that resource.
     :param samples_per_task: samples a task reads (with ``group_clips``: whole videos, up to
-        this many samples, at least one video); by default 8, or with ``group_clips`` 8 videos'
-        samples (a task costs Ray ~0.1 s: see ``_PASSES_PER_TASK``).
+        this many samples, at least one video); by default 64, or with ``group_clips`` 16
+        videos' samples, up to 128 MB of video (a task costs Ray ~0.1 s: see ``_SAMPLES_PER_TASK``).
     :param group_window: videos per shuffle window with ``group_clips=True``.
     :param ray_remote_args: passed to ``Dataset.map_batches`` (``scheduling_strategy``,
         ``memory``, ``concurrency``...).

@@ -196,8 +196,16 @@ def test_the_tasks_import_this_checkout(cluster):
 def test_grouped_clips_a_task_per_video(cluster, videos):
     paths, labels = videos
     clips = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=4, group_clips=True)
-    # by default 8 videos a task (a task costs Ray ~0.1 s: 2 videos' decoding)
-    assert [len(i["samples"]) for i in sray.plan_items(clips, epochs=1, seed=1)] == [4 * min(8, len(paths))]
+    # by default 16 videos a task (a task costs Ray ~0.1 s); one clip per sample, 64 samples a
+    # task; either way no more than 128 MB of video a task
+    assert [len(i["samples"]) for i in sray.plan_items(clips, epochs=1, seed=1)] == [4 * min(16, len(paths))]
+    for size, per_task in (((96, 128), 64), ((480, 640), 128 * 1024**2 // (4 * 480 * 640 * 3))):
+        one = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=12, size=size)
+        sizes = [len(i["samples"]) for i in sray.plan_items(one, epochs=2, seed=1)]
+        per_epoch = [per_task] * (len(one) // per_task) + ([len(one) % per_task] if len(one) % per_task else [])
+        assert len(one) > per_task and sizes == per_epoch * 2, (size, sizes)
+    big = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=4, group_clips=True, size=(2160, 3840))
+    assert [len(i["samples"]) for i in sray.plan_items(big, epochs=1, seed=1)] == [4] * len(paths)  # one video
     items = sray.plan_items(clips, epochs=1, seed=1, samples_per_task=8)  # two whole videos a task
     assert len(items) == len(paths) // 2 and all(len(i["samples"]) == 8 for i in items)
     videos = [sorted({s // 4 for s in i["samples"]}) for i in items]
@@ -252,7 +260,7 @@ def test_raise_names_the_file_and_sample(cluster, videos):
 
 
 def test_streaming_split_gives_two_ranks_disjoint_shards(cluster, clips):
-    ds = sray.dataset(clips, seed=5, resources={"decode": 1})
+    ds = sray.dataset(clips, seed=5, resources={"decode": 1}, samples_per_task=4)  # blocks for both
 
     @ray.remote(num_cpus=0, resources={"trainer": 0.5})
     class Rank:
