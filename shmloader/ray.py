@@ -118,8 +118,10 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
         this many samples, at least one video); by default 64, or with ``group_clips`` 16
         videos' samples, up to 128 MB of video (a task costs Ray ~0.1 s: see ``_SAMPLES_PER_TASK``).
     :param group_window: videos per shuffle window with ``group_clips=True``.
-    :param ray_remote_args: passed to ``Dataset.map_batches`` (``scheduling_strategy``,
-        ``memory``, ``concurrency``...).
+    :param ray_remote_args: passed to ``Dataset.map_batches``: its named remote parameters
+        (``label_selector``, e.g. ``{"ray.io/node-id": id}`` to pin a node, ``memory``,
+        ``concurrency``...); others, such as ``scheduling_strategy``, go through Ray's deprecated
+        ``ray_remote_args`` (removed in Ray 2.64).
     """
     import ray
 

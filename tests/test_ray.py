@@ -225,9 +225,11 @@ def test_grouped_clips_a_task_per_video(cluster, videos):
 def test_a_task_worker_keeps_its_probes_for_the_next_dataset(cluster, clips):
     """Datasets over the same clips (an epoch each) share a reader in each task worker: on one
     node, the second dataset opens no file to probe it again."""
-    pin = NodeAffinitySchedulingStrategy(cluster.decode_nodes[0].node_id, soft=False)
+    # Pinned by the node's own label: map_batches' named remote parameters have no scheduling
+    # strategy (ray_remote_args is deprecated, to go in Ray 2.64).
+    pin = {"ray.io/node-id": cluster.decode_nodes[0].node_id}
     for seed in (11, 12):
-        ds = sray.dataset(clips, seed=seed, resources={"decode": 1}, scheduling_strategy=pin)
+        ds = sray.dataset(clips, seed=seed, resources={"decode": 1}, label_selector=pin)
         assert sorted(int(r["sample"]) for r in rows_of(ds)) == list(range(len(clips)))
         done = sray.stats(ds)
         assert set(done) == {cluster.decode_nodes[0].node_id}, done
