@@ -57,17 +57,6 @@ def cluster_procs(cluster) -> list[psutil.Process]:
     return out
 
 
-def idle(cluster, seconds: float = 10.0) -> dict:
-    """CPU (cores busy) and memory (RSS, USS in MB) of every process of the cluster, driver aside."""
-    procs = cluster_procs(cluster)
-    t0 = {p.pid: sum(p.cpu_times()[:2]) for p in procs}
-    time.sleep(seconds)
-    busy = sum(sum(p.cpu_times()[:2]) - t0[p.pid] for p in procs if p.is_running())
-    mem = [p.memory_full_info() for p in procs if p.is_running()]
-    return {"processes": len(procs), "cores_busy": busy / seconds,
-            "rss_mb": sum(m.rss for m in mem) / 1e6, "uss_mb": sum(m.uss for m in mem) / 1e6}
-
-
 def cpu_s(procs: list[psutil.Process]) -> dict[int, float]:
     """User + system CPU seconds of each process still there."""
     out = {}
@@ -82,6 +71,17 @@ def cpu_s(procs: list[psutil.Process]) -> dict[int, float]:
 def cpu_since(procs: list[psutil.Process], before: dict[int, float]) -> float:
     now = cpu_s(procs)
     return sum(now[pid] - t for pid, t in before.items() if pid in now)
+
+
+def idle(cluster, seconds: float = 10.0) -> dict:
+    """CPU (cores busy) and memory (RSS, USS in MB) of every process of the cluster, driver aside."""
+    procs = cluster_procs(cluster)
+    t0 = cpu_s(procs)
+    time.sleep(seconds)
+    busy = cpu_since(procs, t0)
+    mem = [p.memory_full_info() for p in procs if p.is_running()]
+    return {"processes": len(procs), "cores_busy": busy / seconds,
+            "rss_mb": sum(m.rss for m in mem) / 1e6, "uss_mb": sum(m.uss for m in mem) / 1e6}
 
 
 def epoch_loader(clips, seed: int, epochs: int = 1) -> tuple[float, float]:

@@ -342,11 +342,13 @@ def test_a_decode_nodes_raylet_killed_mid_epoch(cluster, clips):
             assert len(rows) < 2 * len(clips), "the third node decoded nothing in two epochs"
     assert killed_at is not None and not alive(raylet)
     # The dead node's task workers notice and leave on their own (the others stay for next time).
+    def left() -> list[int]:
+        return [p for p in victims if p != raylet and alive(p) and p not in node_pids(extra)]
+
     deadline = time.monotonic() + 30
-    while [p for p in victims if p != raylet and alive(p) and p not in node_pids(extra)] and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = [p for p in victims if p != raylet and alive(p) and p not in node_pids(extra)]
-    assert not left, [(p, psutil.Process(p).cmdline()[:2]) for p in left if alive(p)]
+    assert not left(), [(p, psutil.Process(p).cmdline()[:2]) for p in left()]
     assert sorted((int(r["epoch"]), int(r["sample"])) for r in rows) == \
         [(e, s) for e in range(3) for s in range(len(clips))]
     for r in rows:
