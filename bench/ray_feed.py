@@ -1,14 +1,16 @@
 """Clips/s through Ray against the local Loader on the same cores and clips (issue #37).
 
-    flock /tmp/bench.lock python bench/ray_feed.py [--reps 3] [--videos 48] [--epochs 1]
+    flock /tmp/bench.lock python bench/ray_feed.py [--reps 3] [--videos 48] [--epochs 1] [--layout nodes|one]
 
 Cells, each one dataset (or loader) of ``--epochs`` epochs, interleaved over ``--reps``
 repetitions after a warm-up epoch each; with ``--epochs 3`` each start-up (Ray Data's executor,
 the loader's first batches) is paid once per 3 epochs, as in a training run that asks for its
 epochs up front:
-``loader``: ``Loader(workers=2)``; ``ray``: ``shmloader.ray.dataset`` on a local cluster (a head
-with no CPU for tasks, which runs this driver, and two decode nodes of one CPU each, so both read
-on 2 cores), iterated with ``iter_batches``; each one clip per sample and grouped
+``loader``: ``Loader(workers=2)``; ``ray``: ``shmloader.ray.dataset`` iterated with
+``iter_batches``, on a local cluster: ``--layout nodes`` (a head with no CPU for tasks, which runs
+this driver, and two decode nodes of one CPU each, so both read on 2 cores and every clip moves
+between two nodes' object stores, as it moves over the network on a real cluster) or ``--layout
+one`` (one Ray node of 2 CPUs with the driver on it: Ray as one box would run it); each one clip per sample and grouped
 (``clips_per_video=4, group_clips=True``); each cell also counts its clips per CPU second of the
 processes taking part, a figure the machine's other jobs do not move. Then the consumer routes
 over one materialized epoch (no decoding): ``iter_batches`` (numpy), ``iter_torch_batches`` and
@@ -41,10 +43,15 @@ import shmloader
 from shmloader.samples import make_videos
 
 BATCH = 8
+# --layout: (the Ray column's heading, what the cluster start counts)
+LAYOUTS = {"nodes": ("Ray, 2 decode nodes x 1 CPU", "head + 2 nodes"), "one": ("Ray, one node of 2 CPUs", "one node")}
 NODE = {"object_store_memory": 200 * 1024**2, "include_dashboard": False, "node_ip_address": "127.0.0.1"}
 
 
 def cluster_procs(cluster) -> list[psutil.Process]:
+    """Every process of the cluster (``None``: the one node ``ray.init`` started, this driver's children)."""
+    if cluster is None:
+        return psutil.Process().children(recursive=True)
     pids = {i.process.pid for n in [cluster.head_node, *cluster.worker_nodes] for v in n.all_processes.values()
             for i in v}
     out = []
@@ -106,11 +113,11 @@ def epoch_ray(clips, seed: int, cluster, epochs: int = 1, **options) -> tuple[fl
     return n / (time.perf_counter() - t), n / cpu_since(procs, c)
 
 
-def routes(clips) -> dict:
+def routes(clips, **options) -> dict:
     """Rows/s and MB/s of each consumer route over one decoded, materialized epoch."""
     import shmloader.ray as sray
 
-    ds = sray.dataset(clips, seed=99, resources={"decode": 1}).materialize()
+    ds = sray.dataset(clips, seed=99, resources={"decode": 1}, **options).materialize()
     rows = ds.count()
     mb = rows * clips.spec()["video"][0][0] * 112 * 112 * 3 / 1e6
     ways = {
@@ -144,12 +151,18 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1, help="epochs per cell (one dataset, one loader)")
     ap.add_argument("--num-cpus", type=float, default=None, help="shmloader.ray.dataset(num_cpus=)")
     ap.add_argument("--samples-per-task", type=int, default=None, help="shmloader.ray.dataset(samples_per_task=)")
+    ap.add_argument("--tasks-in-flight", default=None, help="shmloader.ray.dataset(tasks_in_flight=): a number, 'auto' or 'none'")
+    ap.add_argument("--layout", choices=("nodes", "one"), default="nodes",
+                    help="nodes: a head + 2 decode nodes of 1 CPU; one: one node of 2 CPUs with the driver")
     args = ap.parse_args()
     # torch before tensorflow (DESIGN fact 28); the to_tf route needs tensorflow
     importlib.import_module("torch")
     importlib.import_module("tensorflow")
 
     options = {k: v for k, v in (("num_cpus", args.num_cpus), ("samples_per_task", args.samples_per_task)) if v is not None}
+    if args.tasks_in_flight is not None:
+        t = args.tasks_in_flight
+        options["tasks_in_flight"] = None if t == "none" else t if t == "auto" else int(t)
     os.makedirs(args.folder, exist_ok=True)
     paths, labels = make_videos(args.folder, count=args.videos, frames=120, size=(256, 340))
     common = {"clip_len": 16, "frame_step": 2, "size": (112, 112)}
@@ -160,14 +173,20 @@ def main() -> None:
     from ray.cluster_utils import Cluster
 
     t = time.perf_counter()
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "num_cpus": 0, "resources": {"trainer": 1}})
-    for _ in range(2):
-        cluster.add_node(**NODE, num_cpus=1, resources={"decode": 1})
-    cluster.connect()
+    if args.layout == "nodes":
+        cluster = Cluster(initialize_head=True, head_node_args={**NODE, "num_cpus": 0, "resources": {"trainer": 1}})
+        for _ in range(2):
+            cluster.add_node(**NODE, num_cpus=1, resources={"decode": 1})
+        cluster.connect()
+    else:  # the three nodes' object stores in one
+        cluster = None
+        ray.init(num_cpus=2, resources={"decode": 2}, object_store_memory=3 * NODE["object_store_memory"],
+                 include_dashboard=False, _node_ip_address="127.0.0.1")
     started = time.perf_counter() - t
     results: dict = {"command": " ".join(["python bench/ray_feed.py", *sys.argv[1:]]), "conditions": {"cpus": os.cpu_count(), "batch": BATCH, "videos": args.videos,
                                     "video": "120 frames 340x256 x264 (GOP <= 250)", "clip": "16 x every 2nd, 112x112",
                                     "ray": ray.__version__, "reps": args.reps, "epochs": args.epochs,
+                                    "layout": args.layout,
                                     "dataset_options": options},
                      "cluster_start_s": started, "cells": {}}
     try:
@@ -187,10 +206,11 @@ def main() -> None:
                                 "clips_per_cpu_s": statistics.median(b for _, b in v), "all_cpu": [b for _, b in v]}
                             for k, v in got.items()}
         results["load_avg_1m_at_end"] = os.getloadavg()[0]
-        results["routes"] = routes(sources["one clip"])
+        results["routes"] = routes(sources["one clip"], **options)
     finally:
         ray.shutdown()
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
     out = os.path.join(HERE, "results", args.name)
     with open(out + ".json", "w") as f:
         json.dump(results, f, indent=1)
@@ -209,7 +229,7 @@ def report(r: dict) -> str:
                f"each cell one dataset (one loader) of {c['epochs']} epochs, median of {c['reps']} "
                "after a warm-up epoch.")
               + "".join(f" `{k}={v}`." for k, v in c.get("dataset_options", {}).items())), "",
-             "| clips | Loader(workers=2) clips/s | Ray, 2 decode nodes x 1 CPU | Ray / Loader "
+             f"| clips | Loader(workers=2) clips/s | {LAYOUTS[c.get('layout', 'nodes')][0]} | Ray / Loader "
              + ("| per CPU second: Loader | Ray | Ray / Loader |" if per_cpu else "|"),
              "|---|---|---|---|" + ("---|---|---|" if per_cpu else "")]
     for s in ("one clip", "grouped x4"):
@@ -224,7 +244,7 @@ def report(r: dict) -> str:
                        "do not change." + (f" Load average at the end: {r['load_avg_1m_at_end']:.1f}."
                                            if "load_avg_1m_at_end" in r else ""))]
     i = r["idle_after_warm_up"]
-    lines += ["", (f"Cluster start (head + 2 nodes): {r['cluster_start_s']:.1f} s. Idle cluster after the warm-up: "
+    lines += ["", (f"Cluster start ({LAYOUTS[c.get('layout', 'nodes')][1]}): {r['cluster_start_s']:.1f} s. Idle cluster after the warm-up: "
                    f"{i['processes']} processes, {i['cores_busy']:.2f} cores busy, RSS {i['rss_mb']:.0f} MB, "
                    f"USS {i['uss_mb']:.0f} MB."), "", "| consumer route (materialized epoch) | rows/s | MB/s |", "|---|---|---|"]
     for name, v in r["routes"].items():

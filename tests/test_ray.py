@@ -222,6 +222,26 @@ def test_grouped_clips_a_task_per_video(cluster, videos):
     assert sum(s["decord"] + s["pyav"] for s in done.values()) == len(paths)  # one decode pass per video
 
 
+def test_tasks_in_flight_caps_the_decode_tasks_on_the_datasets_own_context(cluster, clips):
+    """By default twice the decode slots are in flight (2 nodes with one ``decode`` each), Ray
+    Data's resource reservation off on the dataset's own context only; ``None`` leaves Ray Data's
+    scheduling as it is. Each way delivers the local loader's epoch."""
+    from ray.data import DataContext
+
+    local = loader_epochs(clips, 1, 5)[0]
+    for tasks, size, reserve in (("auto", 4, False), (1, 1, False), (None, None, True)):
+        ds = sray.dataset(clips, seed=5, resources={"decode": 1}, samples_per_task=3, tasks_in_flight=tasks)
+        assert (getattr(ds._logical_plan.dag.compute, "size", None), ds.context.op_resource_reservation_enabled) \
+            == (size, reserve), tasks
+        rows = rows_of(ds)
+        assert sorted((int(r["index"]), int(r["start"]), tuple(r["frames"].tolist())) for r in rows) == local
+        assert DataContext.get_current().op_resource_reservation_enabled  # the global context is left alone
+    with pytest.raises(ValueError, match="tasks_in_flight must be"):
+        sray.dataset(clips, tasks_in_flight=0)
+    with pytest.raises(ValueError, match="not both"):
+        sray.dataset(clips, tasks_in_flight=2, compute=ray.data.TaskPoolStrategy(size=2))
+
+
 def test_a_task_worker_keeps_its_probes_for_the_next_dataset(cluster, clips):
     """Datasets over the same clips (an epoch each) share a reader in each task worker: on one
     node, the second dataset opens no file to probe it again."""
