@@ -138,6 +138,30 @@ def routes(clips, **options) -> dict:
     return out
 
 
+def run_ahead(clips, epochs: int, pause_s: float, **options) -> dict:
+    """A trainer slower than decoding (``pause_s`` a batch): the most object store memory the
+    cluster held while it read ``epochs`` epochs, by ``tasks_in_flight`` (``options`` as given,
+    then Ray Data's own scheduling)."""
+    import ray
+
+    import shmloader.ray as sray
+
+    total = ray.cluster_resources()["object_store_memory"]
+    out = {}
+    for name, tasks in (("tasks_in_flight=" + str(options.get("tasks_in_flight", "auto")), options.get("tasks_in_flight", "auto")),
+                        ("tasks_in_flight=None", None)):
+        ds = sray.dataset(clips, seed=7, epochs=epochs, resources={"decode": 1}, **{**options, "tasks_in_flight": tasks})
+        peak = n = 0
+        t = time.perf_counter()
+        for b in ds.iter_batches(batch_size=BATCH, batch_format="numpy"):
+            n += len(b["index"])
+            time.sleep(pause_s)
+            peak = max(peak, total - ray.available_resources().get("object_store_memory", total))
+        out[name] = {"clips": n, "seconds": time.perf_counter() - t, "peak_mb": peak / 1e6,
+                     "stream_mb": n * clips.spec()["video"][0][0] * 112 * 112 * 3 / 1e6, "store_mb": total / 1e6}
+    return out
+
+
 # report.py writes a committed result again from its json: it asks the script for BENCH.markdown.
 BENCH = types.SimpleNamespace(markdown=lambda doc: report(doc), plot=lambda doc, folder, name: [])
 
@@ -152,6 +176,8 @@ def main() -> None:
     ap.add_argument("--num-cpus", type=float, default=None, help="shmloader.ray.dataset(num_cpus=)")
     ap.add_argument("--samples-per-task", type=int, default=None, help="shmloader.ray.dataset(samples_per_task=)")
     ap.add_argument("--tasks-in-flight", default=None, help="shmloader.ray.dataset(tasks_in_flight=): a number, 'auto' or 'none'")
+    ap.add_argument("--run-ahead", type=float, default=None, metavar="PAUSE_S",
+                    help="then grouped clips for 10 epochs read with this pause a batch: the object store's peak")
     ap.add_argument("--layout", choices=("nodes", "one"), default="nodes",
                     help="nodes: a head + 2 decode nodes of 1 CPU; one: one node of 2 CPUs with the driver")
     args = ap.parse_args()
@@ -207,6 +233,9 @@ def main() -> None:
                             for k, v in got.items()}
         results["load_avg_1m_at_end"] = os.getloadavg()[0]
         results["routes"] = routes(sources["one clip"], **options)
+        if args.run_ahead is not None:
+            results["run_ahead"] = {"pause_s": args.run_ahead, "epochs": 10,
+                                    "runs": run_ahead(sources["grouped x4"], 10, args.run_ahead, **options)}
     finally:
         ray.shutdown()
         if cluster is not None:
@@ -249,6 +278,15 @@ def report(r: dict) -> str:
                    f"USS {i['uss_mb']:.0f} MB."), "", "| consumer route (materialized epoch) | rows/s | MB/s |", "|---|---|---|"]
     for name, v in r["routes"].items():
         lines.append(f"| {name} | {v['rows_per_s']:.0f} | {v['mb_per_s']:.0f} |")
+    if "run_ahead" in r:
+        a = r["run_ahead"]
+        lines += ["", (f"A trainer slower than decoding: grouped clips, {a['epochs']} epochs, {a['pause_s']} s of pause "
+                       "after each batch; the most object store memory the cluster held meanwhile."), "",
+                  "| decode tasks | clips/s | peak object store MB | of the stream's MB | of the stores' MB |",
+                  "|---|---|---|---|---|"]
+        for name, v in a["runs"].items():
+            lines.append(f"| {name} | {v['clips'] / v['seconds']:.1f} | {v['peak_mb']:.0f} | {v['stream_mb']:.0f} | "
+                         f"{v['store_mb']:.0f} |")
     return "\n".join(lines) + "\n"
 
 

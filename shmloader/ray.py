@@ -22,8 +22,10 @@ wrapping the allocator), 20-40 % of the decode time. A dataset of ours turns tha
 on its own ``DataContext`` (``ds.context``; the global one is left alone) and caps its decode
 tasks in flight instead (``TaskPoolStrategy(size=)``): twice the decode slots the cluster has when
 the dataset is built, so each slot has the next task queued at its raylet. The cap also bounds
-the run-ahead when the trainer is slower than decoding: with 4 in flight and a consumer at half the
-decode rate, the cluster held 270 MB of a 1.15 GB stream at most (uncapped: 694 MB and growing).
+the run-ahead when the trainer is slower than decoding (without it, the reservation off alone, a
+scratch run held 694 MB and rising): with 4 in flight and a trainer at half the decode rate, the
+cluster held at most 328 MB of a 1156 MB stream, Ray Data's scheduling 231 MB (bench/ray_feed.py
+--run-ahead, bench/results/ray-feed-cpu2-run18).
 """
 
 from __future__ import annotations
