@@ -51,11 +51,12 @@ __all__ = ["dataset", "plan_items", "skipped", "stats"]
 
 # Samples per task: 64, and at least 16 decode passes (with group_clips, 16 whole videos), but
 # no more video than _TASK_BYTES (Ray's own target block size). A task costs Ray ~0.1 s of CPU
-# (the executor in the driver, the raylets, the worker around our function), and its slot idles
-# 0.18-0.25 s before the next task starts (Ray Data polls for finished tasks every 0.1 s). On an
-# idle 2-core box over 3-epoch datasets (bench/results/ray-feed-cpu2-run7, run10, run11), one
-# clip per sample ran at 0.42x, 0.79x and 0.88x the local loader's clips/s with 8, 32 and 64
-# samples a task; grouped by 4, at 0.66x-0.54x with 8 videos a task and 0.63x with 16.
+# (the executor in the driver, the raylets, the worker around our function), and under Ray
+# Data's own scheduling its slot idled 0.15-0.6 s before the next task started (see NOTE
+# [ Tasks in flight ] for what now keeps the next one waiting). On an idle 2-core box over 3-epoch
+# datasets, under that scheduling (bench/results/ray-feed-cpu2-run7, run10, run11), one clip per
+# sample ran at 0.42x, 0.79x and 0.88x the local loader's clips/s with 8, 32 and 64 samples a
+# task; grouped by 4, at 0.66x-0.54x with 8 videos a task and 0.63x with 16.
 _SAMPLES_PER_TASK = 64
 _PASSES_PER_TASK = 16
 _TASK_BYTES = 128 * 1024**2

@@ -347,7 +347,10 @@ def test_a_decode_nodes_raylet_killed_mid_epoch(cluster, clips):
     # Its first task worker takes seconds to start on this box: started before the epoch.
     here = NodeAffinitySchedulingStrategy(extra.node_id, soft=False)
     assert ray.get(_pid.options(scheduling_strategy=here).remote(), timeout=120) not in node_pids(extra)
-    ds = sray.dataset(clips, epochs=3, seed=9, resources={"decode": 1}, samples_per_task=1)
+    # One task in flight per slot: with the default two, the warm workers of the first nodes take
+    # these one-sample tasks back to back (Ray hands a queued task to a worker it already holds)
+    # and the new node may get none before the epochs end.
+    ds = sray.dataset(clips, epochs=3, seed=9, resources={"decode": 1}, samples_per_task=1, tasks_in_flight=3)
     rows, killed_at = [], None
     for r in ds.iter_rows():
         rows.append(dict(r))
