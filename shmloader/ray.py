@@ -172,7 +172,7 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     items_ds = ray.data.from_items(items, override_num_blocks=len(items))
     own = tasks_in_flight is not None and not {"compute", "concurrency"} & ray_remote_args.keys()
     if own:
-        size = 2 * _slots(num_cpus, resources) if tasks_in_flight == "auto" else int(tasks_in_flight)
+        size = 2 * _slots(num_cpus, resources) if tasks_in_flight == "auto" else cast(int, tasks_in_flight)
         # no more than the tasks there are (Ray Data warns of a cap its inputs cannot reach)
         ray_remote_args["compute"] = ray.data.TaskPoolStrategy(size=min(size, len(items)))
     ds = items_ds.map_batches(cast(Any, decode_items), batch_size=1, batch_format="numpy",
@@ -190,7 +190,7 @@ def _slots(num_cpus: float, resources: dict[str, float] | None) -> int:
     for, over what one task takes (at least 1)."""
     import ray
 
-    total = ray.cluster_resources()
+    total = ray.cluster_resources()  # type: ignore[no-untyped-call]
     need = {"CPU": num_cpus, **(resources or {})}
     fits = [total.get(k, 0.0) / v for k, v in need.items() if v > 0]
     return max(1, int(min(fits) if fits else total.get("CPU", 1.0)))
