@@ -113,13 +113,18 @@ def epoch_ray(clips, seed: int, cluster, epochs: int = 1, **options) -> tuple[fl
     return n / (time.perf_counter() - t), n / cpu_since(procs, c)
 
 
+def clips_mb(clips, n: int) -> float:
+    """MB of ``n`` of these clips (uint8, 112x112x3 frames)."""
+    return n * clips.spec()["video"][0][0] * 112 * 112 * 3 / 1e6
+
+
 def routes(clips, **options) -> dict:
     """Rows/s and MB/s of each consumer route over one decoded, materialized epoch."""
     import shmloader.ray as sray
 
     ds = sray.dataset(clips, seed=99, resources={"decode": 1}, **options).materialize()
     rows = ds.count()
-    mb = rows * clips.spec()["video"][0][0] * 112 * 112 * 3 / 1e6
+    mb = clips_mb(clips, rows)
     ways = {
         "iter_batches": lambda: ds.iter_batches(batch_size=BATCH, batch_format="numpy"),
         "iter_torch_batches": lambda: ds.iter_torch_batches(batch_size=BATCH),
@@ -148,8 +153,8 @@ def run_ahead(clips, epochs: int, pause_s: float, **options) -> dict:
 
     total = ray.cluster_resources()["object_store_memory"]
     out = {}
-    for name, tasks in (("tasks_in_flight=" + str(options.get("tasks_in_flight", "auto")), options.get("tasks_in_flight", "auto")),
-                        ("tasks_in_flight=None", None)):
+    mine = options.get("tasks_in_flight", "auto")
+    for name, tasks in ((f"tasks_in_flight={mine}", mine), ("tasks_in_flight=None", None)):
         ds = sray.dataset(clips, seed=7, epochs=epochs, resources={"decode": 1}, **{**options, "tasks_in_flight": tasks})
         peak = n = 0
         t = time.perf_counter()
@@ -158,7 +163,7 @@ def run_ahead(clips, epochs: int, pause_s: float, **options) -> dict:
             time.sleep(pause_s)
             peak = max(peak, total - ray.available_resources().get("object_store_memory", total))
         out[name] = {"clips": n, "seconds": time.perf_counter() - t, "peak_mb": peak / 1e6,
-                     "stream_mb": n * clips.spec()["video"][0][0] * 112 * 112 * 3 / 1e6, "store_mb": total / 1e6}
+                     "stream_mb": clips_mb(clips, n), "store_mb": total / 1e6}
     return out
 
 
@@ -250,6 +255,10 @@ def main() -> None:
 
 def report(r: dict) -> str:
     c = r["conditions"]
+    heading, started = LAYOUTS[c.get("layout", "nodes")]
+    options = c.get("dataset_options", {})
+    if "layout" in c and "tasks_in_flight" not in options:  # runs since tasks_in_flight (run 13 on)
+        options = {**options, "tasks_in_flight": "auto (the default)"}
     # Runs before the CPU-second counts (runs 1-3) render as they were written.
     per_cpu = any("clips_per_cpu_s" in v for v in r["cells"].values())
     lines = [f"# Ray vs the local Loader, {c['cpus']} cores (bench/ray_feed.py)", "",
@@ -257,8 +266,8 @@ def report(r: dict) -> str:
               + (f"median of {c['reps']} epochs after a warm-up epoch." if c.get("epochs", 1) == 1 else
                f"each cell one dataset (one loader) of {c['epochs']} epochs, median of {c['reps']} "
                "after a warm-up epoch.")
-              + "".join(f" `{k}={v}`." for k, v in c.get("dataset_options", {}).items())), "",
-             f"| clips | Loader(workers=2) clips/s | {LAYOUTS[c.get('layout', 'nodes')][0]} | Ray / Loader "
+              + "".join(f" `{k}={v}`." for k, v in options.items())), "",
+             f"| clips | Loader(workers=2) clips/s | {heading} | Ray / Loader "
              + ("| per CPU second: Loader | Ray | Ray / Loader |" if per_cpu else "|"),
              "|---|---|---|---|" + ("---|---|---|" if per_cpu else "")]
     for s in ("one clip", "grouped x4"):
@@ -273,7 +282,7 @@ def report(r: dict) -> str:
                        "do not change." + (f" Load average at the end: {r['load_avg_1m_at_end']:.1f}."
                                            if "load_avg_1m_at_end" in r else ""))]
     i = r["idle_after_warm_up"]
-    lines += ["", (f"Cluster start ({LAYOUTS[c.get('layout', 'nodes')][1]}): {r['cluster_start_s']:.1f} s. Idle cluster after the warm-up: "
+    lines += ["", (f"Cluster start ({started}): {r['cluster_start_s']:.1f} s. Idle cluster after the warm-up: "
                    f"{i['processes']} processes, {i['cores_busy']:.2f} cores busy, RSS {i['rss_mb']:.0f} MB, "
                    f"USS {i['uss_mb']:.0f} MB."), "", "| consumer route (materialized epoch) | rows/s | MB/s |", "|---|---|---|"]
     for name, v in r["routes"].items():

@@ -18,14 +18,17 @@ Ray Data 2.60 budgets each operator's CPUs from what its autoscaling coordinator
 reserved for the dataset so far: zero at the start, then a share of the cluster that follows the
 measured rates. On a 2-CPU box that kept one decode task at a time for the first task or two and
 left each decode slot idle 0.15-0.6 s between tasks (budget 0 CPU with no task running, seen by
-wrapping the allocator), 20-40 % of the decode time. A dataset of ours turns that reservation off
-on its own ``DataContext`` (``ds.context``; the global one is left alone) and caps its decode
-tasks in flight instead (``TaskPoolStrategy(size=)``): twice the decode slots the cluster has when
-the dataset is built, so each slot has the next task queued at its raylet. The cap also bounds
-the run-ahead when the trainer is slower than decoding (without it, the reservation off alone, a
-scratch run held 694 MB and rising): with 4 in flight and a trainer at half the decode rate, the
-cluster held at most 328 MB of a 1156 MB stream, Ray Data's scheduling 231 MB (bench/ray_feed.py
---run-ahead, bench/results/ray-feed-cpu2-run18).
+wrapping the allocator in an instrumented scratch run), 20-40 % of the decode time. A dataset of
+ours turns that reservation off on its own ``DataContext`` (``ds.context``, shared by the
+datasets derived from it; the global one is left alone) and caps its decode tasks in flight
+instead (``TaskPoolStrategy(size=)``): twice the decode slots the cluster has when the dataset is
+built, so each slot has the next task queued at its raylet. Without the reservation no operator
+is held back by Ray's object store budget; what the cap holds is the tasks, not the finished
+clips waiting for a slow trainer. Measured with a trainer at half the decode rate: the cluster
+held at most 328 MB of a 1156 MB stream (Ray Data's scheduling: 231 MB; bench/ray_feed.py
+--run-ahead, bench/results/ray-feed-cpu2-run18, where 328 MB is near the two decode nodes'
+420 MB of store and Ray may have spilled); in a scratch run with 400 MB stores, 270 MB with 4
+in flight and 694 MB and rising with no cap.
 """
 
 from __future__ import annotations
@@ -138,8 +141,12 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
         the next free slot); ``"auto"``: twice the slots the cluster has for them when the
         dataset is built (its ``num_cpus`` and ``resources``); ``None``: Ray Data's own
         scheduling, whose per-dataset resource reservation left decode slots idle 20-40 % of
-        the time on Ray 2.60 (NOTE [ Tasks in flight ]). Not with ``compute=`` or
-        ``concurrency=``, which set the same thing.
+        the time on Ray 2.60 (NOTE [ Tasks in flight ]). With a cap of ours the reservation is
+        off on ``ds.context``, which the datasets derived from ``ds`` share: their operators
+        are not held back by Ray's object store budget either. ``"auto"`` falls back to Ray
+        Data's scheduling where the cluster has none of a resource the tasks need yet (an
+        autoscaling cluster), and to the given strategy with ``compute=`` or ``concurrency=``;
+        a number with either is an error.
     :param ray_remote_args: passed to ``Dataset.map_batches``: its named remote parameters
         (``label_selector``, e.g. ``{"ray.io/node-id": id}`` to pin a node, ``memory``,
         ``concurrency``...); others, such as ``scheduling_strategy``, go through Ray's deprecated
@@ -149,12 +156,13 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
 
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    theirs = bool({"compute", "concurrency"} & ray_remote_args.keys())  # a compute strategy of the caller's
     if tasks_in_flight is not None and tasks_in_flight != "auto":
         try:
             check_int("tasks_in_flight", tasks_in_flight, 1)
         except ValueError:
             raise ValueError(f"tasks_in_flight must be an integer >= 1, 'auto' or None, got {tasks_in_flight!r}") from None
-        if {"compute", "concurrency"} & ray_remote_args.keys():
+        if theirs:
             raise ValueError("tasks_in_flight sets the decode tasks' compute strategy: pass it or "
                              "compute=/concurrency=, not both")
     items = plan_items(clips, epochs=epochs, seed=seed, shuffle=shuffle, start_epoch=start_epoch,
@@ -170,30 +178,35 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     fn_kwargs = {"clips": clips, "token": token, "reader_key": reader_key, "seed": seed, "on_error": on_error,
                  "log": log}
     items_ds = ray.data.from_items(items, override_num_blocks=len(items))
-    own = tasks_in_flight is not None and not {"compute", "concurrency"} & ray_remote_args.keys()
-    if own:
-        size = 2 * _slots(num_cpus, resources) if tasks_in_flight == "auto" else cast(int, tasks_in_flight)
+    size: int | None = None  # the cap of ours, if any (NOTE [ Tasks in flight ])
+    if tasks_in_flight == "auto" and not theirs:
+        size = _slots(num_cpus, resources)
+    elif tasks_in_flight is not None and tasks_in_flight != "auto":
+        size = cast(int, tasks_in_flight)
+    if size is not None:
         # no more than the tasks there are (Ray Data warns of a cap its inputs cannot reach)
-        ray_remote_args["compute"] = ray.data.TaskPoolStrategy(size=min(size, len(items)))
+        ray_remote_args["compute"] = ray.data.TaskPoolStrategy(size=max(1, min(size, len(items))))
     ds = items_ds.map_batches(cast(Any, decode_items), batch_size=1, batch_format="numpy",
                               fn_kwargs=fn_kwargs, num_cpus=num_cpus, resources=resources,
                               **ray_remote_args)
-    if own:  # NOTE [ Tasks in flight ]: on this dataset's own context, not the global one
+    if size is not None:  # NOTE [ Tasks in flight ]: on this dataset's own context, not the global one
         ds.context.op_resource_reservation_enabled = False
     ds._shmloader_log = (log, token)  # type: ignore[attr-defined]  # read by skipped() and stats()
     weakref.finalize(ds, _forget, log, token).atexit = False  # at exit the whole log goes
     return ds
 
 
-def _slots(num_cpus: float, resources: dict[str, float] | None) -> int:
-    """Decode tasks the cluster can run at once now: its CPUs and each custom resource asked
-    for, over what one task takes (at least 1)."""
+def _slots(num_cpus: float, resources: dict[str, float] | None) -> int | None:
+    """``tasks_in_flight="auto"``: twice the decode tasks the cluster can run at once now (its
+    CPUs and each custom resource asked for, over what one task takes); None where it has none
+    of one of them yet (an autoscaling cluster: Ray Data's own scheduling asks for nodes)."""
     import ray
 
     total = ray.cluster_resources()  # type: ignore[no-untyped-call]
     need = {"CPU": num_cpus, **(resources or {})}
     fits = [total.get(k, 0.0) / v for k, v in need.items() if v > 0]
-    return max(1, int(min(fits) if fits else total.get("CPU", 1.0)))
+    slots = int(min(fits) if fits else total.get("CPU", 1.0))
+    return 2 * slots if slots >= 1 else None
 
 
 def skipped(ds: ray.data.Dataset) -> list[tuple[int, int, str]]:

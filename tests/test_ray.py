@@ -223,19 +223,27 @@ def test_grouped_clips_a_task_per_video(cluster, videos):
 
 
 def test_tasks_in_flight_caps_the_decode_tasks_on_the_datasets_own_context(cluster, clips):
-    """By default twice the decode slots are in flight (2 nodes with one ``decode`` each), Ray
+    """By default twice the decode slots are in flight (a slot per ``decode`` resource), Ray
     Data's resource reservation off on the dataset's own context only; ``None`` leaves Ray Data's
     scheduling as it is. Each way delivers the local loader's epoch."""
     from ray.data import DataContext
 
+    reserve = DataContext.get_current().op_resource_reservation_enabled
+    slots = int(ray.cluster_resources()["decode"])
     local = loader_epochs(clips, 1, 5)[0]
-    for tasks, size, reserve in (("auto", 4, False), (1, 1, False), (None, None, True)):
+    for tasks, size, reserving in (("auto", 2 * slots, False), (1, 1, False), (None, None, reserve)):
         ds = sray.dataset(clips, seed=5, resources={"decode": 1}, samples_per_task=3, tasks_in_flight=tasks)
         assert (getattr(ds._logical_plan.dag.compute, "size", None), ds.context.op_resource_reservation_enabled) \
-            == (size, reserve), tasks
+            == (size, reserving), tasks
         rows = rows_of(ds)
         assert sorted((int(r["index"]), int(r["start"]), tuple(r["frames"].tolist())) for r in rows) == local
-        assert DataContext.get_current().op_resource_reservation_enabled  # the global context is left alone
+        assert DataContext.get_current().op_resource_reservation_enabled == reserve  # the global one is left alone
+    # A resource the cluster has none of yet (an autoscaling cluster), or the caller's own compute
+    # strategy: Ray Data's scheduling, the reservation as it was.
+    for ds in (sray.dataset(clips, resources={"gpu_decode": 1}),
+               sray.dataset(clips, resources={"decode": 1}, compute=ray.data.TaskPoolStrategy(size=3))):
+        assert ds.context.op_resource_reservation_enabled == reserve
+    assert ds._logical_plan.dag.compute.size == 3
     with pytest.raises(ValueError, match="tasks_in_flight must be"):
         sray.dataset(clips, tasks_in_flight=0)
     with pytest.raises(ValueError, match="not both"):
