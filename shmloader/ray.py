@@ -157,6 +157,7 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     theirs = bool({"compute", "concurrency"} & ray_remote_args.keys())  # a compute strategy of the caller's
+    size: int | None = None  # the cap of ours, if any (NOTE [ Tasks in flight ]); "auto" once Ray is up
     if tasks_in_flight is not None and tasks_in_flight != "auto":
         try:
             check_int("tasks_in_flight", tasks_in_flight, 1)
@@ -165,6 +166,7 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
         if theirs:
             raise ValueError("tasks_in_flight sets the decode tasks' compute strategy: pass it or "
                              "compute=/concurrency=, not both")
+        size = cast(int, tasks_in_flight)
     items = plan_items(clips, epochs=epochs, seed=seed, shuffle=shuffle, start_epoch=start_epoch,
                        samples_per_task=samples_per_task, group_window=group_window)
     if not ray.is_initialized():
@@ -178,11 +180,8 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     fn_kwargs = {"clips": clips, "token": token, "reader_key": reader_key, "seed": seed, "on_error": on_error,
                  "log": log}
     items_ds = ray.data.from_items(items, override_num_blocks=len(items))
-    size: int | None = None  # the cap of ours, if any (NOTE [ Tasks in flight ])
     if tasks_in_flight == "auto" and not theirs:
-        size = _slots(num_cpus, resources)
-    elif tasks_in_flight is not None and tasks_in_flight != "auto":
-        size = cast(int, tasks_in_flight)
+        size = _auto_tasks_in_flight(num_cpus, resources)
     if size is not None:
         # no more than the tasks there are (Ray Data warns of a cap its inputs cannot reach)
         ray_remote_args["compute"] = ray.data.TaskPoolStrategy(size=max(1, min(size, len(items))))
@@ -196,7 +195,7 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     return ds
 
 
-def _slots(num_cpus: float, resources: dict[str, float] | None) -> int | None:
+def _auto_tasks_in_flight(num_cpus: float, resources: dict[str, float] | None) -> int | None:
     """``tasks_in_flight="auto"``: twice the decode tasks the cluster can run at once now (its
     CPUs and each custom resource asked for, over what one task takes); None where it has none
     of one of them yet (an autoscaling cluster: Ray Data's own scheduling asks for nodes)."""
