@@ -15,6 +15,8 @@ import sys
 import numpy as np
 import pytest
 
+from ._needs import need
+
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 sys.path.insert(0, BENCH)
 
@@ -138,7 +140,7 @@ def _stream(n: int, count: int):
 
 
 def test_grain_source_follows_the_key_stream_and_decodes_decords_frames(clips):
-    pytest.importorskip("grain", reason="grain is a benchmark peer (make peers)")
+    need("grain", reason="grain is a benchmark peer (make peers)")
     source = peers.GrainClips(clips, WL)
     keys = _stream(len(clips), 2 * len(clips) + 3)
     for index in (0, 1, len(clips) - 1, len(clips), 2 * len(clips) + 2):
@@ -168,7 +170,7 @@ print("left:", left)
 
 
 def test_grain_loader_delivers_the_stream_in_order_and_closes(clips, tmp_path):
-    pytest.importorskip("grain", reason="grain is a benchmark peer (make peers)")
+    need("grain", reason="grain is a benchmark peer (make peers)")
     import subprocess
 
     folder = os.path.dirname(clips.paths[0])  # make_clipset finds the videos written already
@@ -183,7 +185,7 @@ def test_grain_loader_delivers_the_stream_in_order_and_closes(clips, tmp_path):
 
 @pytest.mark.parametrize("key", [(0, 0), (0, 7), (3, 10)])
 def test_spdl_picks_the_frames_by_timestamp(clips, key):
-    pytest.importorskip("spdl.io", reason="SPDL is a benchmark peer (make peers)")
+    need("spdl.io", reason="SPDL is a benchmark peer (make peers)")
     clip, label = peers.spdl_decode_clip(clips, WL, *key)
     ref, ref_label = decode_clip(clips, WL, *key)
     assert label == ref_label
@@ -198,7 +200,7 @@ def test_spdl_picks_the_frames_by_timestamp(clips, key):
 
 @pytest.mark.parametrize("key", [(0, 0), (0, 7), (3, 10)])
 def test_torchcodec_decodes_the_same_frames(clips, key):
-    pytest.importorskip("torchcodec.decoders", reason="torchcodec is a benchmark peer (make peers)")
+    need("torchcodec.decoders", reason="torchcodec is a benchmark peer (make peers)")
     clip, label = peers.torchcodec_decode_clip(clips, WL, *key)
     bad, worst = check_frames(clip[None], np.array([label]), clips, WL)
     assert bad == 0 and worst <= FRAME_MAD_TOLERANCE
@@ -356,7 +358,7 @@ def test_grouping_reads_real_loaders(tmp_path):
 def test_gpu_feed_runs_small_on_cpu(tmp_path):
     """bench/gpu_feed.py with its tiny model on the CPU: a row per input, the ceiling first, the
     report and its plot written, and the report written again from its json alone."""
-    pytest.importorskip("torch")
+    need("torch")
     import json
 
     import gpu_feed

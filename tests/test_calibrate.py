@@ -9,10 +9,12 @@ import time
 import numpy as np
 import pytest
 
+from ._needs import need
+
 import shmloader
 from shmloader.samples import make_videos
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 
 pytestmark = pytest.mark.timeout(240)
 

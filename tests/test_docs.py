@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from ._needs import need
 from ._examples import ROOT, doc_files, python_blocks
 
 # Runs each block of a page in order, in one namespace, as a reader would paste them; says which
@@ -76,7 +77,7 @@ def test_named_examples_are_unique():
 def test_strict_build(tmp_path):
     """``make docs``: mkdocs build --strict. A broken link or anchor, a page left out of the nav, an
     API object that does not resolve, a NOTE the Architecture page lacks: any warning fails."""
-    pytest.importorskip("mkdocstrings_handlers.python", reason="the docs extra (make test installs it)")
+    need("mkdocstrings_handlers.python", reason="the docs extra (make test installs it)")
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})

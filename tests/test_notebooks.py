@@ -19,10 +19,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ._needs import need
 from .conftest import our_fds, shm_entries
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+nbformat = need("nbformat")
+nbclient = need("nbclient")
 # What the kernel will import; looked up, not imported, to keep TensorFlow out of this process.
 _missing = [m for m in ("ipykernel", "matplotlib", "tensorflow", "keras", "av") if importlib.util.find_spec(m) is None]
 if _missing:

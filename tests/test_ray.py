@@ -14,11 +14,13 @@ import numpy as np
 import psutil
 import pytest
 
+from ._needs import need
+
 # Every node on 127.0.0.1 (node_ip_address below): without this, ray.init turns a loopback address
 # into the machine's own IP before connecting (the switch Ray uses on macOS, read at import).
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-ray = pytest.importorskip("ray")
+ray = need("ray")
 
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

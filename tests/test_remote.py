@@ -25,6 +25,7 @@ from shmloader.video.decoding import Decoding
 from shmloader.video.samples import frame_image, make_videos, read_codes
 from shmloader.video.storage import Storage
 
+from ._needs import need
 from ._servers import RangeServer, moto_s3
 from .conftest import state_after
 
@@ -407,8 +408,8 @@ def test_remote_shards_over_http(folder):
 
 
 def test_s3_videos_and_shards_equal_the_local_files(folder):
-    pytest.importorskip("s3fs")
-    pytest.importorskip("moto.server")
+    need("s3fs")
+    need("moto.server")
     import s3fs
 
     root, paths = folder
@@ -493,8 +494,8 @@ def test_scan_reads_urls_prefixes_and_shards_and_from_csv_trusts_the_offsets(fol
 
 
 def test_scan_lists_a_bucket_prefix_with_class_folders(folder, tmp_path):
-    pytest.importorskip("s3fs")
-    pytest.importorskip("moto.server")
+    need("s3fs")
+    need("moto.server")
     import csv
     import json
     import s3fs
