@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
-	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,torch,jax,keras,ray,hdf5,samples,bench,notebooks,docs,test]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,torch,jax,keras,ray,hdf5,samples,bench,notebooks,docs,test,trainers]'
 	touch $(STAMP)
 
 demo: $(STAMP)

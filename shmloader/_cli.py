@@ -18,8 +18,40 @@ def _cache_dir() -> Path:
 
 
 def _size(text: str) -> tuple[int, int]:
+    """``HxW``, both at least 1 (argparse turns the error into one line and exit 2)."""
     h, _, w = text.lower().partition("x")
-    return int(h), int(w)
+    try:
+        size = int(h), int(w)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HxW (e.g. 112x112)") from None
+    if min(size) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: height and width must be at least 1")
+    return size
+
+
+def _at_least(low: int):
+    """An argparse type: a whole number >= ``low``."""
+    def whole(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{n} is less than {low}")
+        return n
+    whole.__name__ = f"whole number >= {low}"
+    return whole
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return x
 
 
 def make_videos_cmd(args) -> int:
@@ -89,8 +121,16 @@ def _quiet_tensorflow() -> None:
 
 
 def demo_cmd(args) -> int:
+    import importlib.util
+
     from tqdm import tqdm
 
+    missing = [m for m, extra in (("tensorflow", "tf"), ("av", "samples")) if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"shmloader demo: needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
+              "installed: pip install './shmloader[tf,samples]' from the source (make demo does it)",
+              file=sys.stderr)
+        return 2
     _quiet_tensorflow()
 
     from .video.samples import make_videos
@@ -149,11 +189,13 @@ class _Formatter(argparse.HelpFormatter):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        """A missing command prints the list of commands, not argparse's ``required: cmd``."""
+        """A missing command prints the list of commands, not argparse's ``required: cmd``; any other
+        error is one line."""
         if "required: COMMAND" in message:
             self.print_help(sys.stderr)
             self.exit(2, "\nshmloader: say which command to run (demo, scan or make-videos)\n")
-        super().error(message)
+        # One line, without argparse's usage block: what is wrong and where the options are.
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,13 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="stream sample videos through loader.as_dataset() with 1..N workers; "
                                     "print clips/s and CPU", description="Write sample videos (once) and stream "
                        "them through loader.as_dataset() with 1, 2, ... workers; print clips/s, CPU and the "
-                       "time to the first batch. Needs TensorFlow: pip install 'shmloader[tf,samples]'.")
+                       "time to the first batch. Needs TensorFlow and PyAV: pip install './shmloader[tf,samples]' from the source.")
     d.add_argument("--videos", help="folder for the sample videos (default: the user cache)")
-    d.add_argument("--count", type=int, default=12, help="sample videos to make (default 12)")
-    d.add_argument("--workers", type=int, nargs="*", help="worker counts (default 1..cores)")
-    d.add_argument("--batches", type=int, default=16, help="batches measured per worker count (default 16)")
-    d.add_argument("--batch-size", type=int, default=8, help="clips per batch (default 8)")
-    d.add_argument("--clip-len", type=int, default=16, help="frames per clip, every 2nd frame (default 16)")
+    d.add_argument("--count", type=_at_least(1), default=12, help="sample videos to make (default 12)")
+    d.add_argument("--workers", type=_at_least(1), nargs="*", help="worker counts (default 1..cores)")
+    d.add_argument("--batches", type=_at_least(1), default=16, help="batches measured per worker count (default 16)")
+    d.add_argument("--batch-size", type=_at_least(1), default=8, help="clips per batch (default 8)")
+    d.add_argument("--clip-len", type=_at_least(1), default=16, help="frames per clip, every 2nd frame (default 16)")
     d.add_argument("--size", type=_size, default=(112, 112), help="HxW (default 112x112)")
     d.set_defaults(fn=demo_cmd)
     m = sub.add_parser("make-videos", help="write synthetic videos whose frames say which video and frame they "
@@ -179,11 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "video's id and the frame's number (shmloader.samples.read_codes reads them back); print "
                        "their paths.")
     m.add_argument("dir", help="folder to write them in")
-    m.add_argument("--count", type=int, default=8, help="videos to write (default 8)")
-    m.add_argument("--frames", type=int, default=48, help="frames per video (default 48)")
+    m.add_argument("--count", type=_at_least(1), default=8, help="videos to write (default 8)")
+    m.add_argument("--frames", type=_at_least(1), default=48, help="frames per video (default 48)")
     m.add_argument("--size", type=_size, default=(96, 128), help="HxW (default 96x128)")
     m.add_argument("--codec", default="libx264", choices=["libx264", "mpeg4"], help="encoder (default libx264)")
-    m.add_argument("--classes", type=int, default=2, help="classes in shmloader.samples.make_videos' labels: video i has label i %% N (default 2)")
+    m.add_argument("--classes", type=_at_least(1), default=2, help="classes in shmloader.samples.make_videos' labels: video i has label i %% N (default 2)")
     m.set_defaults(fn=make_videos_cmd)
     s = sub.add_parser("scan", help="probe videos into a manifest: frames, size, decoder, problems",
                        description="Probe every video once, in worker processes, into a CSV manifest (frames, "
@@ -195,10 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
                                           "prefixes (s3://bucket/videos/) and tar shards (shard-{000..009}.tar)")
     s.add_argument("--out", default="manifest.csv", help="the CSV manifest to write (default manifest.csv); "
                                                         "an existing one of the same inputs is resumed")
-    s.add_argument("--workers", type=int, help="probing processes (default: one per CPU)")
+    s.add_argument("--workers", type=_at_least(1), help="probing processes (default: one per CPU)")
     s.add_argument("--check", default="keyframes", choices=["headers", "keyframes", "frames"],
                    help="headers: packets only; keyframes (default): decode every keyframe; frames: every frame")
-    s.add_argument("--timeout", type=float, default=120.0, help="seconds one file may take")
+    s.add_argument("--timeout", type=_seconds, default=120.0, help="seconds one file may take")
     s.add_argument("--overwrite", action="store_true", help="start again instead of resuming --out")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--fail-on", metavar="KINDS",

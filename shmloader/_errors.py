@@ -4,14 +4,15 @@
 
     LoaderError                 base of everything the loader raises on its own behalf
     ├── SampleError             one sample could not be read (names path or index, keeps the cause)
-    └── WorkerDiedError         a worker process exited, was killed, or missed its deadline
+    ├── WorkerDiedError         a worker process exited, was killed, or missed its deadline
+    └── StateError              a saved state this loader cannot serve (also a ValueError)
 
 Invalid arguments raise ``ValueError`` / ``TypeError`` when the object is built.
 """
 
 from __future__ import annotations
 
-__all__ = ["LoaderError", "SampleError", "WorkerDiedError", "RemoteTraceback"]
+__all__ = ["LoaderError", "SampleError", "StateError", "WorkerDiedError", "RemoteTraceback"]
 
 
 class LoaderError(RuntimeError):
@@ -58,3 +59,8 @@ class WorkerDiedError(LoaderError):
 
     def __reduce__(self) -> tuple[type, tuple[int, str, str]]:
         return (type(self), (self.pid, self.how, self.holding))
+
+
+class StateError(LoaderError, ValueError):
+    """A ``state()`` dict this loader cannot serve: saved with another dataset, batch size, seed,
+    shuffle or shard, a position outside the epoch, or not a state at all. The message says which."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import cloudpickle
 import numpy as np
 
-from ._errors import LoaderError
+from ._errors import LoaderError, StateError
 from .engine.core import Engine, Exhausted
 from .engine.plan import EpochPlan, check_state, plan_state
 from .engine.ring import Layout, memory_for_ring
@@ -89,7 +89,8 @@ class Loader:
     :param pin_workers: pin worker ``i`` and its threads to the ``i``-th usable CPU.
     :param group_window: videos per shuffle window of a grouped source (``group_clips=True``).
     :param span_epochs: cut batches across epoch ends.
-    :raises ValueError: a bad argument, or a ``state`` saved with other settings.
+    :raises ValueError: a bad argument; ``StateError`` (a ValueError) for a ``state`` saved with other
+        settings or for another dataset.
     """
 
     def __init__(self, source: Source, *, batch_size: int, workers: int | None = None,
@@ -130,10 +131,12 @@ class Loader:
                                groups=getattr(source, "group_ids", lambda: None)())
         _check_has_batches(self._plan, epochs)
         self._start = (0, 0)  # (epoch, batch) where this loader's stream begins
+        fingerprint = getattr(source, "fingerprint", None)
+        self._fingerprint: Callable[[], str] | None = fingerprint if callable(fingerprint) else None
         if state is not None:
             if not ordered:
                 raise ValueError("resuming needs ordered=True")
-            self._start = check_state(self._plan, state)
+            self._start = self._check_state(state)
         out_spec, scratch = probe_transform(source, transform, seed)
         self._layout = Layout.build(out_spec, batch_size)
         nworkers = workers or _usable_cpus()
@@ -285,7 +288,7 @@ class Loader:
             raise LoaderError("load_state() must come before the first batch")
         if not self._ordered:
             raise ValueError("resuming needs ordered=True")
-        self._start = check_state(self._plan, state)
+        self._start = self._check_state(state)
         self._engine.start_at(self._start)
 
     def state(self, consumed: int | None = None) -> dict[str, Any]:
@@ -302,7 +305,21 @@ class Loader:
         done = delivered if consumed is None else int(consumed)
         if not 0 <= done <= delivered:
             raise ValueError(f"consumed={consumed} but only {delivered} batches were delivered")
-        return plan_state(self._plan, self._start, done, exact=self._engine.counters["skipped"] == 0)
+        state = plan_state(self._plan, self._start, done, exact=self._engine.counters["skipped"] == 0)
+        if self._fingerprint is not None:
+            state["dataset"] = self._fingerprint()
+        return state
+
+    def _check_state(self, state: dict[str, Any]) -> tuple[int, int]:
+        """Where a loader resumed from ``state`` begins; StateError (a LoaderError and a
+        ValueError) saying why where this loader cannot serve it."""
+        start = check_state(self._plan, state)
+        saved = state.get("dataset")
+        if saved is not None and self._fingerprint is not None and saved != self._fingerprint():
+            raise StateError(f"state was saved for another dataset (fingerprint {saved}, this one is "
+                             f"{self._fingerprint()}: other videos, order or labels), so its position "
+                             "means other samples here")
+        return start
 
 
 def eval_loader(source: Source, *, batch_size: int, workers: int | None = 1, **kwargs: Any) -> Loader:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from ._errors import LoaderError
 from ._ray_tasks import decode_items, task_log
 from .engine.plan import EpochPlan
 from .engine.source import check_int
@@ -113,7 +114,7 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
             on_error: str = "raise", num_cpus: float = 1, resources: dict[str, float] | None = None,
             start_epoch: int = 0, samples_per_task: int | None = None,
             group_window: int | None = None, tasks_in_flight: int | str | None = "auto",
-            **ray_remote_args: Any) -> ray.data.Dataset:
+            timeout: float = 600.0, **ray_remote_args: Any) -> ray.data.Dataset:
     """A Ray Dataset of the samples of ``clips``, decoded in Ray tasks.
 
     One row per sample with the fields of a ``Loader`` batch (``video``, ``label``, ``index``,
@@ -127,9 +128,11 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     :param epochs: epochs in the dataset, numbered from ``start_epoch``; iterating it again
         gives the same epochs (make one dataset per epoch with ``start_epoch=e``, or
         ``epochs=N`` for one stream).
-    :param on_error: ``"raise"``: the first unreadable sample ends the dataset with a
-        ``SampleError`` naming its file and sample; ``"skip"``: it is left out, and
-        ``skipped(ds)`` lists it with its reason.
+    :param on_error: ``"raise"``: the first unreadable sample ends the iteration with a
+        ``SampleError`` naming its sample and file (Ray's exception for it is an instance of
+        ``SampleError``: ``except shmloader.SampleError`` catches it; its ``index``, ``where``
+        and ``reason`` are the sample's); ``"skip"``: it is left out, and ``skipped(ds)`` lists
+        it with its reason.
     :param num_cpus: CPUs each decode task takes.
     :param resources: custom resources each task needs, e.g. ``{"decode": 1}`` to keep decoding
         on the nodes started with that resource.
@@ -147,6 +150,11 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
         Data's scheduling where the cluster has none of a resource the tasks need yet (an
         autoscaling cluster), and to the given strategy with ``compute=`` or ``concurrency=``;
         a number with either is an error.
+    :param timeout: seconds to wait, here, for a node that can run a decode task (its
+        ``num_cpus`` and ``resources`` on one node). Where no node has them and no autoscaler
+        could add one, ``LoaderError`` at once, naming what is missing and what the nodes have;
+        with an autoscaler, a warning says what is asked for and the wait ends in
+        ``LoaderError`` after ``timeout``.
     :param ray_remote_args: passed to ``Dataset.map_batches``: its named remote parameters
         (``label_selector``, e.g. ``{"ray.io/node-id": id}`` to pin a node, ``memory``,
         ``concurrency``...); others, such as ``scheduling_strategy``, go through Ray's deprecated
@@ -169,8 +177,11 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
         size = cast(int, tasks_in_flight)
     items = plan_items(clips, epochs=epochs, seed=seed, shuffle=shuffle, start_epoch=start_epoch,
                        samples_per_task=samples_per_task, group_window=group_window)
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if not ray.is_initialized():
         ray.init()
+    _wait_for_a_node({"CPU": num_cpus, **(resources or {})}, timeout)
     log, token = task_log(), uuid.uuid4().hex
     # The same description gets the same reader in a task worker, dataset after dataset (an epoch
     # each): the probes it keeps (checked against each file's size and mtime) are not read again.
@@ -190,9 +201,69 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
                               **ray_remote_args)
     if size is not None:  # NOTE [ Tasks in flight ]: on this dataset's own context, not the global one
         ds.context.op_resource_reservation_enabled = False
+    # A task's SampleError reaches the consumer as itself (Ray's exception is an instance of it),
+    # not wrapped in Ray Data's UserCodeException.
+    ds.context.raise_original_map_exception = True
     ds._shmloader_log = (log, token)  # type: ignore[attr-defined]  # read by skipped() and stats()
     weakref.finalize(ds, _forget, log, token).atexit = False  # at exit the whole log goes
     return ds
+
+
+def _wait_for_a_node(need: dict[str, float], timeout: float) -> None:
+    """Return once a live node has ``need`` (resource -> amount a decode task takes); LoaderError
+    at once where none has and no autoscaler could add one, else after ``timeout`` seconds."""
+    import time
+    import warnings
+
+    import ray
+
+    need = {k: float(v) for k, v in need.items() if v > 0}
+
+    def nodes() -> list[dict[str, float]]:
+        return [n["Resources"] for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+
+    def fits(have: dict[str, float]) -> bool:
+        return all(have.get(k, 0.0) >= v for k, v in need.items())
+
+    if any(fits(n) for n in nodes()):
+        return
+    asked = ", ".join(f"{k}={v:g}" for k, v in need.items())
+    def described() -> str:
+        return "; ".join(", ".join(f"{k}={n.get(k, 0.0):g}" for k in need) for n in nodes()) or "no live node"
+    if not _autoscaler_could_add(need):
+        raise LoaderError(f"the decode tasks need {asked} on one node, and no node of this cluster has it "
+                          f"(its nodes: {described()}) and no autoscaler can add one: start a node "
+                          "with it (ray start --resources=...), or pass num_cpus= and resources= that a "
+                          "node has")
+    from ray.autoscaler.sdk import request_resources
+
+    warnings.warn(f"shmloader.ray: no node has {asked} for the decode tasks yet (its nodes: {described()}); "
+                  f"asking the autoscaler for one and waiting up to {timeout:g} s", RuntimeWarning, stacklevel=3)
+    request_resources(bundles=[need])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(fits(n) for n in nodes()):
+            return
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    raise LoaderError(f"no node with {asked} for the decode tasks came up within {timeout:g} s (its nodes: "
+                      f"{described()}): the autoscaler could not add one")
+
+
+def _autoscaler_could_add(need: dict[str, float]) -> bool:
+    """Whether the cluster's autoscaler has a node type with ``need`` that it may still start.
+    Ray publishes its autoscaler's node types in the GCS (what Ray Data's own autoscaling reads);
+    a cluster started without an autoscaler has none. Unknown (another Ray): True, so that the
+    wait is bounded by the timeout rather than refused."""
+    try:
+        import ray._private.state
+
+        config = ray._private.state.state.get_cluster_config()
+    except Exception:
+        return True
+    if not config or not config.node_group_configs:
+        return False
+    return any(g.max_count != 0 and all(g.resources.get(k, 0) >= v for k, v in need.items())
+               for g in config.node_group_configs)
 
 
 def _auto_tasks_in_flight(num_cpus: float, resources: dict[str, float] | None) -> int | None:

@@ -33,7 +33,7 @@ OLDEST = ROOT / "constraints-oldest.txt"
 # Installed in this order, each on its own in the newest lane. `test` holds the test runner and the
 # servers; the frameworks come as their own extras so that one without a wheel leaves the rest in.
 EXTRAS = ("test", "samples", "hdf5", "torch", "jax", "keras", "tf", "ray", "bench", "notebooks", "docs", "http", "s3", "gcs",
-          "azure", "hf")
+          "azure", "hf", "trainers")
 
 
 def interpreter(version: str) -> str:

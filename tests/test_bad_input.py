@@ -216,3 +216,43 @@ def test_over_reported_file_loads_the_frames_it_holds(tmp_path):
     assert (ids == 9).all()
     np.testing.assert_array_equal(numbers, b["frames"])
     assert stats.get("pyav") and not stats.get("decord") and not stats.get("decoder_fallbacks")
+
+
+def test_one_path_as_a_string_is_refused_in_words(videos):
+    """A str is iterable: read as paths it would be one path per character."""
+    paths, _ = videos
+    with pytest.raises(TypeError, match=r"paths must be a list of paths, got one str: VideoClips\(\["):
+        shmloader.VideoClips(paths[0], clip_len=4)
+    with pytest.raises(TypeError, match="got one PosixPath"):
+        shmloader.VideoClips(__import__("pathlib").Path(paths[0]), clip_len=4)
+
+
+def test_from_folder_without_class_folders_says_what_it_found(tmp_path):
+    from shmloader.samples import make_videos
+
+    make_videos(tmp_path, count=2, frames=8)
+    with pytest.raises(ValueError, match="holds 2 videos but no class sub-folders") as info:
+        shmloader.VideoClips.from_folder(tmp_path)
+    assert "VideoClips(paths)" in str(info.value)
+    with pytest.raises(ValueError, match="is not a folder"):
+        shmloader.VideoClips.from_folder(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no videos"):
+        shmloader.VideoClips.from_folder(tmp_path / "empty")
+
+
+def fails_on_odd(i, rng):
+    if i % 2:
+        raise ValueError(f"odd sample {i}")
+    return {"x": np.full(2, i, np.int64)}
+
+
+def test_skipped_slices_like_a_list():
+    source = shmloader.FunctionSource(fails_on_odd, {"x": ((2,), np.int64)}, 8)
+    with shmloader.Loader(source, batch_size=2, workers=1,
+                          on_error="skip") as loader:
+        list(loader)
+        recent = loader.skipped[:2]
+        assert isinstance(recent, list) and len(recent) == 2
+        assert recent == list(loader.skipped)[:2] and loader.skipped[-1] == list(loader.skipped)[-1]
+        assert all(reason for _, _, reason in recent) and {s % 2 for _, s, _ in loader.skipped} == {1}

@@ -116,3 +116,39 @@ def test_make_clean_removes_what_the_tools_leave():
         assert left in removed, (left, out.stdout)
     tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True).stdout.split()
     assert not [p for p in tracked if p.split("/")[0] in removed], out.stdout
+
+
+@pytest.mark.parametrize("args, option", [
+    (("make-videos", "DIR", "--frames", "0"), "--frames: 0 is less than 1"),
+    (("make-videos", "DIR", "--size", "0x0"), "--size: '0x0': height and width must be at least 1"),
+    (("make-videos", "DIR", "--count", "two"), "--count: 'two' is not a whole number"),
+    (("scan", "DIR", "--workers", "0"), "--workers: 0 is less than 1"),
+    (("scan", "DIR", "--timeout", "-1"), "--timeout: -1 is not a positive number of seconds"),
+    (("demo", "--batches", "0"), "--batches: 0 is less than 1"),
+])
+def test_numbers_out_of_range_are_refused_in_one_line(tmp_path, args, option):
+    """argparse refuses them before anything runs: exit 2, one line naming the option, no traceback,
+    nothing written (a --timeout of -1 once filled a manifest with rows that outlived the run)."""
+    out = cli(*[str(tmp_path / "v") if a == "DIR" else a for a in args])
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0] and "--help" in lines[0], out.stderr
+    assert not os.path.exists(tmp_path / "v") and not os.path.exists("manifest.csv.scanning")
+
+
+def test_bad_storage_options_name_the_option(tmp_path):
+    out = cli("scan", str(tmp_path), "--out", str(tmp_path / "m.csv"), "--storage-options", "{bad")
+    assert out.returncode == 2 and "--storage-options is not JSON" in out.stderr and "Traceback" not in out.stderr
+    out = cli("scan", str(tmp_path), "--out", str(tmp_path / "m.csv"), "--storage-options", "[1]")
+    assert out.returncode == 2 and "--storage-options must be a JSON object" in out.stderr
+
+
+def test_demo_without_tensorflow_names_the_extra(tmp_path):
+    """As where TensorFlow is not installed (the import system finds no spec for it)."""
+    code = ("import sys; sys.modules['tensorflow'] = None\n"
+            "from shmloader._cli import main\n"
+            f"sys.exit(main(['demo', '--videos', {str(tmp_path)!r}, '--count', '1']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=150)
+    assert out.returncode == 2, out.stderr
+    assert "needs tensorflow" in out.stderr and "[tf,samples]" in out.stderr and "Traceback" not in out.stderr
+    assert not os.listdir(tmp_path)  # nothing written before the refusal

@@ -285,10 +285,25 @@ def test_raise_names_the_file_and_sample(cluster, videos):
     missing = os.path.join(os.path.dirname(paths[0]), "gone.mp4")
     clips = shmloader.VideoClips([paths[0], missing], [0, 1], clip_len=4, size=(96, 128))
     ds = sray.dataset(clips, shuffle=False, resources={"decode": 1}, samples_per_task=2)
-    with pytest.raises(Exception) as info:
+    with pytest.raises(shmloader.SampleError) as info:
         rows_of(ds)
+    assert info.value.index == 1 and info.value.where.endswith("gone.mp4'"), info.value.where
     text = str(info.value)
-    assert "sample 1" in text and "gone.mp4" in text and "SampleError" in text, text[-3000:]
+    assert "sample 1" in text and "gone.mp4" in text, text[-3000:]
+
+
+def test_a_resource_no_node_has_is_refused_at_once_in_words(cluster, clips):
+    """No node has the resource (or that much of it) and no autoscaler can add one: LoaderError
+    from dataset() itself, naming what is asked and what the nodes have; nothing waits."""
+    for resources, asked in (({"gpu_decode": 1}, "gpu_decode=1"), ({"decode": 2}, "decode=2")):
+        with pytest.raises(shmloader.LoaderError, match=f"need CPU=1, {asked} on one node") as info:
+            sray.dataset(clips, resources=resources)
+        text = str(info.value)
+        assert "no autoscaler can add one" in text and text.count(f"{asked.split('=')[0]}=") == 1 + 3, text
+    with pytest.raises(shmloader.LoaderError, match="need CPU=64 on one node"):
+        sray.dataset(clips, num_cpus=64)
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        sray.dataset(clips, resources={"decode": 1}, timeout=0)
 
 
 def test_streaming_split_gives_two_ranks_disjoint_shards(cluster, clips):
@@ -335,10 +350,10 @@ def test_to_tf_delivers_the_epoch(cluster, clips):
     assert sorted(seen) == list(range(len(clips)))
 
 
-def test_the_guides_example(cluster, videos):
-    """docs/guide/beyond-one-node.md's example, with this module's videos."""
-    paths, labels = videos
-    ns = {"paths": paths, "labels": labels}
+def test_the_guides_example(cluster, tmp_path, monkeypatch):
+    """docs/guide/beyond-one-node.md's example as written, on this module's cluster."""
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
     exec(doc_example("ray-trainer"), ns)  # noqa: S102 - the docs page's own code
     assert tuple(ns["video"].shape) == (4, 4, 96, 128, 3) and len(ns["shards"]) == 2
     assert ns["shmloader"].ray.skipped(ns["ds"]) == []

@@ -87,7 +87,8 @@ def test_scan_lists_every_file_with_its_numbers_and_problem(dataset, tmp_path):
     notes = rows["notes.mp4"]
     assert notes["problem"] == (f"unreadable: not a video FFmpeg can read, or cut short: no format recognised "
                                 f"(FFmpeg: Invalid data found when processing input): '{notes['path']}'"), notes["problem"]
-    assert all(notes[c] == "" for c in COLUMNS if c not in ("path", "label", "problem", "bytes", "mtime_ns"))
+    assert all(notes[c] == "" for c in COLUMNS if c not in ("path", "label", "problem", "bytes", "mtime_ns", "check"))
+    assert {row["check"] for row in rows.values()} == {"keyframes"}  # the check that made each row
     lines = r.stderr.splitlines()  # the problem kinds by count; equal counts in row order
     assert lines[0] == f"8 files in {out}: 7 readable (2 by decord, 5 by pyav), 1 unreadable", r.stderr
     kinds = sorted(line.split(":")[0] for line in lines[2:7])
@@ -683,3 +684,55 @@ def test_a_file_decord_refuses_goes_to_pyav(tmp_path):
         with pytest.raises(shmloader.SampleError) as e:
             list(loader)
     assert str(path) in str(e.value) and "; decord: " in str(e.value), str(e.value)
+
+
+def test_a_scan_run_again_counts_every_row_and_probes_what_changed(tmp_path):
+    """A second run over the same inputs: the summary, --fail-on and the exit status cover the
+    earlier rows too; a file fixed since is probed again (its size and modification time
+    changed), a deeper --check probes every row again, and a row whose probe timed out or that
+    predates the check column is not kept as a fact."""
+    from shmloader.video.samples import write_video
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for i in range(3):
+        write_video(str(bad / f"v{i}.mp4"), i, frames=8)
+    (bad / "text.mp4").write_text("not a video\n")
+    (bad / "zero.mp4").write_bytes(b"")
+    out = tmp_path / "m.csv"
+    first = scan([bad], out)
+    assert "5 files in" in first.stderr and "3 readable" in first.stderr and "2 unreadable" in first.stderr
+    again = scan([bad], out, expect_ok=False, extra=["--fail-on", "unreadable"])
+    assert again.returncode == 1, again.stderr
+    assert (f"5 files in {out}: 3 readable (3 by decord), 2 unreadable; 5 rows from an earlier run: 5 kept, "
+            "0 probed again") in again.stderr, again.stderr
+    assert "exit 1: 2 files with a problem of --fail-on unreadable" in again.stderr
+
+    write_video(str(bad / "text.mp4"), 7, frames=8)  # fixed since: another size and time
+    fixed = scan([bad], out, expect_ok=False, extra=["--fail-on", "unreadable"])
+    assert "4 readable" in fixed.stderr and "1 unreadable" in fixed.stderr, fixed.stderr
+    assert "5 rows from an earlier run: 4 kept, 1 probed again (changed since: 1)" in fixed.stderr
+    rows = {os.path.basename(r["path"]): r for r in rows_of(out)}
+    assert rows["text.mp4"]["problem"] == "" and rows["text.mp4"]["frames"] == "8"
+    assert rows["zero.mp4"]["problem"].startswith("unreadable")
+    with pytest.warns(UserWarning, match="1 of 5 rows"):  # only the empty file is left out now
+        clips = shmloader.VideoClips.from_csv(str(out), clip_len=4)
+    assert len(clips) == 4 and any(p.endswith("text.mp4") for p in clips.paths)
+
+    deeper = scan([bad], out, expect_ok=False, extra=["--fail-on", "unreadable", "--check", "frames"])
+    assert "5 probed again (deeper --check frames: 5)" in deeper.stderr, deeper.stderr
+    assert {r["check"] for r in rows_of(out)} == {"frames"}
+    shallower = scan([bad], out, expect_ok=False, extra=["--fail-on", "unreadable", "--check", "headers"])
+    assert "5 kept, 0 probed again" in shallower.stderr and {r["check"] for r in rows_of(out)} == {"frames"}
+
+    # A timed-out row and the rows of a manifest from before the check column are probed again.
+    old = [{k: v for k, v in r.items() if k != "check"} for r in rows_of(out)]
+    old[0]["problem"], old[0]["frames"] = "unreadable: probe took over 0.2 s", ""
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, [c for c in COLUMNS if c != "check"])
+        w.writeheader()
+        w.writerows(old)
+    redo = scan([bad], out, expect_ok=False, extra=["--fail-on", "unreadable"])
+    assert "5 probed again (no check recorded: 4, earlier probe timed out or crashed: 1)" in redo.stderr
+    assert list(rows_of(out)[0]) == list(COLUMNS) and rows_of(out)[0]["problem"] == ""
+    assert not os.path.exists(f"{out}.scanning")

@@ -73,6 +73,16 @@ class Exhausted(Exception):
     """The plan is done (or the loader was closed): iteration ends."""
 
 
+class Skips(deque[tuple[int, int, str]]):
+    """``(epoch, sample, reason)`` of the most recent skips, oldest first: a deque that also
+    slices (``loader.skipped[:2]``, a list)."""
+
+    def __getitem__(self, index: Any) -> Any:  # type: ignore[override]
+        if isinstance(index, slice):
+            return list(self)[index]
+        return super().__getitem__(index)
+
+
 class Engine:
     """Ring + workers + scheduler for one loader (see the NOTE above)."""
 
@@ -110,7 +120,7 @@ class Engine:
                            decoded=0, tasks=0, **dict.fromkeys(COUNTS, 0))
         self._last_liveness = time.monotonic()
         # (epoch, sample, reason) of the most recent skips; the count of all is in stats().
-        self.skipped: deque[tuple[int, int, str]] = deque(maxlen=_SKIPS_KEPT)
+        self.skipped: Skips = Skips(maxlen=_SKIPS_KEPT)
         self._sched = Scheduler(plan, slots, start=start, epochs=epochs, ordered=ordered,
                                 drop_remainder=drop_remainder, describe=source.describe,
                                 stats=self._stats, skipped=self.skipped, run=run)

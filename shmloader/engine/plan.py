@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import StateError
 from .source import seeded
 
 __all__ = ["EpochPlan", "EpochCursor", "StreamCursor", "plan_state", "check_state", "seeded"]
@@ -266,21 +267,25 @@ def plan_state(plan: EpochPlan, start: tuple[int, int], done: int, exact: bool) 
 
 def check_state(plan: EpochPlan, state: dict) -> tuple[int, int]:
     """Where a loader resumed from ``state`` begins, as ``plan_state`` takes it; ValueError if the
-    state was saved with other settings or is not a state at all."""
+    state was saved with other settings or is not a state at all (StateError, a ValueError)."""
     if not isinstance(state, dict) or state.get("version") != 1:
-        raise ValueError("state must be a dict returned by Loader.state()")
+        raise StateError(f"state must be a dict returned by Loader.state(), got {type(state).__name__} "
+                         f"{str(state)[:80]}")
     wrong = {k: (state.get(k), v) for k, v in _settings(plan).items() if state.get(k) != v}
     if state.get("span_epochs") and not plan.span_epochs:
         wrong["span_epochs"] = (True, False)
     if wrong:
-        raise ValueError("state was saved by a loader with other settings: " +
+        raise StateError("state was saved by a loader with other settings, so its position means other "
+                         "batches here: " +
                          ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in wrong.items()))
     if plan.span_epochs:
         epoch, offset = int(state["epoch"]), int(state["sample"])
         if epoch < 0 or not 0 <= offset < plan.samples_per_epoch():
-            raise ValueError(f"state position epoch={epoch}, sample={offset} is out of range")
+            raise StateError(f"state position epoch={epoch}, sample={offset} is outside an epoch of "
+                             f"{plan.samples_per_epoch()} samples")
         return epoch, offset
     epoch, batch = int(state["epoch"]), int(state["batch"])
     if epoch < 0 or not 0 <= batch < max(1, plan.batches_per_epoch()):
-        raise ValueError(f"state position epoch={epoch}, batch={batch} is out of range")
+        raise StateError(f"state position epoch={epoch}, batch={batch} is outside an epoch of "
+                         f"{plan.batches_per_epoch()} batches")
     return epoch, batch

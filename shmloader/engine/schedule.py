@@ -104,6 +104,14 @@ class _Groups:
         self.waiting: dict[int, list[tuple[Batch, int, int]]] = {}
 
 
+def _pass_end(epoch: int, epochs: int | None) -> int | None:
+    """The first epoch after the pass that holds ``epoch``: passes of ``epochs`` epochs are
+    [k * epochs, (k + 1) * epochs), so a loader resumed from a state in any epoch delivers the
+    rest of that pass first, then whole passes, as the uninterrupted loader iterated again does
+    (a trainer that iterates ``Loader(epochs=1)`` once per epoch resumes mid-epoch)."""
+    return None if epochs is None else (epoch // epochs + 1) * epochs
+
+
 class Scheduler:
     """Slots to batches, positions to tasks, replies to delivered batches (NOTE [ Tasks and replies ])."""
 
@@ -125,7 +133,7 @@ class Scheduler:
         self._skipped = skipped
         self._cursor: Cursor | None = None
         self._groups: dict[int, _Groups] = {}  # by epoch, grouped sources only
-        self._pass_end = epochs  # first epoch not in the current pass
+        self._pass_end = _pass_end(start[0], epochs)  # first epoch not in the current pass
         self.plan_done = False
         self.seq = 0
         self._tallies: dict[int, _Tally] = {}
@@ -144,6 +152,7 @@ class Scheduler:
         """Where the stream begins (epoch, batch); only before the first batch is planned."""
         assert not self.seq, "the plan has begun"
         self._start = start
+        self._pass_end = _pass_end(start[0], self._epochs)
 
     def begin_pass(self) -> None:
         """After a finished pass, the next ``epochs`` epochs (iterating the loader again)."""

@@ -16,6 +16,7 @@ videos). The same holds across samples: a worker handed several samples of one v
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any, Sequence
 
@@ -121,6 +122,9 @@ class VideoClips(SharedColumns):
                  crop_at: str = "center", group_clips: bool = False, allow_urls: bool = False,
                  decode_threads: int = 1, decoder: str = "auto",
                  storage_options: dict[str, Any] | None = None, fetch: dict[str, Any] | None = None) -> None:
+        if isinstance(paths, (str, bytes, os.PathLike)):
+            raise TypeError(f"paths must be a list of paths, got one {type(paths).__name__}: "
+                            f"VideoClips([{os.fspath(paths)!r}]) for one video")
         given = [os.fspath(p) for p in paths]
         if not given:
             raise ValueError("paths is empty")
@@ -186,8 +190,16 @@ class VideoClips(SharedColumns):
         The class names are kept in ``clips.classes`` (label ``i`` is ``classes[i]``).
         """
         root = os.path.abspath(os.fspath(root))
+        if not os.path.isdir(root):
+            raise ValueError(f"{root!r} is not a folder")
         found = list(walk_folder(root, extensions))
         if not found:
+            loose = [p for p, _ in walk_folder(root, extensions, loose=True)]
+            if loose:
+                raise ValueError(f"{root!r} holds {len(loose)} videos but no class sub-folders: from_folder "
+                                 "labels each video by its folder (root/<class>/<video>). For videos "
+                                 "without labels, VideoClips(paths) with the paths, e.g. "
+                                 f"sorted(glob.glob({os.path.join(root, '*')!r}))")
             raise ValueError(f"no videos ({', '.join(extensions)}) in class folders under {root!r}")
         clips = cls([p for p, _ in found], [label for _, label in found], **kwargs)
         clips.classes = class_folders(root)
@@ -274,6 +286,16 @@ class VideoClips(SharedColumns):
 
     def __len__(self) -> int:
         return len(self.paths) * self.clips_per_video
+
+    def fingerprint(self) -> str:
+        """A short hash of the videos, in order, and their labels: a loader's saved state names
+        the dataset it was saved for, and a loader over other videos refuses it."""
+        if getattr(self, "_fingerprint", None) is None:
+            h = hashlib.sha256("\0".join(self.paths).encode("utf-8", "surrogateescape"))
+            if self.labels is not None:
+                h.update(np.ascontiguousarray(self.labels, dtype=np.int64).tobytes())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
 
     @property
     def views(self) -> int:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import csv
+import itertools
 import json
 import multiprocessing
 import os
@@ -52,7 +53,7 @@ from typing import Any, Iterable, Iterator
 
 from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
 from .evidence import probe_with_evidence
-from .media import is_remote, member_url, split_member
+from .media import is_remote, local_path, member_url, split_member
 from .probe import CHECKS
 from .shards import expand, shard_samples
 from .storage import Storage, tar_members
@@ -60,7 +61,11 @@ from .storage import Storage, tar_members
 __all__ = ["scan", "COLUMNS"]
 
 COLUMNS = ("path", "label", "frames", "width", "height", "fps", "duration", "codec", "pix_fmt", "rotation",
-           "decoder", "problem", "bytes", "mtime_ns", "offset")
+           "decoder", "problem", "bytes", "mtime_ns", "offset", "check")
+# The columns of manifests written before rows said which check made them: read, then rewritten.
+_OLD_COLUMNS = COLUMNS[:-1]
+# Problems that say how the probe ran, not what the file is: a later run probes such rows again.
+_RUN_PROBLEMS = ("unreadable: probe took over", "unreadable: probe crashed")
 # Written after COLUMNS when an input manifest has either (time spans, in seconds).
 SPAN_COLUMNS = ("start", "end")
 
@@ -183,9 +188,21 @@ def _blank(path: str, label: int, problem: str = "") -> dict[str, Any]:
     return row
 
 
-def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, int] | None = None) -> dict:
-    """One manifest row (in a worker process)."""
+def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, int] | None = None,
+         earlier: dict | None = None) -> dict:
+    """One manifest row (in a worker process); ``earlier`` (a row of an earlier run, for a remote
+    file) is returned as it is where the file's stamp has not changed since."""
+    if earlier is not None:
+        try:
+            if split_member(path) is not None and place is not None:
+                storage.add_members(split_member(path)[1], {split_member(path)[0]: place})
+            stamp = storage.resolve(path).stamp
+        except Exception:
+            stamp = None
+        if stamp is not None and [str(x) for x in stamp] == [earlier["bytes"], earlier["mtime_ns"]]:
+            return dict(earlier, _kept=True)
     row = _blank(path, label)
+    row["check"] = check
     try:
         member = split_member(path)
         if place is not None and member is not None:
@@ -204,39 +221,72 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
     return row
 
 
-def _resume(out: str, inputs: Iterator[tuple], columns: tuple[str, ...]) -> int:
-    """Rows already in ``out``; checks they are the inputs' first rows, in order."""
-    done = 0
+def _earlier(out: str, columns: tuple[str, ...]) -> Iterator[dict]:
+    """The rows of the manifest ``out`` written by an earlier run, lazily; ValueError where it is
+    not a scan manifest. Rows of a manifest from before the ``check`` column have it empty."""
     with open(out, newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None:
-            return 0
-        if tuple(reader.fieldnames) != columns:
+            return
+        old = tuple(c for c in columns if c != "check")
+        if tuple(reader.fieldnames) not in (columns, old):
             raise ValueError(f"{out!r} is not a scan manifest (its columns are {reader.fieldnames}); "
                              "pass --overwrite or another --out")
         for row in reader:
-            want = next(inputs, None)  # (path, label, place, span)
-            if want is None or want[0] != row["path"]:
-                raise ValueError(f"{out!r} row {done + 2} is {row['path']!r}, but the inputs list "
-                                 f"{want[0] if want else 'nothing'!r} there: not a scan of these inputs; "
-                                 "pass --overwrite to start again")
-            done += 1
-    return done
+            row.setdefault("check", "")
+            yield row
+
+
+def _stale(row: dict, check: str) -> str | None:
+    """Why a row of an earlier run must be probed again, or None to keep it (the file's stamp
+    is compared apart, see ``_changed``)."""
+    if row["problem"].startswith(_RUN_PROBLEMS):
+        return "earlier probe timed out or crashed"
+    if row["check"] not in CHECKS:
+        return "no check recorded"
+    if CHECKS.index(row["check"]) < CHECKS.index(check):
+        return f"deeper --check {check}"
+    return None
+
+
+def _changed(row: dict) -> bool | None:
+    """Whether a local file's size or modification time differs from its row's (a missing file
+    is a change only where its row had a stamp); None for a remote file (its worker compares)."""
+    path = row["path"]
+    if is_remote(path) or split_member(path) is not None:
+        return None
+    try:
+        st = os.stat(local_path(path))
+        now = [str(st.st_size), str(st.st_mtime_ns)]
+    except OSError:
+        now = ["", ""]
+    return now != [row["bytes"], row["mtime_ns"]]
 
 
 def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: str = "keyframes",
          timeout: float = 120.0, overwrite: bool = False, progress: bool = True,
          storage_options: dict | None = None, fail_on: Iterable[str] = ()) -> dict:
     """Probe every video the inputs name into the CSV manifest ``out``; returns a summary:
-    ``{"rows", "resumed", "decoders": {...}, "problems": {kind: rows}, "first": {kind: (path,
-    problem)}, "unreadable", "unlabelled", "failed", "passed_over": {extension: files}}``.
+    ``{"rows", "resumed", "kept", "rechecked": {why: rows}, "decoders": {...}, "problems": {kind:
+    rows}, "first": {kind: (path, problem)}, "unreadable", "unlabelled", "failed", "passed_over":
+    {extension: files}}``, counting every row of the manifest, earlier runs' included.
     A problem's kind is its text with numbers as ``N`` and without the parenthesis
     (``truncated at frame N of N``); ``first`` is the first row of each kind; ``unlabelled``
-    counts rows labelled -1; ``failed`` counts the rows of this run that have a problem of a kind
-    in ``fail_on`` (see :func:`fails`); ``passed_over`` counts the files in the folders given
-    that have no video extension. ``storage_options``: for URLs, as ``VideoClips``'."""
+    counts rows labelled -1; ``failed`` counts the rows that have a problem of a kind in
+    ``fail_on`` (see :func:`fails`); ``passed_over`` counts the files in the folders given
+    that have no video extension. ``storage_options``: for URLs, as ``VideoClips``'.
+
+    Where ``out`` holds rows of an earlier run of the same inputs (``resumed`` of them), a row
+    is kept (``kept``) unless its file's size or modification time changed, ``check`` is deeper
+    than the row's, or its probe timed out or crashed: those are probed again (``rechecked``,
+    by reason). Labels and spans always come from the inputs. The manifest is then rewritten
+    whole (a temporary file, renamed), and a run stopped after the earlier rows keeps its rows."""
     if check not in CHECKS:
         raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be a whole number of at least 1, got {workers!r}")
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     fail_on = check_fail_on(fail_on)
     workers = workers or len(os.sched_getaffinity(0))
     passed_over: collections.Counter = collections.Counter()
@@ -247,73 +297,120 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
             raise FileNotFoundError(f"no such file or folder: {given!r}")
     columns = _columns(inputs)
     todo = iter_inputs(inputs, passed_over=passed_over, storage=storage)
-    resumed = 0
-    if os.path.exists(out) and not overwrite:
-        resumed = _resume(out, todo, columns)
-    mode = "a" if resumed else "w"
-    summary: dict[str, Any] = {"rows": resumed, "resumed": resumed, "decoders": collections.Counter(),
-               "problems": collections.Counter(), "unreadable": 0, "passed_over": passed_over,
-               "first": {}, "unlabelled": 0, "failed": 0}
+    earlier = _earlier(out, columns) if os.path.exists(out) and not overwrite else iter(())
+    summary: dict[str, Any] = {"rows": 0, "resumed": 0, "kept": 0, "rechecked": collections.Counter(),
+               "decoders": collections.Counter(), "problems": collections.Counter(), "unreadable": 0,
+               "passed_over": passed_over, "first": {}, "unlabelled": 0, "failed": 0}
     from tqdm import tqdm
 
     total = _total(inputs) if progress else None
-    with open(out, mode, newline="") as f, tqdm(unit=" files", desc="scan", disable=not progress,
-                                                initial=resumed, total=total) as bar:
-        writer = csv.DictWriter(f, columns, lineterminator="\n")
-        if not resumed:
+    # Rows go to a temporary file beside ``out`` when it has earlier rows: they may change.
+    first = next(earlier, None)
+    target = f"{out}.scanning" if first is not None else out
+    earlier = itertools.chain([first], earlier) if first is not None else earlier
+    written = 0
+    f = open(target, "w", newline="")
+    try:
+        with tqdm(unit=" files", desc="scan", disable=not progress, total=total) as bar:
+            writer = csv.DictWriter(f, columns, lineterminator="\n", extrasaction="ignore")
             writer.writeheader()
-        pending: collections.deque = collections.deque()
-        recent: collections.OrderedDict = collections.OrderedDict()  # path -> its probe's future
-        failed: dict[str, str] = {}  # path -> why its probe never answered
+            pending: collections.deque = collections.deque()
+            recent: collections.OrderedDict = collections.OrderedDict()  # path -> its probe's future
+            failed: dict[str, str] = {}  # path -> why its probe never answered
 
-        def submit(item):
-            if item[0] in failed:
-                return item, None
-            fut = recent.get(item[0])
-            if fut is None:
-                fut = recent[item[0]] = pool.submit(_row, item[0], item[1], check, storage, item[2])
-                if len(recent) > _RECENT:
-                    recent.popitem(last=False)
-            return item, fut
-
-        pool = _pool(workers)
-        try:
-            while True:
-                while len(pending) < workers * _IN_FLIGHT:
-                    item = next(todo, None)
-                    if item is None:
-                        break
-                    pending.append(submit(item))
-                if not pending:
-                    break
-                item, fut = pending.popleft()
-                path, label, place, span = item
+            def submit(item, old=None):
+                """(item, a future of its row); ``old``: a remote file's earlier row, kept where unchanged."""
+                if item[0] in failed:
+                    return item, None
+                if old is not None:
+                    return item, pool.submit(_row, item[0], item[1], check, storage, item[2], old)
+                fut = recent.get(item[0])
                 if fut is None:
-                    row = _blank(path, label, failed[path])
-                else:
-                    got, why = _answer(fut, timeout)
-                    if why is not None:
-                        # The pool cannot cancel one running probe: start a new pool, resubmit the rest.
-                        # Probe this file again first, alone, with _RETRY_TIMES the time: a process
-                        # that dies breaks the whole pool (every probe in flight fails with it, not
-                        # only the one that died), and a probe on a busy machine, or one that waited
-                        # for the pool to start, may pass a deadline its file does not deserve.
-                        pool = _renew(pool, workers, recent)
-                        _, fut = submit(item)  # the new pool's only probe while it runs
-                        got, why = _answer(fut, timeout * _RETRY_TIMES)
+                    fut = recent[item[0]] = pool.submit(_row, item[0], item[1], check, storage, item[2])
+                    if len(recent) > _RECENT:
+                        recent.popitem(last=False)
+                return item, fut
+
+            def take(item):
+                """What to wait for to write ``item``'s row: its earlier row, or a probe."""
+                old = next(earlier, None)
+                if old is None:
+                    return submit(item)
+                summary["resumed"] += 1
+                if old["path"] != item[0]:
+                    raise ValueError(f"{out!r} row {summary['resumed'] + 1} is {old['path']!r}, but the inputs "
+                                     f"list {item[0]!r} there: not a scan of these inputs; pass --overwrite to "
+                                     "start again")
+                why = _stale(old, check)
+                changed = _changed(old) if why is None else True
+                if why is None and changed:
+                    why = "changed since"
+                if why is not None:
+                    summary["rechecked"][why] += 1
+                    return submit(item)
+                if changed is None:  # remote: its worker compares the stamp
+                    return submit(item, old)
+                done: cf.Future = cf.Future()
+                done.set_result(dict(old, _kept=True))
+                return item, done
+
+            pool = _pool(workers)
+            try:
+                while True:
+                    while len(pending) < workers * _IN_FLIGHT:
+                        item = next(todo, None)
+                        if item is None:
+                            break
+                        pending.append(take(item))
+                    if not pending:
+                        break
+                    item, fut = pending.popleft()
+                    path, label, place, span = item
+                    if fut is None:
+                        row = _blank(path, label, failed[path])
+                    else:
+                        got, why = _answer(fut, timeout)
                         if why is not None:
+                            # The pool cannot cancel one running probe: start a new pool, resubmit the rest.
+                            # Probe this file again first, alone, with _RETRY_TIMES the time: a process
+                            # that dies breaks the whole pool (every probe in flight fails with it, not
+                            # only the one that died), and a probe on a busy machine, or one that waited
+                            # for the pool to start, may pass a deadline its file does not deserve.
                             pool = _renew(pool, workers, recent)
-                            failed[path] = f"unreadable: {why}"  # the same file in later rows: no new wait
-                        pending = collections.deque(submit(it) for it, _ in pending)
-                    row = _blank(path, label, failed[path]) if got is None else dict(got, label=label)
-                row.update(span)
-                writer.writerow(row)
-                f.flush()
-                _count(summary, row, fail_on)
-                bar.update(1)
-        finally:
-            _kill(pool)
-    for k in ("decoders", "problems", "passed_over"):
+                            _, fut = submit(item)  # the new pool's only probe while it runs
+                            got, why = _answer(fut, timeout * _RETRY_TIMES)
+                            if why is not None:
+                                pool = _renew(pool, workers, recent)
+                                failed[path] = f"unreadable: {why}"  # the same file in later rows: no new wait
+                            pending = collections.deque((it, f_) if f_ is None or _answered(f_) else submit(it)
+                                                        for it, f_ in pending)
+                        row = _blank(path, label, failed[path]) if got is None else dict(got, label=label)
+                    if row.pop("_kept", False):
+                        summary["kept"] += 1
+                    row.update(span)
+                    writer.writerow(row)
+                    written += 1
+                    f.flush()
+                    _count(summary, row, fail_on)
+                    bar.update(1)
+            finally:
+                _kill(pool)
+        if next(earlier, None) is not None:  # the inputs end before the earlier rows do
+            raise ValueError(f"{out!r} has more rows than the inputs give: not a scan of these inputs; "
+                             "pass --overwrite to start again")
+    except BaseException:
+        f.close()
+        # Stopped: the rewritten rows replace the earlier ones only where they cover them all.
+        if target != out:
+            if written >= summary["resumed"] and summary["resumed"] and next(earlier, None) is None:
+                os.replace(target, out)
+            else:
+                os.unlink(target)
+        raise
+    f.close()
+    if target != out:
+        os.replace(target, out)
+    for k in ("decoders", "problems", "passed_over", "rechecked"):
         summary[k] = dict(summary[k])
     return summary
 
@@ -342,6 +439,11 @@ def _answer(fut: cf.Future, timeout: float) -> tuple[dict[str, Any] | None, str 
         return None, f"probe took over {timeout:g} s"
     except cf.process.BrokenProcessPool:
         return None, "probe crashed"
+
+
+def _answered(fut: cf.Future) -> bool:
+    """Whether ``fut`` holds a row (an earlier run's, or a probe that finished before its pool went)."""
+    return fut.done() and not fut.cancelled() and fut.exception() is None
 
 
 def _renew(pool: cf.ProcessPoolExecutor, workers: int, recent: dict) -> cf.ProcessPoolExecutor:
@@ -407,6 +509,17 @@ def _count(summary: dict, row: dict, fail_on: tuple[str, ...] = ()) -> None:
         summary["first"].setdefault(kind, (row["path"], p))
 
 
+def _earlier_line(summary: dict) -> str:
+    """What became of the rows of an earlier run, for the summary line ('' where there were none)."""
+    resumed, rechecked = summary["resumed"], summary["rechecked"]
+    if not resumed:
+        return ""
+    again = sum(rechecked.values())
+    why = ", ".join(f"{reason}: {n}" for reason, n in sorted(rechecked.items(), key=lambda kv: (-kv[1], kv[0])))
+    return (f"; {resumed} rows from an earlier run: {summary['kept']} kept, {again} probed again"
+            + (f" ({why})" if why else ""))
+
+
 def _files(n: int) -> str:
     return f"{n} file" if n == 1 else f"{n} files"
 
@@ -415,7 +528,12 @@ def main(args) -> int:
     """``shmloader scan``: exit 0, or 1 when ``--fail-on`` kinds were found, 2 for bad input."""
     try:
         fail_on = check_fail_on(args.fail_on or "")
-        options = json.loads(args.storage_options) if args.storage_options else None
+        try:
+            options = json.loads(args.storage_options) if args.storage_options else None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--storage-options is not JSON ({e}): {args.storage_options!r}") from None
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"--storage-options must be a JSON object ({{...}}), got {args.storage_options!r}")
         summary = scan(args.paths, args.out, workers=args.workers, check=args.check, timeout=args.timeout,
                        overwrite=args.overwrite, progress=not args.quiet, storage_options=options,
                        fail_on=fail_on)
@@ -426,7 +544,7 @@ def main(args) -> int:
     rows, bad = summary["rows"], summary["unreadable"]
     decoders = ", ".join(f"{n} by {name}" for name, n in sorted(summary["decoders"].items()))
     say(f"{_files(rows)} in {args.out}: {rows - bad} readable" + (f" ({decoders})" if decoders else "")
-        + f", {bad} unreadable" + (f"; {summary['resumed']} rows from an earlier run" if summary["resumed"] else ""))
+        + f", {bad} unreadable" + _earlier_line(summary))
     if summary["problems"]:
         say("problems (the manifest's problem column), with the first file of each:")
     for kind, n in sorted(summary["problems"].items(), key=lambda kv: -kv[1]):
