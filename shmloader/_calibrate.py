@@ -2,15 +2,24 @@
 
 Three measurements, each a few seconds, none of them a training run:
   1. the ceiling: ``step(batch)`` on one synthetic batch of the clips' shape (zeros, already on
-     ``device``), as often as fits: the samples/s the model takes when input costs nothing;
-  2. the loader alone, with a consumer that takes nothing: the samples/s ``workers`` decode
-     one clip per sample (the clips as given) and grouped (``clips_per_video=K,
-     group_clips=True``, K = 4 and 8), and the rate of one busy worker (``Loader.stats``);
-  3. the prediction: loader and step overlap (the workers fill the ring while the step runs), so
-     a run delivers ``min(decode rate, ceiling)``; the fed fraction is that over the ceiling,
-     the workers needed are the ceiling over one worker's rate.
-The training process's own share of a core (handing out batches, the step's Python) is not
-counted: on a node where it matters, keep a core for it.
+     ``device``), as often as fits: the samples/s ``S`` the model takes when input costs nothing,
+     and the CPU time the step itself takes per sample (its Python, its CPU kernels);
+  2. the loader alone, with a consumer that takes nothing: the samples/s ``workers`` deliver one
+     clip per sample (the clips as given) and grouped (``clips_per_video=K, group_clips=True``),
+     the samples one worker decodes per CPU second ``r``, and the training process's CPU time
+     per sample for handing out batches;
+  3. the prediction (NOTE [ What calibrate predicts ]).
+
+NOTE [ What calibrate predicts ]
+Loader and step overlap: the workers fill the ring while the step runs. A run delivers ``x``
+samples/s where the step allows it (``x <= S``), the workers can decode it (each at most one
+core: ``x <= r * W``) and the cores suffice for both: the training process takes ``c`` CPU
+seconds per sample (the step's own, plus handing out batches), so ``x * c`` cores, and the
+workers ``x / r``; together at most the ``P`` CPUs this process may use, ``x <= r * P / (1 + r
+* c)``. ``x`` is the least of the three; the fed fraction is ``x / S``. To reach the ceiling a
+run needs ``ceil(S / r)`` workers and ``S / r + S * c`` cores: the row's ``workers_needed`` and
+``more_cores`` (``ceil`` of what is missing), so that a row is fed 1.00 exactly when its workers
+suffice and no core is short.
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ _GROUPINGS = (4, 8)
 
 def calibrate(clips: Any, step: Callable[[Any], Any], *, batch_size: int, workers: int | None = None,
               device: Any = None, seconds: float = 20.0, verbose: bool = True) -> dict[str, Any]:
-    """Measure ``step``'s ceiling and what the loader feeds it, one clip per sample and grouped.
+    """Measure ``step``'s ceiling and predict what the loader feeds it, one clip per sample and
+    grouped (NOTE [ What calibrate predicts ]).
 
     ``step(batch)`` is one training step on a batch as the loader delivers it: a dict of numpy
     arrays, or, with ``device`` (e.g. ``"cuda"``), of ``torch.Tensor`` on that device
@@ -47,16 +57,20 @@ def calibrate(clips: Any, step: Callable[[Any], Any], *, batch_size: int, worker
     over ``clips`` alone for a few seconds each: as given, and with ``clips_per_video=K,
     group_clips=True`` for K = 4 and 8. Prints a table (``verbose``) and returns::
 
-        {"ceiling": samples/s,
-         "one_clip" | "grouped_4" | "grouped_8": {"samples_per_s", "fed_fraction",
-                                                  "samples_per_worker_s", "workers_needed",
-                                                  "more_cores", "decoded_per_frame"},
+        {"ceiling": samples/s, "step_cpu_s": CPU seconds the step takes per sample,
+         "one_clip" | "grouped_4" | "grouped_8": {"samples_per_s", "predicted_per_s",
+                                                  "fed_fraction", "samples_per_worker_s",
+                                                  "workers_needed", "more_cores",
+                                                  "decoded_per_frame"},
          "workers": workers used, "cpus": CPUs this process may use}
 
-    ``fed_fraction``: the share of the ceiling a run with those settings gets, ``min(1, decode
-    rate / ceiling)``; ``workers_needed``: workers to reach the ceiling at one worker's rate;
-    ``more_cores``: how many more than this node's CPUs that takes (0 where they suffice);
-    ``decoded_per_frame``: frames the workers decoded per delivered frame (``Loader.stats``).
+    ``samples_per_s``: the loader alone, measured; ``predicted_per_s``: what a run with the step
+    gets, and ``fed_fraction`` that over the ceiling; ``samples_per_worker_s``: samples one worker
+    decodes per CPU second; ``workers_needed``: workers to reach the ceiling; ``more_cores``: the
+    CPUs beyond this node's that the workers and the step's own CPU time need for it (0 where
+    they suffice); ``decoded_per_frame``: frames the workers decoded per delivered frame
+    (``Loader.stats``). A row is fed 1.00 exactly when ``workers_needed <= workers`` and
+    ``more_cores == 0``.
     A grouped row is None for a source without ``with_options`` (not ``VideoClips``).
 
     :param clips: a ``VideoClips`` (or any loader source, then without the grouped rows).
@@ -74,8 +88,8 @@ def calibrate(clips: Any, step: Callable[[Any], Any], *, batch_size: int, worker
     cpus = len(os.sched_getaffinity(0)) or 1
     nworkers = workers or cpus
     phase = float(seconds) / _PHASES
-    result: dict[str, Any] = {"ceiling": _ceiling(clips, step, batch_size, device, phase),
-                              "workers": nworkers, "cpus": cpus}
+    ceiling, step_cpu = _ceiling(clips, step, batch_size, device, phase)
+    result: dict[str, Any] = {"ceiling": ceiling, "step_cpu_s": step_cpu, "workers": nworkers, "cpus": cpus}
     settings: list[tuple[str, Any]] = [("one_clip", clips)]
     with_options = getattr(clips, "with_options", None)
     for k in _GROUPINGS:
@@ -85,8 +99,8 @@ def calibrate(clips: Any, step: Callable[[Any], Any], *, batch_size: int, worker
         if source is None:
             result[name] = None
             continue
-        rate, stats = loader_rate(source, batch_size, nworkers, phase)
-        result[name] = _row(rate, stats, result["ceiling"], cpus)
+        m = measure_loader(source, batch_size, nworkers, phase)
+        result[name] = predict(m, ceiling, step_cpu, nworkers, cpus)
     if verbose:
         print(calibration_table(result))
     return result
@@ -112,12 +126,15 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(dev)
 
 
-def _ceiling(clips: Any, step: Callable[[Any], Any], batch_size: int, device: Any, seconds: float) -> float:
+def _ceiling(clips: Any, step: Callable[[Any], Any], batch_size: int, device: Any,
+             seconds: float) -> tuple[float, float]:
+    """(samples/s, CPU seconds per sample) of ``step`` on a synthetic batch: the CPU time is
+    the whole process's (the step's threads included) over the timed steps."""
     batch = _synthetic(clips, batch_size, device)
     for _ in range(_WARMUP_STEPS):
         step(batch)
     _sync(device)
-    steps, t0 = 0, time.perf_counter()
+    steps, t0, c0 = 0, time.perf_counter(), time.process_time()
     while True:
         step(batch)
         steps += 1
@@ -125,24 +142,41 @@ def _ceiling(clips: Any, step: Callable[[Any], Any], batch_size: int, device: An
             _sync(device)
             elapsed = time.perf_counter() - t0
             if elapsed >= seconds:
-                return steps * batch_size / elapsed
+                samples = steps * batch_size
+                return samples / elapsed, (time.process_time() - c0) / samples
 
 
-def loader_rate(source: Any, batch_size: int, workers: int, seconds: float,
-                step: Callable[[Any], Any] | None = None, device: Any = None) -> tuple[float, dict[str, Any]]:
-    """Samples/s a shuffled, endless ``Loader`` over ``source`` delivers for ``seconds`` once
-    started (its first batches left out), with ``step`` run on each batch (None: a consumer that
-    takes nothing), and the loader's ``stats()`` at the end."""
+def _cpu_s(pids: list[int]) -> float:
+    """User and system CPU seconds of the processes ``pids`` (one gone counts nothing more)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def measure_loader(source: Any, batch_size: int, workers: int, seconds: float,
+                   step: Callable[[Any], Any] | None = None, device: Any = None) -> dict[str, Any]:
+    """A shuffled, endless ``Loader`` over ``source`` for ``seconds`` once started (its first
+    batches left out), with ``step`` run on each batch (None: a consumer that takes nothing):
+    ``{"samples_per_s", "worker_cpu_s", "main_cpu_s", "samples", "stats"}``, the CPU seconds
+    per delivered sample of the workers and of this process, and the loader's ``stats()``."""
     warm = _WARMUP_BATCHES_PER_WORKER * workers
     with Loader(source, batch_size=batch_size, workers=workers, shuffle=True, epochs=None) as loader:
+        pids = loader.worker_pids()
         batches: Iterable[dict[str, Any]] = loader if device is None else loader.as_torch(device=device)
-        n, t0 = 0, 0.0
+        n, t0, w0, c0 = 0, 0.0, 0.0, 0.0
         for i, batch in enumerate(batches):
             if step is not None:
                 step(batch)
             if i == warm:
                 _sync(device)
-                t0 = time.perf_counter()
+                t0, w0, c0 = time.perf_counter(), _cpu_s(pids), time.process_time()
             elif i > warm:
                 n += len(next(iter(batch.values())))
                 if time.perf_counter() - t0 >= seconds:
@@ -150,32 +184,44 @@ def loader_rate(source: Any, batch_size: int, workers: int, seconds: float,
                     break
             del batch
         elapsed = time.perf_counter() - t0
+        worker_cpu, main_cpu = _cpu_s(pids) - w0, time.process_time() - c0
         stats = loader.stats()
-    return n / elapsed, stats
+    return {"samples_per_s": n / elapsed, "worker_cpu_s": worker_cpu / max(n, 1),
+            "main_cpu_s": main_cpu / max(n, 1), "samples": n, "stats": stats}
 
 
-def _row(rate: float, stats: dict[str, Any], ceiling: float, cpus: int) -> dict[str, Any]:
-    per_worker = float(stats["samples_per_worker_s"])
-    needed = max(1, math.ceil(ceiling / per_worker)) if per_worker > 0 else None
-    return {"samples_per_s": rate, "fed_fraction": min(1.0, rate / ceiling) if ceiling > 0 else 0.0,
-            "samples_per_worker_s": per_worker, "workers_needed": needed,
-            "more_cores": None if needed is None else max(0, needed - cpus),
-            "decoded_per_frame": stats.get("decoded_per_frame")}
+def predict(m: dict[str, Any], ceiling: float, step_cpu: float, workers: int, cpus: int) -> dict[str, Any]:
+    """A row of ``calibrate``: ``measure_loader``'s figures ``m`` and the step's ceiling and CPU
+    per sample, as NOTE [ What calibrate predicts ] combines them."""
+    per_worker = 1.0 / m["worker_cpu_s"] if m["worker_cpu_s"] > 0 else 0.0  # samples per worker CPU second
+    c = step_cpu + m["main_cpu_s"]  # the training process's CPU seconds per sample
+    if per_worker > 0:
+        x = min(ceiling, per_worker * workers, per_worker * cpus / (1 + per_worker * c))
+        needed: int | None = max(1, math.ceil(ceiling / per_worker - 1e-9))
+        cores = ceiling / per_worker + ceiling * c
+        short: int | None = max(0, math.ceil(cores - cpus - 1e-9))
+    else:
+        x, needed, short = 0.0, None, None
+    return {"samples_per_s": m["samples_per_s"], "predicted_per_s": x,
+            "fed_fraction": min(1.0, x / ceiling) if ceiling > 0 else 0.0,
+            "samples_per_worker_s": per_worker, "workers_needed": needed, "more_cores": short,
+            "decoded_per_frame": m["stats"].get("decoded_per_frame")}
 
 
 def calibration_table(result: dict[str, Any]) -> str:
     """``calibrate``'s result as the table it prints."""
     names = {"one_clip": "loader, one clip per sample", "grouped_4": "loader, clips_per_video=4, group_clips=True",
              "grouped_8": "loader, clips_per_video=8, group_clips=True"}
-    rows = [("input", "samples/s", "fed", "workers needed", "cores short"),
-            ("synthetic (the model's ceiling)", f"{result['ceiling']:.1f}", "1.00", "-", "-")]
+    rows = [("input", "alone/s", "with step/s", "fed", "workers needed", "cores short"),
+            ("synthetic (the model's ceiling)", "-", f"{result['ceiling']:.1f}", "1.00", "-", "-")]
     for key, label in names.items():
         r = result.get(key)
         if r is not None:
             short = r["more_cores"]
-            rows.append((label, f"{r['samples_per_s']:.1f}", f"{r['fed_fraction']:.2f}", str(r["workers_needed"]),
-                         "-" if short is None else (f"+{short}" if short else "0")))
+            rows.append((label, f"{r['samples_per_s']:.1f}", f"{r['predicted_per_s']:.1f}", f"{r['fed_fraction']:.2f}",
+                         str(r["workers_needed"]), "-" if short is None else (f"+{short}" if short else "0")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines) + f"\n({result['workers']} workers on {result['cpus']} CPUs)"
+    return "\n".join(lines) + (f"\n({result['workers']} workers on {result['cpus']} CPUs; the step takes "
+                               f"{1e3 * result['step_cpu_s']:.2f} ms of CPU per sample, counted in 'with step')")

@@ -12,7 +12,13 @@ Invalid arguments raise ``ValueError`` / ``TypeError`` when the object is built.
 
 from __future__ import annotations
 
-__all__ = ["LoaderError", "SampleError", "StateError", "WorkerDiedError", "RemoteTraceback"]
+__all__ = ["LoaderError", "SampleError", "StateError", "WorkerDiedError", "RemoteTraceback", "install_hint"]
+
+
+def install_hint(extra: str) -> str:
+    """How to install an extra while shmloader is not on PyPI: from the source, or its wheel."""
+    return (f"pip install './shmloader[{extra}]' from the folder that holds the shmloader source, or "
+            f"'dist/shmloader-*.whl[{extra}]' after make dist")
 
 
 class LoaderError(RuntimeError):

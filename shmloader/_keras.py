@@ -29,10 +29,12 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
+from ._errors import LoaderError, install_hint
+
 try:
     import keras
 except ImportError as e:  # pragma: no cover - exercised in a child interpreter by the tests
-    raise ImportError("loader.as_keras() needs Keras 3: pip install 'shmloader[keras]'") from e
+    raise ImportError(f"loader.as_keras() needs Keras 3: {install_hint('keras')}") from e
 
 # NOTE [ Keras probes ]: the first Keras whose PyDataset hears of its epochs, and the first whose
 # jax backend builds the model on one batch.
@@ -40,9 +42,8 @@ _KERAS, _JAX_KERAS = (3, 5), (3, 15)
 _KERAS_VERSION = tuple(int(p) for p in keras.__version__.split(".")[:2])
 if _KERAS_VERSION < _KERAS:
     raise ImportError(f"loader.as_keras() needs Keras 3.5 or newer, found keras {keras.__version__}: "
-                      "pip install 'shmloader[keras]'")
+                      f"{install_hint('keras')}")
 
-from ._errors import LoaderError
 
 if TYPE_CHECKING:
     from ._batches import Batches

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
 
+from ._errors import install_hint
+
 try:
     import tensorflow as tf
 except ImportError as e:  # pragma: no cover - exercised in a child interpreter by the tests
-    raise ImportError("loader.as_dataset() and shmloader.tfdata need TensorFlow: pip install 'shmloader[tf]' "
+    raise ImportError(f"loader.as_dataset() and shmloader.tfdata need TensorFlow: {install_hint('tf')} "
                       "(tensorflow-cpu>=2.16), or TensorFlow's GPU build: pip install tensorflow") from e
 
 from ._batches import Batches

@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterator
 
+from ._errors import install_hint
+
 try:
     import jax
 except ImportError as e:  # pragma: no cover - exercised in a child interpreter by the tests
-    raise ImportError("shmloader.jax needs JAX: pip install 'shmloader[jax]' (CPU), or JAX for "
-                      "your accelerator") from e
+    raise ImportError(f"shmloader.jax needs JAX: {install_hint('jax')} (CPU), or JAX for your "
+                      "accelerator") from e
 
 if TYPE_CHECKING:
     from ._batches import Batches

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Union, cast
 
 import numpy as np
 
+from ._errors import install_hint
+
 try:
     import torch
 except ImportError as e:  # pragma: no cover - exercised in a child interpreter by the tests
-    raise ImportError("shmloader.torch needs PyTorch: pip install 'shmloader[torch]' "
-                      "(torch>=2.3; on a machine without a GPU, its CPU build from PyTorch's CPU index)") from e
+    raise ImportError(f"shmloader.torch needs PyTorch: {install_hint('torch')} (torch>=2.3; on a "
+                      "machine without a GPU, its CPU build from PyTorch's CPU index)") from e
 
 from ._errors import LoaderError
 from .engine.ring import Layout, Returns

@@ -70,14 +70,13 @@ def test_predicted_fed_fraction_matches_a_real_run(long_gop_clips, capsys):
         after = real_run(long_gop_clips, step, seconds=3)
         if abs(before - after) <= 0.2 * max(before, after):
             break
-    assert set(r) == {"ceiling", "one_clip", "grouped_4", "grouped_8", "workers", "cpus"} and r["workers"] == 2
+    assert set(r) == {"ceiling", "step_cpu_s", "one_clip", "grouped_4", "grouped_8", "workers", "cpus"}
+    assert r["workers"] == 2 and r["step_cpu_s"] > 0
     # No step is faster than its sleep; the conv on 4 tiny clips takes a fraction of it.
     assert 0.3 * BATCH / SLEEP_S < r["ceiling"] <= BATCH / SLEEP_S
     one = r["one_clip"]
     for row in (one, r["grouped_4"], r["grouped_8"]):
-        assert set(row) >= {"samples_per_s", "fed_fraction"}
-        assert row["fed_fraction"] == pytest.approx(min(1.0, row["samples_per_s"] / r["ceiling"]))
-        assert row["more_cores"] == max(0, row["workers_needed"] - r["cpus"])
+        says_one_thing(row, r)
     # Grouped decode shares each keyframe's lead-in among 8 clips: it decodes fewer frames for
     # each it delivers (a count, not a speed: the machine may be busy with other work).
     assert r["grouped_8"]["decoded_per_frame"] < r["grouped_4"]["decoded_per_frame"] < one["decoded_per_frame"]
@@ -85,6 +84,34 @@ def test_predicted_fed_fraction_matches_a_real_run(long_gop_clips, capsys):
 
     reals = [min(1.0, x / r["ceiling"]) for x in (before, after, (before + after) / 2)]
     assert min(abs(one["fed_fraction"] - x) / x for x in reals) <= 0.25, (one, before, after, r["ceiling"])
+
+
+def says_one_thing(row: dict, r: dict) -> None:
+    """A row's fed fraction, workers needed and cores short agree: fed 1.00 exactly when its
+    workers suffice and no core is short; fed is the predicted rate over the ceiling."""
+    assert row["fed_fraction"] == pytest.approx(min(1.0, row["predicted_per_s"] / r["ceiling"]))
+    assert row["predicted_per_s"] <= min(r["ceiling"], row["samples_per_worker_s"] * r["workers"]) * (1 + 1e-9)
+    fed = row["fed_fraction"] >= 1.0 - 1e-9
+    assert fed == (row["workers_needed"] <= r["workers"] and row["more_cores"] == 0), row
+    assert row["more_cores"] >= max(0, row["workers_needed"] - r["cpus"])  # the step's CPU comes on top
+
+
+def test_a_slow_step_is_fed_and_the_table_agrees(long_gop_clips, capsys):
+    """A step of 400 ms: every row is fed, needs no more workers and no more cores than it has,
+    as a real run beside it shows (it is never short of a batch)."""
+    def step(batch):
+        time.sleep(0.4)
+
+    r = shmloader.calibrate(long_gop_clips, step, batch_size=BATCH, workers=2, seconds=6)
+    table = capsys.readouterr().out
+    for key in ("one_clip", "grouped_4", "grouped_8"):
+        says_one_thing(r[key], r)
+        assert r[key]["fed_fraction"] == 1.0 and r[key]["more_cores"] == 0, r[key]
+    assert r["ceiling"] == pytest.approx(BATCH / 0.4, rel=0.2)
+    fed = min(1.0, real_run(long_gop_clips, step, seconds=2, warm=1) / r["ceiling"])
+    assert fed == pytest.approx(r["one_clip"]["fed_fraction"], rel=0.1)
+    lines = table.splitlines()
+    assert lines[2].split()[-2:] == ["-", "-"] and all(line.split()[-3:-2] == ["1.00"] for line in lines[3:6]), table
 
 
 def test_any_callable_and_any_source(capsys):

@@ -233,4 +233,4 @@ def test_import_error_names_the_extra():
         except ImportError as e:
             print(json.dumps(str(e)))
     """)
-    assert "pip install 'shmloader[jax]'" in run_child(script)
+    assert "pip install './shmloader[jax]'" in run_child(script)

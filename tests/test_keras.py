@@ -181,4 +181,4 @@ def test_import_error_names_the_extra():
             except ImportError as e:
                 print(json.dumps(str(e)))
     """)
-    assert "pip install 'shmloader[keras]'" in run_child(script)
+    assert "pip install './shmloader[keras]'" in run_child(script)

@@ -238,4 +238,4 @@ def test_import_error_names_the_extra(how):
             print(json.dumps(str(e)))
     """)
     message = run_child(script, how)
-    assert "pip install 'shmloader[tf]'" in message and "TensorFlow" in message, message
+    assert "pip install './shmloader[tf]'" in message and "TensorFlow" in message, message

@@ -425,7 +425,7 @@ def test_import_error_names_the_extra():
         print(json.dumps(errors))
     """)
     errors = run_child(script)
-    assert len(errors) == 2 and all("pip install 'shmloader[torch]'" in e for e in errors)
+    assert len(errors) == 2 and all("pip install './shmloader[torch]'" in e for e in errors)
 
 
 def test_shmloader_alone_imports_no_framework():

@@ -77,7 +77,7 @@ class Skips(deque[tuple[int, int, str]]):
     """``(epoch, sample, reason)`` of the most recent skips, oldest first: a deque that also
     slices (``loader.skipped[:2]``, a list)."""
 
-    def __getitem__(self, index: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return list(self)[index]
         return super().__getitem__(index)

@@ -4,7 +4,7 @@ Every frame is a 4 x 8 grid of cells; each cell is light (bit 1) or dark (bit 0)
 hold the frame number, rows 2-3 the video id, 16 bits each, most significant bit first. The
 cells are large enough to survive H.264/MPEG-4 compression and resizing down to 32 x 32, so
 tests (and users) can check exactly which frames of which video arrived. Writing needs PyAV
-(``pip install shmloader[samples]``); reading the codes needs numpy only.
+(the ``samples`` extra); reading the codes needs numpy only.
 """
 
 from __future__ import annotations

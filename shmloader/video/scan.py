@@ -194,8 +194,9 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
     file) is returned as it is where the file's stamp has not changed since."""
     if earlier is not None:
         try:
-            if split_member(path) is not None and place is not None:
-                storage.add_members(split_member(path)[1], {split_member(path)[0]: place})
+            member = split_member(path)
+            if member is not None and place is not None:
+                storage.add_members(member[1], {member[0]: place})
             stamp = storage.resolve(path).stamp
         except Exception:
             stamp = None
@@ -350,7 +351,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                     return submit(item)
                 if changed is None:  # remote: its worker compares the stamp
                     return submit(item, old)
-                done: cf.Future = cf.Future()
+                done = cf.Future()
                 done.set_result(dict(old, _kept=True))
                 return item, done
 

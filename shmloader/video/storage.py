@@ -40,6 +40,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
+from .._errors import install_hint
 from .blocks import BlockCache, RangeFile
 from .media import Media, is_remote, local_path, scheme_of, split_member
 
@@ -140,7 +141,7 @@ class Storage:
             return fsspec.get_filesystem_class(protocol)
         except (ImportError, ValueError) as e:
             extra = _EXTRAS.get(protocol)
-            hint = f'pip install "shmloader[{extra}]"' if extra else "install the fsspec package for it"
+            hint = install_hint(extra) if extra else "install the fsspec package for it"
             raise ImportError(f"reading {protocol}:// URLs needs a package that is not installed ({hint}): "
                               f"{first_line(e)}") from None
 
