@@ -146,15 +146,15 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
         scheduling, whose per-dataset resource reservation left decode slots idle 20-40 % of
         the time on Ray 2.60 (NOTE [ Tasks in flight ]). With a cap of ours the reservation is
         off on ``ds.context``, which the datasets derived from ``ds`` share: their operators
-        are not held back by Ray's object store budget either. ``"auto"`` falls back to Ray
-        Data's scheduling where the cluster has none of a resource the tasks need yet (an
-        autoscaling cluster), and to the given strategy with ``compute=`` or ``concurrency=``;
-        a number with either is an error.
+        are not held back by Ray's object store budget either. ``"auto"`` counts the slots once
+        a node can run the tasks (see ``timeout``), and leaves the given strategy with
+        ``compute=`` or ``concurrency=``; a number with either is an error.
     :param timeout: seconds to wait, here, for a node that can run a decode task (its
         ``num_cpus`` and ``resources`` on one node). Where no node has them and no autoscaler
         could add one, ``LoaderError`` at once, naming what is missing and what the nodes have;
-        with an autoscaler, a warning says what is asked for and the wait ends in
-        ``LoaderError`` after ``timeout``.
+        with an autoscaler, a warning says what is asked for (``ray.autoscaler.sdk.
+        request_resources``, withdrawn once a node is up or the wait is over) and the wait ends
+        in ``LoaderError`` after ``timeout``.
     :param ray_remote_args: passed to ``Dataset.map_batches``: its named remote parameters
         (``label_selector``, e.g. ``{"ray.io/node-id": id}`` to pin a node, ``memory``,
         ``concurrency``...); others, such as ``scheduling_strategy``, go through Ray's deprecated
@@ -240,11 +240,14 @@ def _wait_for_a_node(need: dict[str, float], timeout: float) -> None:
     warnings.warn(f"shmloader.ray: no node has {asked} for the decode tasks yet (its nodes: {described()}); "
                   f"asking the autoscaler for one and waiting up to {timeout:g} s", RuntimeWarning, stacklevel=3)
     request_resources(bundles=[need])
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(fits(n) for n in nodes()):
-            return
-        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(fits(n) for n in nodes()):
+                return  # from here the dataset's own tasks ask for what they need
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    finally:
+        request_resources(bundles=[])  # answered or given up: the request is withdrawn
     raise LoaderError(f"no node with {asked} for the decode tasks came up within {timeout:g} s (its nodes: "
                       f"{described()}): the autoscaler could not add one")
 
@@ -269,7 +272,7 @@ def _autoscaler_could_add(need: dict[str, float]) -> bool:
 def _auto_tasks_in_flight(num_cpus: float, resources: dict[str, float] | None) -> int | None:
     """``tasks_in_flight="auto"``: twice the decode tasks the cluster can run at once now (its
     CPUs and each custom resource asked for, over what one task takes); None where it has none
-    of one of them yet (an autoscaling cluster: Ray Data's own scheduling asks for nodes)."""
+    of one of them (a node that left since ``_wait_for_a_node``: Ray Data's scheduling)."""
     import ray
 
     total = ray.cluster_resources()  # type: ignore[no-untyped-call]

@@ -240,11 +240,9 @@ def test_tasks_in_flight_caps_the_decode_tasks_on_the_datasets_own_context(clust
         rows = rows_of(ds)
         assert sorted((int(r["index"]), int(r["start"]), tuple(r["frames"].tolist())) for r in rows) == local
         assert DataContext.get_current().op_resource_reservation_enabled == reserve  # the global one is left alone
-    # A resource the cluster has none of yet (an autoscaling cluster), or the caller's own compute
-    # strategy: Ray Data's scheduling, the reservation as it was.
-    for ds in (sray.dataset(clips, resources={"gpu_decode": 1}),
-               sray.dataset(clips, resources={"decode": 1}, compute=ray.data.TaskPoolStrategy(size=3))):
-        assert ds.context.op_resource_reservation_enabled == reserve
+    # The caller's own compute strategy: Ray Data's scheduling, the reservation as it was.
+    ds = sray.dataset(clips, resources={"decode": 1}, compute=ray.data.TaskPoolStrategy(size=3))
+    assert ds.context.op_resource_reservation_enabled == reserve
     assert ds._logical_plan.dag.compute.size == 3
     with pytest.raises(ValueError, match="tasks_in_flight must be"):
         sray.dataset(clips, tasks_in_flight=0)
@@ -304,6 +302,56 @@ def test_a_resource_no_node_has_is_refused_at_once_in_words(cluster, clips):
         sray.dataset(clips, num_cpus=64)
     with pytest.raises(ValueError, match="timeout must be a positive number"):
         sray.dataset(clips, resources={"decode": 1}, timeout=0)
+
+
+def advertise_node_type(resources: dict | None) -> None:
+    """Publish in the cluster's GCS, as Ray's autoscaler does, a node type it may start with
+    ``resources`` (None: take it back): what ``dataset()`` reads to tell whether a node could come."""
+    from ray._raylet import GCS_AUTOSCALER_CLUSTER_CONFIG_KEY as KEY, GCS_AUTOSCALER_STATE_NAMESPACE as NS
+    from ray.core.generated import autoscaler_pb2
+    from ray.experimental import internal_kv
+
+    if resources is None:
+        internal_kv._internal_kv_del(KEY.encode(), namespace=NS.encode())
+        return
+    config = autoscaler_pb2.ClusterConfig()
+    group = config.node_group_configs.add(name="gpu_decode", min_count=0, max_count=1)
+    group.resources.update(resources)
+    internal_kv._internal_kv_put(KEY.encode(), config.SerializeToString(), overwrite=True, namespace=NS.encode())
+
+
+def test_a_node_an_autoscaler_could_add_is_asked_for_and_waited_for_in_bounds(cluster, clips):
+    """A node type with the resource is advertised (an autoscaling cluster): dataset() warns and
+    asks for it; no node comes within ``timeout``: LoaderError saying so. Then a node with it
+    joins during the wait (as the autoscaler would start it): dataset() returns, and the rows
+    are decoded there."""
+    import threading
+
+    advertise_node_type({"CPU": 1, "gpu_decode": 1})
+    added = []
+    try:
+        with pytest.warns(RuntimeWarning, match="no node has CPU=1, gpu_decode=1 .* waiting up to 1 s"):
+            with pytest.raises(shmloader.LoaderError, match="came up within 1 s"):
+                sray.dataset(clips, resources={"gpu_decode": 1}, timeout=1)
+        built: list = []  # dataset() waits in a thread; the node joins from here (Ray's own
+        # node start needs the main thread)
+        waiting = threading.Thread(target=lambda: built.append(
+            sray.dataset(clips, seed=1, resources={"gpu_decode": 1}, timeout=120)))
+        with pytest.warns(RuntimeWarning, match="asking the autoscaler"):
+            waiting.start()
+            time.sleep(1.0)
+            assert waiting.is_alive() and not built, "dataset() did not wait for the node"
+            added.append(cluster.add_node(**NODE, resources={"gpu_decode": 1}))
+            waiting.join(timeout=150)
+        (ds,) = built
+        rows = rows_of(ds)
+        assert sorted(int(r["sample"]) for r in rows) == list(range(len(clips)))
+        (node,) = sray.stats(ds)  # every task ran on the node that joined
+        assert node == added[0].node_id
+    finally:
+        advertise_node_type(None)
+        for n in added:
+            cluster.remove_node(n)
 
 
 def test_streaming_split_gives_two_ranks_disjoint_shards(cluster, clips):
