@@ -12,14 +12,15 @@ Three measurements, each a few seconds, none of them a training run:
 
 NOTE [ What calibrate predicts ]
 Loader and step overlap: the workers fill the ring while the step runs. A run delivers ``x``
-samples/s where the step allows it (``x <= S``), the workers can decode it (each at most one
-core: ``x <= r * W``) and the cores suffice for both: the training process takes ``c`` CPU
-seconds per sample (the step's own, plus handing out batches), so ``x * c`` cores, and the
-workers ``x / r``; together at most the ``P`` CPUs this process may use, ``x <= r * P / (1 + r
-* c)``. ``x`` is the least of the three; the fed fraction is ``x / S``. To reach the ceiling a
-run needs ``ceil(S / r)`` workers and ``S / r + S * c`` cores: the row's ``workers_needed`` and
-``more_cores`` (``ceil`` of what is missing), so that a row is fed 1.00 exactly when its workers
-suffice and no core is short.
+samples/s where the step allows it (``x <= S``), the workers can decode it (``x <= r * W``: ``r``
+is what one worker delivers, the samples it decodes per CPU second of its own, or less where the
+loader alone delivered less than that times ``W``) and the cores suffice for both: the training
+process takes ``c`` CPU seconds per sample (the step's own, plus handing out batches), so ``x *
+c`` cores, and the workers ``x / r``; together at most the ``P`` CPUs this process may use, ``x
+<= r * P / (1 + r * c)``. ``x`` is the least of the three; the fed fraction is ``x / S``. To
+reach the ceiling a run needs ``ceil(S / r)`` workers and ``S / r + S * c`` cores: the row's
+``workers_needed`` and ``more_cores`` (``ceil`` of what is missing), so that a row is fed 1.00
+exactly when its workers suffice and no core is short.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def calibrate(clips: Any, step: Callable[[Any], Any], *, batch_size: int, worker
 
     ``samples_per_s``: the loader alone, measured; ``predicted_per_s``: what a run with the step
     gets, and ``fed_fraction`` that over the ceiling; ``samples_per_worker_s``: samples one worker
-    decodes per CPU second; ``workers_needed``: workers to reach the ceiling; ``more_cores``: the
+    delivers (per CPU second of its own, or the loader alone's rate over its workers where less); ``workers_needed``: workers to reach the ceiling; ``more_cores``: the
     CPUs beyond this node's that the workers and the step's own CPU time need for it (0 where
     they suffice); ``decoded_per_frame``: frames the workers decoded per delivered frame
     (``Loader.stats``). A row is fed 1.00 exactly when ``workers_needed <= workers`` and
@@ -193,7 +194,10 @@ def measure_loader(source: Any, batch_size: int, workers: int, seconds: float,
 def predict(m: dict[str, Any], ceiling: float, step_cpu: float, workers: int, cpus: int) -> dict[str, Any]:
     """A row of ``calibrate``: ``measure_loader``'s figures ``m`` and the step's ceiling and CPU
     per sample, as NOTE [ What calibrate predicts ] combines them."""
-    per_worker = 1.0 / m["worker_cpu_s"] if m["worker_cpu_s"] > 0 else 0.0  # samples per worker CPU second
+    # One worker's rate: samples per CPU second of its own, or less where the loader alone did not
+    # reach W times that (workers waiting on the ring or the hand-off, cores busy with other work).
+    per_cpu = 1.0 / m["worker_cpu_s"] if m["worker_cpu_s"] > 0 else 0.0
+    per_worker = min(per_cpu, m["samples_per_s"] / workers)
     c = step_cpu + m["main_cpu_s"]  # the training process's CPU seconds per sample
     if per_worker > 0:
         x = min(ceiling, per_worker * workers, per_worker * cpus / (1 + per_worker * c))
