@@ -12,15 +12,16 @@ Three measurements, each a few seconds, none of them a training run:
 
 NOTE [ What calibrate predicts ]
 Loader and step overlap: the workers fill the ring while the step runs. A run delivers ``x``
-samples/s where the step allows it (``x <= S``), the workers can decode it (``x <= r * W``: ``r``
-is what one worker delivers, the samples it decodes per CPU second of its own, or less where the
-loader alone delivered less than that times ``W``) and the cores suffice for both: the training
-process takes ``c`` CPU seconds per sample (the step's own, plus handing out batches), so ``x *
-c`` cores, and the workers ``x / r``; together at most the ``P`` CPUs this process may use, ``x
-<= r * P / (1 + r * c)``. ``x`` is the least of the three; the fed fraction is ``x / S``. To
-reach the ceiling a run needs ``ceil(S / r)`` workers and ``S / r + S * c`` cores: the row's
-``workers_needed`` and ``more_cores`` (``ceil`` of what is missing), so that a row is fed 1.00
-exactly when its workers suffice and no core is short.
+samples/s where the training loop allows it (``x <= T``: it takes each batch, ``h`` CPU seconds
+per sample handing it out, then steps, so ``1 / T = 1 / S + h``), the workers can decode it (``x
+<= r * W``: ``r`` is what one worker delivers, the samples it decodes per CPU second of its own,
+or less where the loader alone delivered less than that times ``W``) and the cores suffice for
+both: the training process takes ``c`` CPU seconds per sample (the step's own, plus ``h``), so
+``x * c`` cores, and the workers ``x / r``; together at most the ``P`` CPUs this process may
+use, ``x <= r * P / (1 + r * c)``. ``x`` is the least of the three; the fed fraction is ``x /
+S``, at most ``T / S`` (``most_fed``). To reach ``T`` a run needs ``ceil(T / r)`` workers and
+``T / r + T * c`` cores: the row's ``workers_needed`` and ``more_cores`` (``ceil`` of what is
+missing), so that a row is fed ``most_fed`` exactly when its workers suffice and no core is short.
 """
 
 from __future__ import annotations
@@ -60,17 +61,18 @@ def calibrate(clips: Any, step: Callable[[Any], Any], *, batch_size: int, worker
 
         {"ceiling": samples/s, "step_cpu_s": CPU seconds the step takes per sample,
          "one_clip" | "grouped_4" | "grouped_8": {"samples_per_s", "predicted_per_s",
-                                                  "fed_fraction", "samples_per_worker_s",
+                                                  "fed_fraction", "most_fed", "samples_per_worker_s",
                                                   "workers_needed", "more_cores",
                                                   "decoded_per_frame"},
          "workers": workers used, "cpus": CPUs this process may use}
 
     ``samples_per_s``: the loader alone, measured; ``predicted_per_s``: what a run with the step
-    gets, and ``fed_fraction`` that over the ceiling; ``samples_per_worker_s``: samples one worker
+    gets, and ``fed_fraction`` that over the ceiling; ``most_fed``: the most any input gets, the
+    batches' hand-off taking its time in the training loop; ``samples_per_worker_s``: samples one worker
     delivers (per CPU second of its own, or the loader alone's rate over its workers where less); ``workers_needed``: workers to reach the ceiling; ``more_cores``: the
     CPUs beyond this node's that the workers and the step's own CPU time need for it (0 where
     they suffice); ``decoded_per_frame``: frames the workers decoded per delivered frame
-    (``Loader.stats``). A row is fed 1.00 exactly when ``workers_needed <= workers`` and
+    (``Loader.stats``). A row is fed ``most_fed`` exactly when ``workers_needed <= workers`` and
     ``more_cores == 0``.
     A grouped row is None for a source without ``with_options`` (not ``VideoClips``).
 
@@ -199,15 +201,18 @@ def predict(m: dict[str, Any], ceiling: float, step_cpu: float, workers: int, cp
     per_cpu = 1.0 / m["worker_cpu_s"] if m["worker_cpu_s"] > 0 else 0.0
     per_worker = min(per_cpu, m["samples_per_s"] / workers)
     c = step_cpu + m["main_cpu_s"]  # the training process's CPU seconds per sample
+    # The training loop takes each batch, then steps: the hand-off's time adds to the step's.
+    top = 1.0 / (1.0 / ceiling + m["main_cpu_s"]) if ceiling > 0 else 0.0
     if per_worker > 0:
-        x = min(ceiling, per_worker * workers, per_worker * cpus / (1 + per_worker * c))
-        needed: int | None = max(1, math.ceil(ceiling / per_worker - 1e-9))
-        cores = ceiling / per_worker + ceiling * c
+        x = min(top, per_worker * workers, per_worker * cpus / (1 + per_worker * c))
+        needed: int | None = max(1, math.ceil(top / per_worker - 1e-9))
+        cores = top / per_worker + top * c
         short: int | None = max(0, math.ceil(cores - cpus - 1e-9))
     else:
         x, needed, short = 0.0, None, None
     return {"samples_per_s": m["samples_per_s"], "predicted_per_s": x,
             "fed_fraction": min(1.0, x / ceiling) if ceiling > 0 else 0.0,
+            "most_fed": top / ceiling if ceiling > 0 else 0.0,
             "samples_per_worker_s": per_worker, "workers_needed": needed, "more_cores": short,
             "decoded_per_frame": m["stats"].get("decoded_per_frame")}
 
