@@ -134,6 +134,7 @@ KERAS_MODEL = textwrap.dedent("""
             return super().train_step(data)
 
     model = Recorder()
+    model.build((None, 4, 64, 64, 3))  # built, as a Sequential or functional model is
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True), run_eagerly=True)
 """)
 
@@ -146,7 +147,13 @@ def test_keras_fit_initial_epoch_resumes_where_the_last_epoch_ended(reference, t
     first = run(KERAS_MODEL + code.replace("epochs=3,", "epochs=2,"), paths, tmp_path)
     assert json.loads((tmp_path / "loader.json").read_text())["epoch"] == 2
     resumed = run(KERAS_MODEL + code, paths, tmp_path)
-    check(first, resumed, straight, 2 * 4)
+    # Keras before 3.15 (3.5 here in the oldest lane) fetches an epoch's batches through an
+    # executor and trains them in another order than it took them: each epoch holds the same
+    # batches as the straight run's, in an order Keras chooses.
+    def by_epoch(batches):
+        return [sorted(batches[e:e + 4]) for e in range(0, len(batches), 4)]
+
+    check(by_epoch(first), by_epoch(resumed), by_epoch(straight), 2)
 
 
 def codes_of(loader, n: int | None = None) -> list:
