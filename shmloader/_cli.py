@@ -5,6 +5,7 @@ The help texts here are what a terminal shows: plain text, no reST."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -168,6 +169,66 @@ def demo_cmd(args) -> int:
     return 0
 
 
+def earlier_line(summary: dict) -> str:
+    """What became of the rows of an earlier run, for the summary line ('' where there were none)."""
+    resumed, rechecked = summary["resumed"], summary["rechecked"]
+    if not resumed:
+        return ""
+    again = sum(rechecked.values())
+    why = ", ".join(f"{reason}: {n}" for reason, n in sorted(rechecked.items(), key=lambda kv: (-kv[1], kv[0])))
+    return (f"; {resumed} rows from an earlier run: {summary['kept']} kept, {again} probed again"
+            + (f" ({why})" if why else ""))
+
+
+def _files(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
+
+
+def scan_cmd(args) -> int:
+    """``shmloader scan``: exit 0, or 1 when ``--fail-on`` kinds were found, 2 for bad input."""
+    from .video.scan import check_fail_on, scan
+
+    try:
+        fail_on = check_fail_on(args.fail_on or "")
+        try:
+            options = json.loads(args.storage_options) if args.storage_options else None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--storage-options is not JSON ({e}): {args.storage_options!r}") from None
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"--storage-options must be a JSON object ({{...}}), got {args.storage_options!r}")
+        summary = scan(args.paths, args.out, workers=args.workers, check=args.check, timeout=args.timeout,
+                       overwrite=args.overwrite, progress=not args.quiet, storage_options=options,
+                       fail_on=fail_on)
+    except (ValueError, ImportError, OSError) as e:
+        print(f"shmloader scan: {e}", file=sys.stderr)
+        return 2
+    say = lambda text: print(text, file=sys.stderr)  # noqa: E731
+    rows, bad = summary["rows"], summary["unreadable"]
+    decoders = ", ".join(f"{n} by {name}" for name, n in sorted(summary["decoders"].items()))
+    say(f"{_files(rows)} in {args.out}: {rows - bad} readable" + (f" ({decoders})" if decoders else "")
+        + f", {bad} unreadable" + earlier_line(summary))
+    if summary["problems"]:
+        say("problems (the manifest's problem column), with the first file of each:")
+    for kind, n in sorted(summary["problems"].items(), key=lambda kv: -kv[1]):
+        path, text = summary["first"].get(kind, ("", ""))
+        text = text.removesuffix(f": {path!r}")  # FFmpeg's errors end with the path, said just before
+        say(f"  {kind}: {_files(n)}" + (f", {path}: {text}" if path else ""))
+    if summary["unlabelled"]:
+        n = summary["unlabelled"]
+        say(f"{_files(n)} {'has' if n == 1 else 'have'} no label (-1): {'it is' if n == 1 else 'they are'} not in "
+            "class sub-folders of a folder given (nor labelled by an input manifest or a shard's .cls)")
+    skipped = summary["passed_over"]
+    if skipped:
+        kinds = ", ".join(f"{ext} {n}" for ext, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
+        say(f"passed over {_files(sum(skipped.values()))} without a video extension ({kinds})")
+    if summary["failed"]:
+        say(f"shmloader scan: exit 1: {_files(summary['failed'])} with a problem of --fail-on {args.fail_on}")
+        return 1
+    say(f"next: shmloader.VideoClips.from_csv({args.out!r}, ...) loads it"
+        + (" (unreadable rows are left out)" if bad else ""))
+    return 0
+
+
 _DESCRIPTION = "shmloader: decode video clips in worker processes into a shared-memory ring, for tf.data, " \
                "PyTorch, JAX and Keras."
 _EPILOG = "`shmloader COMMAND --help` for a command's options. The Python API and the guides: README.md " \
@@ -249,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "without it a scan exits 0 whatever it finds")
     s.add_argument("--storage-options", metavar="JSON",
                    help='for URLs: fsspec options as JSON, e.g. \'{"client_kwargs": {"endpoint_url": "..."}}\'')
-    s.set_defaults(fn=lambda a: __import__("shmloader.video.scan", fromlist=["main"]).main(a))
+    s.set_defaults(fn=scan_cmd)
     return parser
 
 

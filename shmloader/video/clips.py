@@ -122,10 +122,7 @@ class VideoClips(SharedColumns):
                  crop_at: str = "center", group_clips: bool = False, allow_urls: bool = False,
                  decode_threads: int = 1, decoder: str = "auto",
                  storage_options: dict[str, Any] | None = None, fetch: dict[str, Any] | None = None) -> None:
-        if isinstance(paths, (str, bytes, os.PathLike)):
-            raise TypeError(f"paths must be a list of paths, got one {type(paths).__name__}: "
-                            f"VideoClips([{os.fspath(paths)!r}]) for one video")
-        given = [os.fspath(p) for p in paths]
+        given = _path_list(paths)
         if not given:
             raise ValueError("paths is empty")
         clip_len, fps, size, scale, crop = check_clip_options(
@@ -185,22 +182,9 @@ class VideoClips(SharedColumns):
     @classmethod
     def from_folder(cls, root: str | os.PathLike[str], *, extensions: Sequence[str] = VIDEO_EXTENSIONS,
                     **kwargs: Any) -> VideoClips:
-        """Videos in class sub-folders: ``root/<class>/*.mp4``; labels follow the sorted class names.
-
-        The class names are kept in ``clips.classes`` (label ``i`` is ``classes[i]``).
-        """
-        root = os.path.abspath(os.fspath(root))
-        if not os.path.isdir(root):
-            raise ValueError(f"{root!r} is not a folder")
-        found = list(walk_folder(root, extensions))
-        if not found:
-            loose = [p for p, _ in walk_folder(root, extensions, loose=True)]
-            if loose:
-                raise ValueError(f"{root!r} holds {len(loose)} videos but no class sub-folders: from_folder "
-                                 "labels each video by its folder (root/<class>/<video>). For videos "
-                                 "without labels, VideoClips(paths) with the paths, e.g. "
-                                 f"sorted(glob.glob({os.path.join(root, '*')!r}))")
-            raise ValueError(f"no videos ({', '.join(extensions)}) in class folders under {root!r}")
+        """Videos in class sub-folders ``root/<class>/*.mp4``, labelled in the sorted class names'
+        order: ``clips.classes[i]`` names label ``i``."""
+        found = _class_videos(root := os.path.abspath(os.fspath(root)), extensions)
         clips = cls([p for p, _ in found], [label for _, label in found], **kwargs)
         clips.classes = class_folders(root)
         return clips
@@ -288,13 +272,8 @@ class VideoClips(SharedColumns):
         return len(self.paths) * self.clips_per_video
 
     def fingerprint(self) -> str:
-        """A short hash of the videos, in order, and their labels: a loader's saved state names
-        the dataset it was saved for, and a loader over other videos refuses it."""
-        if getattr(self, "_fingerprint", None) is None:
-            h = hashlib.sha256("\0".join(self.paths).encode("utf-8", "surrogateescape"))
-            if self.labels is not None:
-                h.update(np.ascontiguousarray(self.labels, dtype=np.int64).tobytes())
-            self._fingerprint = h.hexdigest()[:16]
+        """A hash of the videos, in order, and their labels, which a loader's saved state carries."""
+        self._fingerprint: str = getattr(self, "_fingerprint", None) or _fingerprint(self.paths, self.labels)
         return self._fingerprint
 
     @property
@@ -379,6 +358,38 @@ def _first_rows(paths: list[str]) -> np.ndarray:
     """For every row, the index of the first row with the same path."""
     first: dict[str, int] = {}
     return np.fromiter((first.setdefault(p, i) for i, p in enumerate(paths)), np.int64, len(paths))
+
+
+def _fingerprint(paths: list[str], labels: np.ndarray | None) -> str:
+    """``VideoClips.fingerprint``: a loader over other videos, or other labels, refuses the state."""
+    h = hashlib.sha256("\0".join(paths).encode("utf-8", "surrogateescape"))
+    h.update(b"" if labels is None else np.ascontiguousarray(labels, dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _class_videos(root: str, extensions: Sequence[str]) -> list[tuple[str, int]]:
+    """(path, label) of the videos in ``root``'s class folders; ValueError saying what is there
+    instead where there are none."""
+    if not os.path.isdir(root):
+        raise ValueError(f"{root!r} is not a folder")
+    found = list(walk_folder(root, extensions))
+    if found:
+        return found
+    loose = [p for p, _ in walk_folder(root, extensions, loose=True)]
+    if loose:
+        raise ValueError(f"{root!r} holds {len(loose)} videos but no class sub-folders: from_folder "
+                         "labels each video by its folder (root/<class>/<video>). For videos without "
+                         f"labels, VideoClips(paths) with the paths, e.g. sorted(glob.glob({os.path.join(root, '*')!r}))")
+    raise ValueError(f"no videos ({', '.join(extensions)}) in class folders under {root!r}")
+
+
+def _path_list(paths: Any) -> list[str]:
+    """``paths`` as a list of strings; TypeError for one path given alone (a string is iterable:
+    read as paths it would be one per character)."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError(f"paths must be a list of paths, got one {type(paths).__name__}: "
+                        f"VideoClips([{os.fspath(paths)!r}]) for one video")
+    return [os.fspath(p) for p in paths]
 
 
 def _checked_paths(given: list[str], allow_urls: bool) -> tuple[list[str], bool]:

@@ -44,28 +44,23 @@ import collections
 import concurrent.futures as cf
 import csv
 import itertools
-import json
 import multiprocessing
 import os
-import re
-import sys
 from typing import Any, Iterable, Iterator
 
 from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
 from .evidence import probe_with_evidence
-from .media import is_remote, local_path, member_url, split_member
+from .media import is_remote, member_url, split_member
 from .probe import CHECKS
+from .rescan import changed, check_fail_on, count, earlier_rows, stale
 from .shards import expand, shard_samples
 from .storage import Storage, tar_members
 
 __all__ = ["scan", "COLUMNS"]
 
+
 COLUMNS = ("path", "label", "frames", "width", "height", "fps", "duration", "codec", "pix_fmt", "rotation",
            "decoder", "problem", "bytes", "mtime_ns", "offset", "check")
-# The columns of manifests written before rows said which check made them: read, then rewritten.
-_OLD_COLUMNS = COLUMNS[:-1]
-# Problems that say how the probe ran, not what the file is: a later run probes such rows again.
-_RUN_PROBLEMS = ("unreadable: probe took over", "unreadable: probe crashed")
 # Written after COLUMNS when an input manifest has either (time spans, in seconds).
 SPAN_COLUMNS = ("start", "end")
 
@@ -222,48 +217,6 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
     return row
 
 
-def _earlier(out: str, columns: tuple[str, ...]) -> Iterator[dict]:
-    """The rows of the manifest ``out`` written by an earlier run, lazily; ValueError where it is
-    not a scan manifest. Rows of a manifest from before the ``check`` column have it empty."""
-    with open(out, newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None:
-            return
-        old = tuple(c for c in columns if c != "check")
-        if tuple(reader.fieldnames) not in (columns, old):
-            raise ValueError(f"{out!r} is not a scan manifest (its columns are {reader.fieldnames}); "
-                             "pass --overwrite or another --out")
-        for row in reader:
-            row.setdefault("check", "")
-            yield row
-
-
-def _stale(row: dict, check: str) -> str | None:
-    """Why a row of an earlier run must be probed again, or None to keep it (the file's stamp
-    is compared apart, see ``_changed``)."""
-    if row["problem"].startswith(_RUN_PROBLEMS):
-        return "earlier probe timed out or crashed"
-    if row["check"] not in CHECKS:
-        return "no check recorded"
-    if CHECKS.index(row["check"]) < CHECKS.index(check):
-        return f"deeper --check {check}"
-    return None
-
-
-def _changed(row: dict) -> bool | None:
-    """Whether a local file's size or modification time differs from its row's (a missing file
-    is a change only where its row had a stamp); None for a remote file (its worker compares)."""
-    path = row["path"]
-    if is_remote(path) or split_member(path) is not None:
-        return None
-    try:
-        st = os.stat(local_path(path))
-        now = [str(st.st_size), str(st.st_mtime_ns)]
-    except OSError:
-        now = ["", ""]
-    return now != [row["bytes"], row["mtime_ns"]]
-
-
 def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: str = "keyframes",
          timeout: float = 120.0, overwrite: bool = False, progress: bool = True,
          storage_options: dict | None = None, fail_on: Iterable[str] = ()) -> dict:
@@ -298,7 +251,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
             raise FileNotFoundError(f"no such file or folder: {given!r}")
     columns = _columns(inputs)
     todo = iter_inputs(inputs, passed_over=passed_over, storage=storage)
-    earlier = _earlier(out, columns) if os.path.exists(out) and not overwrite else iter(())
+    earlier = earlier_rows(out, columns) if os.path.exists(out) and not overwrite else iter(())
     summary: dict[str, Any] = {"rows": 0, "resumed": 0, "kept": 0, "rechecked": collections.Counter(),
                "decoders": collections.Counter(), "problems": collections.Counter(), "unreadable": 0,
                "passed_over": passed_over, "first": {}, "unlabelled": 0, "failed": 0}
@@ -342,14 +295,14 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                     raise ValueError(f"{out!r} row {summary['resumed'] + 1} is {old['path']!r}, but the inputs "
                                      f"list {item[0]!r} there: not a scan of these inputs; pass --overwrite to "
                                      "start again")
-                why = _stale(old, check)
-                changed = _changed(old) if why is None else True
-                if why is None and changed:
+                why = stale(old, check)
+                moved = changed(old) if why is None else True
+                if why is None and moved:
                     why = "changed since"
                 if why is not None:
                     summary["rechecked"][why] += 1
                     return submit(item)
-                if changed is None:  # remote: its worker compares the stamp
+                if moved is None:  # remote: its worker compares the stamp
                     return submit(item, old)
                 done = cf.Future()
                 done.set_result(dict(old, _kept=True))
@@ -392,7 +345,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                     writer.writerow(row)
                     written += 1
                     f.flush()
-                    _count(summary, row, fail_on)
+                    count(summary, row, fail_on)
                     bar.update(1)
             finally:
                 _kill(pool)
@@ -458,111 +411,3 @@ def _kill(pool: cf.ProcessPoolExecutor) -> None:
     for p in list((pool._processes or {}).values()):
         p.kill()
     pool.shutdown(wait=True, cancel_futures=True)
-
-
-# What --fail-on takes besides "any": the start of a problem's text (FAIL_KINDS lists the usual ones).
-FAIL_KINDS = ("unreadable", "damaged", "truncated", "size change", "edit list", "timestamp gap",
-              "variable frame rate", "container says", "decord seeks wrong", "timestamps in decode order",
-              "no usable timestamps")
-
-
-def check_fail_on(kinds: Iterable[str] | str) -> tuple[str, ...]:
-    """``kinds`` (a comma-separated string or names) checked against ``FAIL_KINDS`` and ``any``."""
-    if isinstance(kinds, str):
-        kinds = kinds.split(",")
-    kinds = tuple(k.strip() for k in kinds if k.strip())
-    unknown = [k for k in kinds if k != "any" and k not in FAIL_KINDS]
-    if unknown:
-        raise ValueError(f"--fail-on: unknown problem kind {unknown[0]!r}; the kinds are any, "
-                         + ", ".join(FAIL_KINDS))
-    return kinds
-
-
-def fails(problem: str, kinds: tuple[str, ...]) -> bool:
-    """Whether a row's ``problem`` has one of ``kinds`` (``any``: any problem at all)."""
-    parts = [p for p in problem.split("; ") if p]
-    return any(k == "any" or p.startswith(k) for k in kinds for p in parts)
-
-
-def problem_kind(problem: str) -> str:
-    """One problem's kind: its text without the parenthesis, numbers as N
-    (``truncated at frame 29 of 64`` -> ``truncated at frame N of N``)."""
-    if problem.startswith("unreadable"):
-        return "unreadable"
-    text = re.sub(r"\s*\([^)]*\)", "", problem).split(":")[0]
-    return re.sub(r"\b\d+(\.\d+)?\b", "N", " ".join(text.split()))
-
-
-def _count(summary: dict, row: dict, fail_on: tuple[str, ...] = ()) -> None:
-    summary["rows"] += 1
-    problem = row["problem"]
-    summary["unlabelled"] += str(row["label"]) == "-1"
-    summary["failed"] += fails(problem, fail_on)
-    if problem.startswith("unreadable"):
-        summary["unreadable"] += 1
-        summary["problems"]["unreadable"] += 1
-        summary["first"].setdefault("unreadable", (row["path"], problem[len("unreadable: "):]))
-        return
-    summary["decoders"][row["decoder"]] += 1
-    for p in filter(None, problem.split("; ")):
-        kind = problem_kind(p)
-        summary["problems"][kind] += 1
-        summary["first"].setdefault(kind, (row["path"], p))
-
-
-def _earlier_line(summary: dict) -> str:
-    """What became of the rows of an earlier run, for the summary line ('' where there were none)."""
-    resumed, rechecked = summary["resumed"], summary["rechecked"]
-    if not resumed:
-        return ""
-    again = sum(rechecked.values())
-    why = ", ".join(f"{reason}: {n}" for reason, n in sorted(rechecked.items(), key=lambda kv: (-kv[1], kv[0])))
-    return (f"; {resumed} rows from an earlier run: {summary['kept']} kept, {again} probed again"
-            + (f" ({why})" if why else ""))
-
-
-def _files(n: int) -> str:
-    return f"{n} file" if n == 1 else f"{n} files"
-
-
-def main(args) -> int:
-    """``shmloader scan``: exit 0, or 1 when ``--fail-on`` kinds were found, 2 for bad input."""
-    try:
-        fail_on = check_fail_on(args.fail_on or "")
-        try:
-            options = json.loads(args.storage_options) if args.storage_options else None
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--storage-options is not JSON ({e}): {args.storage_options!r}") from None
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"--storage-options must be a JSON object ({{...}}), got {args.storage_options!r}")
-        summary = scan(args.paths, args.out, workers=args.workers, check=args.check, timeout=args.timeout,
-                       overwrite=args.overwrite, progress=not args.quiet, storage_options=options,
-                       fail_on=fail_on)
-    except (ValueError, ImportError, OSError) as e:
-        print(f"shmloader scan: {e}", file=sys.stderr)
-        return 2
-    say = lambda text: print(text, file=sys.stderr)  # noqa: E731
-    rows, bad = summary["rows"], summary["unreadable"]
-    decoders = ", ".join(f"{n} by {name}" for name, n in sorted(summary["decoders"].items()))
-    say(f"{_files(rows)} in {args.out}: {rows - bad} readable" + (f" ({decoders})" if decoders else "")
-        + f", {bad} unreadable" + _earlier_line(summary))
-    if summary["problems"]:
-        say("problems (the manifest's problem column), with the first file of each:")
-    for kind, n in sorted(summary["problems"].items(), key=lambda kv: -kv[1]):
-        path, text = summary["first"].get(kind, ("", ""))
-        text = text.removesuffix(f": {path!r}")  # FFmpeg's errors end with the path, said just before
-        say(f"  {kind}: {_files(n)}" + (f", {path}: {text}" if path else ""))
-    if summary["unlabelled"]:
-        n = summary["unlabelled"]
-        say(f"{_files(n)} {'has' if n == 1 else 'have'} no label (-1): {'it is' if n == 1 else 'they are'} not in "
-            "class sub-folders of a folder given (nor labelled by an input manifest or a shard's .cls)")
-    skipped = summary["passed_over"]
-    if skipped:
-        kinds = ", ".join(f"{ext} {n}" for ext, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
-        say(f"passed over {_files(sum(skipped.values()))} without a video extension ({kinds})")
-    if summary["failed"]:
-        say(f"shmloader scan: exit 1: {_files(summary['failed'])} with a problem of --fail-on {args.fail_on}")
-        return 1
-    say(f"next: shmloader.VideoClips.from_csv({args.out!r}, ...) loads it"
-        + (" (unreadable rows are left out)" if bad else ""))
-    return 0

@@ -1,0 +1,110 @@
+"""The rows of a ``shmloader scan`` manifest: those of an earlier run of the same inputs, read back
+and kept or probed again (``video.scan`` writes the manifest anew from them), and every row
+counted into the summary, with the problem kinds ``--fail-on`` takes."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from typing import Iterable, Iterator
+
+from .media import is_remote, local_path, split_member
+from .probe import CHECKS
+
+__all__ = ["FAIL_KINDS", "RUN_PROBLEMS", "changed", "check_fail_on", "count", "earlier_rows", "fails",
+           "problem_kind", "stale"]
+
+# Problems that say how the probe ran, not what the file is: a later run probes such rows again.
+RUN_PROBLEMS = ("unreadable: probe took over", "unreadable: probe crashed")
+
+def earlier_rows(out: str, columns: tuple[str, ...]) -> Iterator[dict]:
+    """The rows of the manifest ``out`` written by an earlier run, lazily; ValueError where it is
+    not a scan manifest. Rows of a manifest from before the ``check`` column have it empty."""
+    with open(out, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None:
+            return
+        old = tuple(c for c in columns if c != "check")
+        if tuple(reader.fieldnames) not in (columns, old):
+            raise ValueError(f"{out!r} is not a scan manifest (its columns are {reader.fieldnames}); "
+                             "pass --overwrite or another --out")
+        for row in reader:
+            row.setdefault("check", "")
+            yield row
+
+
+def stale(row: dict, check: str) -> str | None:
+    """Why a row of an earlier run must be probed again, or None to keep it (the file's stamp
+    is compared apart, see ``changed``)."""
+    if row["problem"].startswith(RUN_PROBLEMS):
+        return "earlier probe timed out or crashed"
+    if row["check"] not in CHECKS:
+        return "no check recorded"
+    if CHECKS.index(row["check"]) < CHECKS.index(check):
+        return f"deeper --check {check}"
+    return None
+
+
+def changed(row: dict) -> bool | None:
+    """Whether a local file's size or modification time differs from its row's (a missing file
+    is a change only where its row had a stamp); None for a remote file (its worker compares)."""
+    path = row["path"]
+    if is_remote(path) or split_member(path) is not None:
+        return None
+    try:
+        st = os.stat(local_path(path))
+        now = [str(st.st_size), str(st.st_mtime_ns)]
+    except OSError:
+        now = ["", ""]
+    return now != [row["bytes"], row["mtime_ns"]]
+
+
+# What --fail-on takes besides "any": the start of a problem's text (FAIL_KINDS lists the usual ones).
+FAIL_KINDS = ("unreadable", "damaged", "truncated", "size change", "edit list", "timestamp gap",
+              "variable frame rate", "container says", "decord seeks wrong", "timestamps in decode order",
+              "no usable timestamps")
+
+
+def check_fail_on(kinds: Iterable[str] | str) -> tuple[str, ...]:
+    """``kinds`` (a comma-separated string or names) checked against ``FAIL_KINDS`` and ``any``."""
+    if isinstance(kinds, str):
+        kinds = kinds.split(",")
+    kinds = tuple(k.strip() for k in kinds if k.strip())
+    unknown = [k for k in kinds if k != "any" and k not in FAIL_KINDS]
+    if unknown:
+        raise ValueError(f"--fail-on: unknown problem kind {unknown[0]!r}; the kinds are any, "
+                         + ", ".join(FAIL_KINDS))
+    return kinds
+
+
+def fails(problem: str, kinds: tuple[str, ...]) -> bool:
+    """Whether a row's ``problem`` has one of ``kinds`` (``any``: any problem at all)."""
+    parts = [p for p in problem.split("; ") if p]
+    return any(k == "any" or p.startswith(k) for k in kinds for p in parts)
+
+
+def problem_kind(problem: str) -> str:
+    """One problem's kind: its text without the parenthesis, numbers as N
+    (``truncated at frame 29 of 64`` -> ``truncated at frame N of N``)."""
+    if problem.startswith("unreadable"):
+        return "unreadable"
+    text = re.sub(r"\s*\([^)]*\)", "", problem).split(":")[0]
+    return re.sub(r"\b\d+(\.\d+)?\b", "N", " ".join(text.split()))
+
+
+def count(summary: dict, row: dict, fail_on: tuple[str, ...] = ()) -> None:
+    summary["rows"] += 1
+    problem = row["problem"]
+    summary["unlabelled"] += str(row["label"]) == "-1"
+    summary["failed"] += fails(problem, fail_on)
+    if problem.startswith("unreadable"):
+        summary["unreadable"] += 1
+        summary["problems"]["unreadable"] += 1
+        summary["first"].setdefault("unreadable", (row["path"], problem[len("unreadable: "):]))
+        return
+    summary["decoders"][row["decoder"]] += 1
+    for p in filter(None, problem.split("; ")):
+        kind = problem_kind(p)
+        summary["problems"][kind] += 1
+        summary["first"].setdefault(kind, (row["path"], p))
