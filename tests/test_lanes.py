@@ -24,8 +24,8 @@ from ._pyproject import ROOT, pyproject
 from .lanes import EXTRAS, OLDEST
 
 # What a decoding worker may hold of its own (Python, numpy, PyAV's and decord's FFmpeg, a batch
-# in flight) where decord preloads nothing: the bound is 1.5x the most measured in the lab and the
-# lanes (the note of the change that set it gives the figures); a worker that preloads the CUDA
+# in flight) where decord preloads nothing: the bound is about 1.6x the most measured in the lab and
+# the lanes (the note of the change that set it gives the figures); a worker that preloads the CUDA
 # libraries of torch's CUDA build holds ~400 MiB (cuBLASLt alone maps 522 MiB), far past it.
 _WORKER_USS = 96 << 20
 # A width decord copies out on every CPU: its RGB rows (3 x 64 bytes) fill whole rows of the widest
