@@ -186,7 +186,8 @@ def main() -> None:
     ap.add_argument("--layout", choices=("nodes", "one"), default="nodes",
                     help="nodes: a head + 2 decode nodes of 1 CPU; one: one node of 2 CPUs with the driver")
     args = ap.parse_args()
-    # torch before tensorflow (DESIGN fact 28); the to_tf route needs tensorflow
+    # torch before tensorflow: tensorflow 2.21 imported first, then triton (torch's CUDA build),
+    # crashes the process (tensorflow#124205); the to_tf route needs tensorflow
     importlib.import_module("torch")
     importlib.import_module("tensorflow")
 

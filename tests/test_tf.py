@@ -188,7 +188,7 @@ LEAN_WORKERS = textwrap.dedent("""
     print(json.dumps(uss))
 """)
 # Private memory a worker of a TensorFlow script may take beyond one of a script without it. A
-# worker that imported TensorFlow would carry ~400 MiB more (DESIGN fact 6); measured here:
+# worker that imported TensorFlow would carry ~400 MiB more; measured here:
 # 27-28 MiB in this TensorFlow process against 32 MiB without it.
 _LEAN_MARGIN_MIB = 64
 

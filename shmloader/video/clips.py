@@ -6,12 +6,11 @@ chosen per file. Neither is imported here: the main process probes only the firs
 ``size=None`` asks for the native size.
 
 Every sample's clips are decoded in one pass: the worker works out all their frames first
-(``video.sampling``), asks decord for the sorted union of them in ONE ``get_batch`` call, and
-then copies each clip (and crop window) out of that. decord seeks back to a keyframe on every
-``get_batch`` call, so one call over the union decodes each stretch of the video once, where
-a call per clip would decode from the previous keyframe every time (1.6-3x the work on real
-videos). The same holds across samples: a worker handed several samples of one video (see
-``group_clips`` and ``engine.schedule``) decodes them all in one pass.
+(``video.sampling``), and its reader (``video.reader``) asks the file's decoder, decord or PyAV,
+for the sorted union of them at once, then copies each clip (and crop window) out of that, so
+each stretch of the video is decoded once rather than from the previous keyframe for every
+clip (NOTE [ Decoding less, exactly ]). The same holds across samples: a worker handed several
+samples of one video (see ``group_clips`` and ``engine.schedule``) decodes them all in one pass.
 """
 
 from __future__ import annotations
@@ -107,7 +106,7 @@ class VideoClips(SharedColumns):
     :param decoder: ``"auto"`` (each file's probe chooses), ``"decord"`` or ``"pyav"``.
     :param storage_options: options of the fsspec filesystem (credentials, endpoint), or one
         dict per protocol.
-    :param fetch: ``retries``, ``timeout``, ``block_size``, ``cache_bytes`` of remote reads.
+    :param fetch: ``retries``, ``timeout``, ``block_size``, ``cache_bytes``, ``stat_ttl`` of remote reads.
     :raises ValueError: a bad argument, naming it.
     """
 

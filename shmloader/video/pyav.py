@@ -25,6 +25,7 @@ from .storage import LOCAL, Storage, first_line
 
 __all__ = ["PyAV", "OffTimeline", "PYAV_SEEKS", "byte_ranges"]
 
+# On a wanted frame missing after a seek (a seek that landed past it, as byte-based seeking in
 # MPEG-TS can), seek again this many keyframes further back before decoding from the start.
 _SEEK_RETRIES = 3
 
