@@ -471,6 +471,16 @@ def test_scan_reads_urls_prefixes_and_shards_and_from_csv_trusts_the_offsets(fol
                 m = t.getmember(f"clip{v:04d}.{paths[v].rsplit('.', 1)[1]}")
             assert (int(r["offset"]), int(r["bytes"])) == (m.offset_data, m.size)
         assert rows[0]["offset"] == rows[1]["offset"] == "" and int(rows[0]["bytes"]) == os.path.getsize(paths[3])
+        # Run again: every remote row kept, its stamp compared by a worker; a file changed since
+        # (its modification time, as the server reports it) is probed again.
+        again = _scan(str(tmp_path / "list.txt"), srv.url("shard-{000..001}.tar"), "--out", str(out))
+        assert "8 rows from an earlier run: 8 kept, 0 probed again" in again.stderr, again.stderr
+        st = os.stat(paths[3])
+        os.utime(paths[3], ns=(st.st_atime_ns, st.st_mtime_ns + 5 * 10**9))
+        touched = _scan(str(tmp_path / "list.txt"), srv.url("shard-{000..001}.tar"), "--out", str(out))
+        assert "8 rows from an earlier run: 7 kept, 1 probed again (changed since: 1)" in touched.stderr, touched.stderr
+        with open(out, newline="") as f:
+            assert [r["path"] for r in csv.DictReader(f)] == [r["path"] for r in rows]
 
         # The workers take the members' places from the manifest: with every tar header of the
         # shards overwritten (size and modification time kept, so the rows still hold), no shard

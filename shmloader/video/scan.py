@@ -197,6 +197,7 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
             stamp = None
         if stamp is not None and [str(x) for x in stamp] == [earlier["bytes"], earlier["mtime_ns"]]:
             return dict(earlier, _kept=True)
+        return dict(_row(path, label, check, storage, place), _changed=True)
     row = _blank(path, label)
     row["check"] = check
     try:
@@ -341,6 +342,8 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                         row = _blank(path, label, failed[path]) if got is None else dict(got, label=label)
                     if row.pop("_kept", False):
                         summary["kept"] += 1
+                    if row.pop("_changed", False):  # a remote file whose stamp its worker found changed
+                        summary["rechecked"]["changed since"] += 1
                     row.update(span)
                     writer.writerow(row)
                     written += 1
