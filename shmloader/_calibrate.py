@@ -27,7 +27,6 @@ missing), so that a row is fed ``most_fed`` exactly when its workers suffice and
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ._loader import Loader
+from .engine.source import usable_cpus
 
 __all__ = ["calibrate"]
 
@@ -88,7 +88,7 @@ def calibrate(clips: Any, step: Callable[[Any], Any], *, batch_size: int, worker
         raise TypeError(f"step must be callable, got {type(step).__name__}")
     if not (isinstance(seconds, (int, float)) and seconds > 0):
         raise ValueError(f"seconds must be positive, got {seconds!r}")
-    cpus = len(os.sched_getaffinity(0)) or 1
+    cpus = usable_cpus()
     nworkers = workers or cpus
     phase = float(seconds) / _PHASES
     ceiling, step_cpu = _ceiling(clips, step, batch_size, device, phase)

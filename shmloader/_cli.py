@@ -139,7 +139,9 @@ def demo_cmd(args) -> int:
     folder = Path(args.videos) if args.videos else _cache_dir()
     print(f"sample videos: {folder}")
     paths, labels = make_videos(folder, count=args.count, frames=64, size=(240, 320))
-    cores = len(os.sched_getaffinity(0))
+    from .engine.source import usable_cpus
+
+    cores = usable_cpus()
     workers = args.workers or list(range(1, cores + 1))
     t = time.perf_counter()
     import tensorflow  # noqa: F401  # once per process, before the clock of the first loader starts

@@ -21,7 +21,7 @@ from .engine.core import Engine, Exhausted
 from .engine.plan import EpochPlan, check_state, plan_state
 from .engine.ring import Layout, memory_for_ring
 from .engine.shared import sharing
-from .engine.source import Source, check_int, probe_transform
+from .engine.source import ON_ERROR, Source, check_choice, check_int, probe_transform, usable_cpus
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -110,8 +110,7 @@ class Loader:
         if epochs is not None:
             check_int("epochs", epochs, 1)
         check_int("seed", seed, 0)
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        check_choice("on_error", on_error, ON_ERROR)
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if transform is not None and not callable(transform):
@@ -139,9 +138,9 @@ class Loader:
             self._start = self._check_state(state)
         out_spec, scratch = probe_transform(source, transform, seed)
         self._layout = Layout.build(out_spec, batch_size)
-        nworkers = workers or _usable_cpus()
-        if nworkers > _usable_cpus():
-            _log_once(f"workers={nworkers} is more than the {_usable_cpus()} CPUs this process may use: "
+        nworkers = workers or usable_cpus()
+        if nworkers > usable_cpus():
+            _log_once(f"workers={nworkers} is more than the {usable_cpus()} CPUs this process may use: "
                      "they will share them")
         runs = min(batch_size, _TASKS_PER_BATCH, -(-nworkers // _WORKERS_PER_RUN))
         run = -(-batch_size // runs)
@@ -231,7 +230,7 @@ class Loader:
         one busy worker. ``recommended_workers``: workers needed to meet the consumer's demand
         (what it consumed while not waiting) at that rate, at most one per CPU.
         """
-        return self._engine.stats(_usable_cpus())
+        return self._engine.stats(usable_cpus())
 
     def stats_line(self) -> str:
         """One line for a log or a progress bar: is training input-bound, and what to do about it:
@@ -343,11 +342,6 @@ def _log_once(message: str) -> None:
     if message not in _logged:
         _logged.add(message)
         log.info("%s", message)
-
-
-def _usable_cpus() -> int:
-    """CPUs this process may run on (taskset, cgroup cpusets), not all the machine has."""
-    return len(os.sched_getaffinity(0)) or 1
 
 
 def _check_has_batches(plan: EpochPlan, epochs: int | None) -> None:

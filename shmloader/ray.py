@@ -44,7 +44,7 @@ import numpy as np
 from ._errors import LoaderError
 from ._ray_tasks import decode_items, task_log
 from .engine.plan import EpochPlan
-from .engine.source import check_int
+from .engine.source import ON_ERROR, check_choice, check_int
 
 if TYPE_CHECKING:
     import ray.data
@@ -162,8 +162,7 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     """
     import ray
 
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    check_choice("on_error", on_error, ON_ERROR)
     theirs = bool({"compute", "concurrency"} & ray_remote_args.keys())  # a compute strategy of the caller's
     size: int | None = None  # the cap of ours, if any (NOTE [ Tasks in flight ]); "auto" once Ray is up
     if tasks_in_flight is not None and tasks_in_flight != "auto":

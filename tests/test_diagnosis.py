@@ -25,7 +25,7 @@ def gop_videos(tmp_path_factory):
 
 @pytest.fixture
 def two_cpus(monkeypatch):
-    monkeypatch.setattr(shmloader._loader, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(shmloader._loader, "usable_cpus", lambda: 2)
 
 
 def test_decode_cost_seeks_to_the_keyframe_before_each_jump():

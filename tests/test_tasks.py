@@ -183,7 +183,7 @@ def more_than_cpus_said(caplog):
 def two_cpus(monkeypatch):
     """The loader sees 2 usable CPUs on any machine, and has said nothing yet in this process
     ("more workers than CPUs" is said once per process: an earlier test may have said it)."""
-    monkeypatch.setattr(shmloader._loader, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(shmloader._loader, "usable_cpus", lambda: 2)
     monkeypatch.setattr(shmloader._loader, "_logged", set())
 
 

@@ -131,7 +131,7 @@ CPUS = 4  # what the loader is told it may use, so the recommendation is the sam
 
 @pytest.fixture
 def four_cpus(monkeypatch):
-    monkeypatch.setattr(shmloader._loader, "_usable_cpus", lambda: CPUS)
+    monkeypatch.setattr(shmloader._loader, "usable_cpus", lambda: CPUS)
 
 
 def slow_decode(i, rng):

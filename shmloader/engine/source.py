@@ -7,7 +7,8 @@ process never reads a sample; it only plans which index goes where.
 
 from __future__ import annotations
 
-from typing import Protocol
+import os
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -78,6 +79,21 @@ def check_int(name: str, value, minimum: int) -> None:
     """Raise a ValueError naming ``name`` unless ``value`` is an integer (not a bool) >= ``minimum``."""
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+# What a loader (or a Ray dataset) does with a sample it cannot read.
+ON_ERROR = ("raise", "skip")
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raise a ValueError naming ``name`` and its ``choices`` unless ``value`` is one of them."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (taskset, cgroup cpusets), not all the machine has."""
+    return len(os.sched_getaffinity(0)) or 1
 
 
 def probe_transform(source: Source, transform, seed: int):

@@ -49,6 +49,7 @@ import os
 from typing import Any, Iterable, Iterator
 
 from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
+from ..engine.source import usable_cpus
 from .evidence import probe_with_evidence
 from .media import is_remote, member_url, split_member
 from .probe import CHECKS
@@ -243,7 +244,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     fail_on = check_fail_on(fail_on)
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or usable_cpus()
     passed_over: collections.Counter = collections.Counter()
     storage = Storage(storage_options, block_size=_SCAN_BLOCK)
     inputs = list(inputs)
