@@ -67,6 +67,8 @@ _TASK_BYTES = 128 * 1024**2
 # The loader's default shuffle window of a grouped source is 4 batches' worth of samples
 # (_loader._GROUP_WINDOW_BATCHES); here it is in videos.
 _GROUP_WINDOW = 8
+# The DataContext config key under which a dataset keeps its task log (skipped(), stats()).
+_LOG_KEY = "shmloader.task_log"
 
 
 def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = True,
@@ -203,8 +205,10 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     # A task's SampleError reaches the consumer as itself (Ray's exception is an instance of it),
     # not wrapped in Ray Data's UserCodeException.
     ds.context.raise_original_map_exception = True
-    ds._shmloader_log = (log, token)  # type: ignore[attr-defined]  # read by skipped() and stats()
-    weakref.finalize(ds, _forget, log, token).atexit = False  # at exit the whole log goes
+    # On the dataset's own context, which the datasets derived from it (ds.map, random_shuffle...)
+    # share: skipped() and stats() read it from any of them. The entries go with the context.
+    ds.context.set_config(_LOG_KEY, (log, token))
+    weakref.finalize(ds.context, _forget, log, token).atexit = False  # at exit the whole log goes
     return ds
 
 
@@ -311,7 +315,7 @@ def _forget(log: Any, token: str) -> None:
 
 
 def _log(ds: ray.data.Dataset) -> tuple[Any, str]:
-    log = getattr(ds, "_shmloader_log", None)
+    log = ds.context.get_config(_LOG_KEY)
     if log is None:
-        raise ValueError("this reads a dataset made by shmloader.ray.dataset() (not one derived from it)")
+        raise ValueError("this reads a dataset made by shmloader.ray.dataset(), or one derived from it")
     return cast("tuple[Any, str]", log)

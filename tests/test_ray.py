@@ -274,6 +274,9 @@ def test_skip_counts_and_names_the_bad_samples(cluster, videos, tmp_path):
     assert sorted((int(r["epoch"]), int(r["sample"])) for r in rows) == [(e, s) for e in range(2) for s in range(3)]
     skips = sray.skipped(ds)
     assert [(e, s) for e, s, _ in skips] == [(0, 3), (1, 3)]
+    # The datasets derived from it answer too (a map, a shuffle): the log is on their shared context.
+    derived = ds.map(lambda row: row).random_shuffle(seed=1)
+    assert sray.skipped(derived) == skips and sray.stats(derived) == sray.stats(ds)
     assert all(reason for _, _, reason in skips)
     assert sum(s["skipped"] for s in sray.stats(ds).values()) == 2
 
