@@ -35,6 +35,7 @@ import numpy as np
 
 from ._loader import Loader
 from .engine.source import usable_cpus
+from .engine.stats import cpu_seconds
 
 __all__ = ["calibrate"]
 
@@ -68,10 +69,10 @@ def calibrate(clips: Any, step: Callable[[Any], Any], *, batch_size: int, worker
 
     ``samples_per_s``: the loader alone, measured; ``predicted_per_s``: what a run with the step
     gets, and ``fed_fraction`` that over the ceiling; ``most_fed``: the most any input gets, the
-    batches' hand-off taking its time in the training loop; ``samples_per_worker_s``: samples one worker
-    delivers (per CPU second of its own, or the loader alone's rate over its workers where less); ``workers_needed``: workers to reach the ceiling; ``more_cores``: the
-    CPUs beyond this node's that the workers and the step's own CPU time need for it (0 where
-    they suffice); ``decoded_per_frame``: frames the workers decoded per delivered frame
+    batches' hand-off taking its time in the training loop; ``samples_per_worker_s``: samples one
+    worker delivers (per CPU second of its own, or the loader alone's rate over its workers where
+    less); ``workers_needed``: workers to reach the ceiling; ``more_cores``: the CPUs beyond this
+    node's that the workers and the step's own CPU time need for it (0 where they suffice); ``decoded_per_frame``: frames the workers decoded per delivered frame
     (``Loader.stats``). A row is fed ``most_fed`` exactly when ``workers_needed <= workers`` and
     ``more_cores == 0``.
     A grouped row is None for a source without ``with_options`` (not ``VideoClips``).
@@ -149,20 +150,6 @@ def _ceiling(clips: Any, step: Callable[[Any], Any], batch_size: int, device: An
                 return samples / elapsed, (time.process_time() - c0) / samples
 
 
-def _cpu_s(pids: list[int]) -> float:
-    """User and system CPU seconds of the processes ``pids`` (one gone counts nothing more)."""
-    import psutil
-
-    total = 0.0
-    for pid in pids:
-        try:
-            t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
-
-
 def measure_loader(source: Any, batch_size: int, workers: int, seconds: float,
                    step: Callable[[Any], Any] | None = None, device: Any = None) -> dict[str, Any]:
     """A shuffled, endless ``Loader`` over ``source`` for ``seconds`` once started (its first
@@ -179,7 +166,7 @@ def measure_loader(source: Any, batch_size: int, workers: int, seconds: float,
                 step(batch)
             if i == warm:
                 _sync(device)
-                t0, w0, c0 = time.perf_counter(), _cpu_s(pids), time.process_time()
+                t0, w0, c0 = time.perf_counter(), cpu_seconds(pids), time.process_time()
             elif i > warm:
                 n += len(next(iter(batch.values())))
                 if time.perf_counter() - t0 >= seconds:
@@ -187,7 +174,7 @@ def measure_loader(source: Any, batch_size: int, workers: int, seconds: float,
                     break
             del batch
         elapsed = time.perf_counter() - t0
-        worker_cpu, main_cpu = _cpu_s(pids) - w0, time.process_time() - c0
+        worker_cpu, main_cpu = cpu_seconds(pids) - w0, time.process_time() - c0
         stats = loader.stats()
     return {"samples_per_s": n / elapsed, "worker_cpu_s": worker_cpu / max(n, 1),
             "main_cpu_s": main_cpu / max(n, 1), "samples": n, "stats": stats}

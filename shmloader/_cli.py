@@ -65,36 +65,24 @@ def make_videos_cmd(args) -> int:
     return 0
 
 
-def _cpu_seconds(procs) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except Exception:  # a process that already left counts nothing more
-            pass
-    return total
-
-
 def measure(paths, labels, workers: int, batches: int, batch_size: int, clip_len: int, size, progress=None):
     """Stream ``batches`` batches through ``as_dataset()``; return throughput and CPU figures."""
-    import psutil
-
     from . import Loader, VideoClips
+    from .engine.stats import cpu_seconds
 
     clips = VideoClips(paths, labels, clip_len=clip_len, frame_step=2, size=size)
-    me = psutil.Process()
+    me = os.getpid()
     if progress is not None:
         progress.set_postfix_str(f"workers={workers}, starting")
     t_start = time.perf_counter()
     with Loader(clips, batch_size=batch_size, workers=workers, shuffle=True, epochs=None) as loader:
-        kids = [psutil.Process(pid) for pid in loader.worker_pids()]
+        kids = loader.worker_pids()
         it = iter(loader.as_dataset())
         next(it)  # warm-up: worker start and the first batch are not throughput
         first = time.perf_counter() - t_start  # from Loader(), the workers' start included: what a script waits
         if progress is not None:
             progress.set_postfix_str(f"workers={workers}")
-        main0, kids0, t0 = _cpu_seconds([me]), _cpu_seconds(kids), time.perf_counter()
+        main0, kids0, t0 = cpu_seconds([me]), cpu_seconds(kids), time.perf_counter()
         nbytes = 0
         for _ in range(batches):
             b = next(it)
@@ -102,7 +90,7 @@ def measure(paths, labels, workers: int, batches: int, batch_size: int, clip_len
             if progress is not None:
                 progress.update(1)
         dt = time.perf_counter() - t0
-        main_s, kids_s = _cpu_seconds([me]) - main0, _cpu_seconds(kids) - kids0
+        main_s, kids_s = cpu_seconds([me]) - main0, cpu_seconds(kids) - kids0
         del it, b
     clips_n = batches * batch_size
     return {"workers": workers, "clips_s": clips_n / dt, "frames_s": clips_n * clip_len / dt,

@@ -18,7 +18,21 @@ from typing import Any
 
 from .pool import Worker
 
-__all__ = ["Clock"]
+__all__ = ["Clock", "cpu_seconds"]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds of the processes ``pids`` (one already gone counts nothing more)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
 
 
 class Clock:
