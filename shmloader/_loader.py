@@ -21,7 +21,7 @@ from .engine.core import Engine, Exhausted
 from .engine.plan import EpochPlan, check_state, plan_state
 from .engine.ring import Layout, memory_for_ring
 from .engine.shared import sharing
-from .engine.source import ON_ERROR, Source, check_choice, check_int, probe_transform, usable_cpus
+from .engine.source import ON_ERROR, Source, check_choice, check_int, check_seconds, probe_transform, usable_cpus
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -111,8 +111,7 @@ class Loader:
             check_int("epochs", epochs, 1)
         check_int("seed", seed, 0)
         check_choice("on_error", on_error, ON_ERROR)
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        check_seconds("timeout", timeout)
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         self._batch_size = batch_size
@@ -138,9 +137,10 @@ class Loader:
             self._start = self._check_state(state)
         out_spec, scratch = probe_transform(source, transform, seed)
         self._layout = Layout.build(out_spec, batch_size)
-        nworkers = workers or usable_cpus()
-        if nworkers > usable_cpus():
-            _log_once(f"workers={nworkers} is more than the {usable_cpus()} CPUs this process may use: "
+        cpus = usable_cpus()
+        nworkers = workers or cpus
+        if nworkers > cpus:
+            _log_once(f"workers={nworkers} is more than the {cpus} CPUs this process may use: "
                      "they will share them")
         runs = min(batch_size, _TASKS_PER_BATCH, -(-nworkers // _WORKERS_PER_RUN))
         run = -(-batch_size // runs)

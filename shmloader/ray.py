@@ -44,7 +44,7 @@ import numpy as np
 from ._errors import LoaderError
 from ._ray_tasks import decode_items, task_log
 from .engine.plan import EpochPlan
-from .engine.source import ON_ERROR, check_choice, check_int
+from .engine.source import ON_ERROR, check_choice, check_int, check_seconds
 
 if TYPE_CHECKING:
     import ray.data
@@ -178,8 +178,7 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
         size = cast(int, tasks_in_flight)
     items = plan_items(clips, epochs=epochs, seed=seed, shuffle=shuffle, start_epoch=start_epoch,
                        samples_per_task=samples_per_task, group_window=group_window)
-    if not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    check_seconds("timeout", timeout)
     if not ray.is_initialized():
         ray.init()
     _wait_for_a_node({"CPU": num_cpus, **(resources or {})}, timeout)

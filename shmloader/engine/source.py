@@ -85,6 +85,12 @@ def check_int(name: str, value, minimum: int) -> None:
 ON_ERROR = ("raise", "skip")
 
 
+def check_seconds(name: str, value: Any) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is a positive number of seconds."""
+    if not (isinstance(value, (int, float)) and value > 0):
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     """Raise a ValueError naming ``name`` and its ``choices`` unless ``value`` is one of them."""
     if value not in choices:

@@ -49,7 +49,7 @@ import os
 from typing import Any, Iterable, Iterator
 
 from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
-from ..engine.source import usable_cpus
+from ..engine.source import check_int, check_seconds, usable_cpus
 from .evidence import probe_with_evidence
 from .media import is_remote, member_url, split_member
 from .probe import CHECKS
@@ -239,10 +239,9 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     whole (a temporary file, renamed), and a run stopped after the earlier rows keeps its rows."""
     if check not in CHECKS:
         raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"workers must be a whole number of at least 1, got {workers!r}")
-    if not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if workers is not None:
+        check_int("workers", workers, 1)
+    check_seconds("timeout", timeout)
     fail_on = check_fail_on(fail_on)
     workers = workers or usable_cpus()
     passed_over: collections.Counter = collections.Counter()
