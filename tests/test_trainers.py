@@ -42,6 +42,10 @@ PRELUDE = textwrap.dedent("""
 """)
 
 
+# The first line of the torch recipes' training step: where their child records each batch.
+TORCH_STEP = 'x = batch["video"].float().mean(dim=(1, 2, 3))'
+
+
 def straight_run(paths) -> list:
     """The batches of the run that is never stopped, as codes: the loader iterated once per epoch."""
     clips = shmloader.VideoClips(paths, [i % 3 for i in range(len(paths))], clip_len=4, clips_per_video=2,
@@ -89,8 +93,7 @@ def check(first: list, resumed: list, straight: list, stop: int) -> None:
 def test_lightning_fit_stopped_mid_epoch_resumes_from_its_checkpoint(reference, tmp_path):
     need("lightning", "the trainers extra (make test installs it)")
     paths, straight = reference
-    hook = 'x = batch["video"].float().mean(dim=(1, 2, 3))'
-    code = recipe(doc_example("lightning-resume"), hook, "seen.append(codes(batch)); ")
+    code = recipe(doc_example("lightning-resume"), TORCH_STEP, "seen.append(codes(batch)); ")
     first = run(code, paths, tmp_path, max_steps=STOP, ckpt_path=None)
     ckpt = tmp_path / "checkpoints" / f"epoch=1-step={STOP}.ckpt"
     assert ckpt.exists(), sorted(os.listdir(tmp_path / "checkpoints"))
@@ -101,8 +104,7 @@ def test_lightning_fit_stopped_mid_epoch_resumes_from_its_checkpoint(reference, 
 def test_accelerate_load_state_resumes_mid_epoch(reference, tmp_path):
     need("accelerate", "the trainers extra (make test installs it)")
     paths, straight = reference
-    hook = 'x = batch["video"].float().mean(dim=(1, 2, 3))'
-    code = recipe(doc_example("accelerate-resume"), hook, "seen.append(codes(batch)); ")
+    code = recipe(doc_example("accelerate-resume"), TORCH_STEP, "seen.append(codes(batch)); ")
     first = run(code, paths, tmp_path, max_steps=STOP, resume_from=None)
     resumed = run(code, paths, tmp_path, max_steps=None, resume_from=f"checkpoints/step-{STOP}")
     check(first, resumed, straight, STOP)
