@@ -112,7 +112,7 @@ def check(clips: ClipSet, wl: Workload):
 
 def one_process(row: str, clips: ClipSet, wl: Workload, duration: float, res) -> None:
     """Random clips decoded in this process for ``duration`` s by one decoder, no loader."""
-    from shmloader.video.decoders import Decord
+    from shmloader.video.decord import Decord
     from shmloader.video.probe import probe
     from shmloader.video.pyav import PyAV
 

@@ -20,8 +20,7 @@ from ._errors import LoaderError, StateError
 from .engine.core import Engine, Exhausted
 from .engine.plan import EpochPlan, check_state, plan_state
 from .engine.ring import Layout, memory_for_ring
-from .engine.shared import sharing
-from .engine.source import ON_ERROR, Source, check_choice, check_int, check_seconds, probe_transform, usable_cpus
+from .engine.source import ON_ERROR, Described, Source, check_choice, check_int, check_seconds, probe_transform, usable_cpus
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -65,7 +64,7 @@ class Loader:
 
     :param source: what to load: ``VideoClips``, ``ArraySource``, ``HDF5Source``,
         ``FunctionSource`` or any object with ``__len__``, ``spec()``, ``describe(i)``,
-        ``worker_init()`` and ``read(i, rng, out)``.
+        ``worker_init()`` and ``read(i, rng, out)`` (``engine.source.Source``).
     :param batch_size: samples per batch.
     :param workers: worker processes; None: one per CPU this process may run on.
     :param slots: batches in the ring; None: enough to keep every worker busy plus what a consumer
@@ -93,7 +92,7 @@ class Loader:
         settings or for another dataset.
     """
 
-    def __init__(self, source: Source, *, batch_size: int, workers: int | None = None,
+    def __init__(self, source: Source | Described, *, batch_size: int, workers: int | None = None,
                  slots: int | None = None, shuffle: bool = False, seed: int = 0,
                  epochs: int | None = 1, drop_remainder: bool = False, ordered: bool = True,
                  on_error: str = "raise", timeout: float = 60.0,
@@ -152,12 +151,13 @@ class Loader:
         self._nslots = slots
         self._log_every = log_every
         self._last_log = time.monotonic()
-        with sharing():  # the workers inherit the source's shared tables: pickled as descriptors
-            config = pickle.dumps((list(sys.path), cloudpickle.dumps({
-                "layout": self._layout, "slots": slots, "source": source, "transform": transform,
-                "seed": seed, "scratch": scratch,
-            })))
-        self._engine = Engine(source, self._plan, self._layout, slots=slots, workers=nworkers, run=run,
+        # A description (VideoClips) makes what this loader's workers run, and the loader owns it.
+        running = source.for_workers() if isinstance(source, Described) else source
+        config = pickle.dumps((list(sys.path), cloudpickle.dumps({
+            "layout": self._layout, "slots": slots, "source": running, "transform": transform,
+            "seed": seed, "scratch": scratch,
+        })))
+        self._engine = Engine(running, self._plan, self._layout, slots=slots, workers=nworkers, run=run,
                               start=self._start, epochs=epochs, ordered=ordered,
                               drop_remainder=drop_remainder, on_error=on_error, timeout=float(timeout),
                               shm_dir=shm_dir, cpus=sorted(os.sched_getaffinity(0)) if pin_workers else None,
@@ -321,7 +321,7 @@ class Loader:
         return start
 
 
-def eval_loader(source: Source, *, batch_size: int, workers: int | None = 1, **kwargs: Any) -> Loader:
+def eval_loader(source: Source | Described, *, batch_size: int, workers: int | None = 1, **kwargs: Any) -> Loader:
     """A loader for validation or test: every clip exactly once, in order, the last partial batch
     kept; ``VideoClips`` become deterministic (``VideoClips.for_eval``: uniform starts, the
     smallest scale, center crops). One worker by default, so that an evaluation pass beside a training loader takes one core rather than all of them.

@@ -19,11 +19,11 @@ from shmloader.video.samples import make_videos
 #   and torch.optim imports triton. Triton comes first.
 # - a plain `import decord` (decord2 3.4) loads every library of site-packages/nvidia with
 #   RTLD_GLOBAL, after which torch's CPU convolutions and matmuls segfault. The tests that import
-#   decord get the module shmloader's workers use, imported without them (video/_decord.py).
+#   decord get the module shmloader's workers use, imported without them (video/decord.py).
 if importlib.util.find_spec("triton") is not None:
     import triton  # noqa: F401
 
-from shmloader.video._decord import import_decord  # noqa: E402
+from shmloader.video.decord import import_decord  # noqa: E402
 
 import_decord()
 

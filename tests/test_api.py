@@ -57,7 +57,7 @@ def test_missing_file_names_path_and_keeps_cause(videos, tmp_path):
     err = info.value
     assert missing in str(err) and err.index == 1 and err.exc_type == "FileNotFoundError"
     assert isinstance(err.__cause__, shmloader._errors.RemoteTraceback)
-    assert "clips.py" in err.__cause__.tb and "FileNotFoundError" in err.__cause__.tb
+    assert "reader.py" in err.__cause__.tb and "FileNotFoundError" in err.__cause__.tb
 
 
 def test_user_function_error_keeps_type_and_message():

@@ -4,6 +4,7 @@ process, without a loader, its ring or its shared tables; the same clips the loa
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -28,7 +29,6 @@ def test_read_gives_the_batch_fields_with_the_frames_they_name(videos):
         ids, numbers = read_codes(video)
         assert (ids == index).all() and list(numbers) == list(frames) and start == frames[0]
         assert list(np.diff(frames)) == [2, 2, 2]
-    assert clips._table is None  # no shared segment was made
 
 
 def test_read_draws_what_the_loader_delivers(videos):
@@ -78,3 +78,26 @@ def test_read_refuses_a_sample_out_of_range(videos):
     clips = shmloader.VideoClips(videos[0], clip_len=4, size=(32, 32))
     with pytest.raises(IndexError, match="sample 8 is not among the 8 samples"):
         clips.reader().read([8])
+
+
+def test_a_description_does_not_change_and_each_loader_runs_its_own(videos):
+    """``VideoClips`` describes; what a loader runs (shared columns, shared probes) is the loader's
+    own: two loaders over one description, one closed while the other still reads."""
+    paths, labels = videos
+    clips = shmloader.VideoClips(paths[:4], labels[:4], clip_len=4, size=(32, 48))
+    with pytest.raises(AttributeError, match="with_options"):
+        clips.clip_len = 8
+    with pytest.raises(ValueError, match="read-only"):
+        clips.labels[0] = 5
+    copy = pickle.loads(pickle.dumps(clips))  # by value, as a Ray task gets it
+    assert copy.paths == clips.paths and copy.labels.tolist() == labels[:4]
+    assert copy.fingerprint() == clips.fingerprint() and copy.with_options(clip_len=2).clip_len == 2
+    with pytest.raises(AttributeError):
+        copy.sampling = "uniform"
+    a = shmloader.Loader(clips, batch_size=2, workers=1)
+    b = shmloader.Loader(copy, batch_size=2, workers=1)
+    with a, b:
+        first = [batch["label"].tolist() for batch in a]
+        a.close()
+        second = [batch["label"].tolist() for batch in b]
+    assert first == second == [labels[:2], labels[2:4]]

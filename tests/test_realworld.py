@@ -282,20 +282,20 @@ def test_decord_limit_forced_sends_that_width_to_pyav(variants, monkeypatch):
     """The fallback branch on every CPU: decord made to refuse width 80 as it refuses some
     widths on AVX-512 CPUs (``DecoderLimit``). That width goes to PyAV, found once and then
     sent there straight away, with the right frames; other widths stay with decord."""
-    from shmloader.video import decoders as _decoders
+    from shmloader.video import decord as _decord
 
     path, vid = variants["plain"]
     info = probe(path)
-    real = _decoders.Decord.decode
+    real = _decord.Decord.decode
     tried = []
 
     def refuses_80(self, info, size, frames, out=None):
         tried.append(None if size is None else size[1])
         if size is not None and size[1] == 80:
-            raise _decoders.DecoderLimit("decord cannot produce 80 width")
+            raise DecoderLimit("decord cannot produce 80 width")
         return real(self, info, size, frames, out)
 
-    monkeypatch.setattr(_decoders.Decord, "decode", refuses_80)
+    monkeypatch.setattr(_decord.Decord, "decode", refuses_80)
     dec = Decoding(1)
     frames = np.arange(3, 11)
     ref = reference(path, (40, 80))[frames]

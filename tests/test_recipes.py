@@ -362,7 +362,8 @@ def threads_while_reading(clips):
     """(most threads this process had while ``clips`` read sample 0, the sample): read here as a
     worker reads, ``worker_init()`` then ``read()``; the threads are counted on every Python call
     made meanwhile (the decoders' own included), while their FFmpeg decoder is open."""
-    clips.worker_init()
+    source = clips.for_workers()
+    source.worker_init()
     out = {k: np.zeros(shape, dtype) for k, (shape, dtype) in clips.spec().items()}
     peak = 0
 
@@ -372,7 +373,7 @@ def threads_while_reading(clips):
 
     sys.setprofile(count)
     try:
-        clips.read(0, np.random.default_rng(0), out)
+        source.read(0, np.random.default_rng(0), out)
     finally:
         sys.setprofile(None)
     return peak, out
@@ -396,7 +397,8 @@ def test_a_worker_probes_a_video_once_while_the_file_is_unchanged(tmp_path):
 
     path = write_video(tmp_path / "v.mp4", 3, frames=20)
     clips = shmloader.VideoClips([path], clip_len=4, clips_per_video=3, scale=64, crop=(48, 48))
-    clips.worker_init()
+    source = clips.for_workers()
+    source.worker_init()
     probes = 0
 
     def count(frame, event, arg):
@@ -407,7 +409,7 @@ def test_a_worker_probes_a_video_once_while_the_file_is_unchanged(tmp_path):
         out = {k: np.zeros(shape, dtype) for k, (shape, dtype) in clips.spec().items()}
         sys.setprofile(count)
         try:
-            clips.read(sample, np.random.default_rng(sample), out)
+            source.read(sample, np.random.default_rng(sample), out)
         finally:
             sys.setprofile(None)
         np.testing.assert_array_equal(out["video"], decord_frames(path, out["frames"], (64, 85))[:, 8:56, 18:66])

@@ -403,7 +403,7 @@ def test_scan_keeps_the_spans_of_its_input_manifest(dataset, tmp_path):
     scan([src], tmp_path / "part.csv", workers=1)
     assert open(tmp_path / "part.csv").read() == "".join(lines)
     clips = shmloader.VideoClips.from_csv(str(out), clip_len=5, sampling="center", size=(48, 64))
-    assert clips._known is not None and clips.spans.tolist() == [[0, 1], [1.2, np.inf], [0.5, 2], [0, 0.4]]
+    assert clips.manifest is not None and clips.spans.tolist() == [[0, 1], [1.2, np.inf], [0.5, 2], [0, 0.4]]
     with shmloader.Loader(clips, batch_size=4, workers=1, timeout=60) as loader:
         (b,) = list(loader)
     # 25 fps: the centre 5 frames of frames 0-24, 30-59, 0-9; gap.mkv: frames 12-49 by its stored times

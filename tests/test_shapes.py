@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader.video.decoders import Decord
+from shmloader.video.decord import Decord
 from shmloader.video.decoding import Decoding
 from shmloader.video.evidence import probe_with_evidence, seek_positions
 from shmloader.video.probe import DECORD_SHAPES, probe

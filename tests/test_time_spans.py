@@ -184,7 +184,7 @@ def test_a_scan_manifest_with_spans_is_read_without_probing(timed_videos, tmp_pa
     m = write_csv(tmp_path / "m.csv", rows, fields=(*COLUMNS, "start", "end"))
     clips = shmloader.VideoClips.from_csv(m, label_column=None, clip_len=4, sampling="uniform", clips_per_video=2,
                                           size=(48, 64))
-    assert clips._known is not None and clips.spans is not None
+    assert clips.manifest is not None and clips.spans is not None
     got, _ = samples_of(clips, batch_size=3)
     for s in got:
         row = rows[int(s["index"])]

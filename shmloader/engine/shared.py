@@ -8,39 +8,14 @@ array rows, a million video paths and their labels — take memory once, not onc
 
 from __future__ import annotations
 
-import contextlib
 import math
 import mmap
 import os
-import threading
 import weakref
-from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["SharedArrays", "SharedStrings", "is_sharing", "sharing"]
-
-# Set while the loader pickles its config for the ring's workers, which inherit the segments'
-# descriptors: a source may then pickle its tables as descriptors. Anywhere else (a Ray task,
-# another machine) a descriptor means nothing, so sources pickle their data by value.
-_sharing = threading.local()
-
-
-@contextlib.contextmanager
-def sharing() -> Iterator[None]:
-    """Pickling inside this block is for the ring's workers (see ``is_sharing``)."""
-    depth = getattr(_sharing, "depth", 0)
-    _sharing.depth = depth + 1
-    try:
-        yield
-    finally:
-        _sharing.depth = depth
-
-
-def is_sharing() -> bool:
-    """Is this thread pickling for the ring's workers, which inherit shared descriptors?"""
-    return getattr(_sharing, "depth", 0) > 0
-
+__all__ = ["SharedArrays", "SharedStrings"]
 
 class SharedArrays:
     """``{name: array}`` copied into a shared segment; pickles as its descriptor and layout."""

@@ -8,7 +8,7 @@ process never reads a sample; it only plans which index goes where.
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -37,6 +37,20 @@ class Source(Protocol):
 
     def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
         """Write sample ``index`` into ``out`` (arrays of exactly ``spec`` shape and dtype)."""
+
+
+@runtime_checkable
+class Described(Protocol):
+    """A dataset described apart from what reads it (``VideoClips``): each loader asks it for the
+    source its workers run, and owns that (shared tables, per-loader state)."""
+
+    def __len__(self) -> int: ...
+
+    def spec(self) -> Spec: ...
+
+    def describe(self, index: int) -> str: ...
+
+    def for_workers(self) -> Source: ...
 
 
 def normalize_spec(spec) -> Spec:
@@ -102,7 +116,7 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) or 1
 
 
-def probe_transform(source: Source, transform, seed: int):
+def probe_transform(source: Source | Described, transform, seed: int):
     """Run ``transform`` once on a zero sample to learn what it produces.
 
     Returns (output spec, decode spec or None). The decode spec is set when the transform

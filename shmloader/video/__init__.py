@@ -1,7 +1,8 @@
 """Video: everything that turns a path into frames.
 
-What lives here: ``VideoClips``, the video source (``clips``); reading a file's frame truth
-(``probe``); the two decoders, decord and PyAV (``decoders``); where clips go in a video
+What lives here: ``VideoClips``, the description of a video dataset (``clips``), and what a loader
+runs for it (``tables``) and reads it with (``reader``); reading a file's frame truth (``probe``);
+the two decoders, decord and PyAV (``decord``, ``pyav``, sharing ``decoders``); where clips go in a video
 (``sampling``); manifests and ``shmloader scan`` (``manifest``, ``scan``); local, remote and tar
 reads (``storage``); the synthetic sample videos (``samples``).
 

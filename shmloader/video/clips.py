@@ -17,29 +17,33 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Sequence
+from functools import cached_property
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..engine.shared import SharedStrings
-from ..engine.source import Spec, check_int
+from ..engine.source import Spec, check_choice, check_int
 from .listing import SHARD_VIDEO_KEYS, csv_listing, shard_listing
-from .manifest import URL, VIDEO_EXTENSIONS, class_folders, walk_folder
+from .manifest import MANIFEST_INTS, URL, VIDEO_EXTENSIONS, class_folders, walk_folder
 from .media import is_remote, local_path
 from .probe import DECODERS
 from .reader import ClipReader
 from .sampling import check_clip_options, check_spans
 from .storage import Storage
-from .tables import SharedColumns
+from .tables import SharedClips
 
 __all__ = ["VideoClips"]
 
 _DECODER_CHOICES = ("auto", *DECODERS)
 FETCH_OPTIONS = ("retries", "timeout", "block_size", "cache_bytes", "stat_ttl")
+# Columns of a scan manifest a reader takes instead of probing (``video.manifest.row_info``), and
+# of tar members' places (``from_shards``).
+MANIFEST_COLUMNS = (*MANIFEST_INTS, "fps", "decoder", "cfr")
+MEMBER_COLUMNS = ("offset", "size")
 
 
-
-class VideoClips(SharedColumns):
+class VideoClips:
     """Clips from video files, decoded in the workers.
 
     Each sample, with ``K = clips_per_sample`` clips and ``V`` views (``K``, or ``3 * K`` with
@@ -107,10 +111,14 @@ class VideoClips(SharedColumns):
     :param storage_options: options of the fsspec filesystem (credentials, endpoint), or one
         dict per protocol.
     :param fetch: ``retries``, ``timeout``, ``block_size``, ``cache_bytes``, ``stat_ttl`` of remote reads.
+    :param manifest: a scan manifest's probe columns, one row per path (``from_csv``).
+    :param members: tar members' ``offset`` and ``size`` per path, -1 where unknown (``from_shards``).
+    :param classes: the class names, label ``i`` is ``classes[i]`` (``from_folder``).
     :raises ValueError: a bad argument, naming it.
-    """
 
-    classes: list[str]  # the class folder names, label i is classes[i] (from_folder only)
+    A ``VideoClips`` is a description and does not change once made (``with_options`` makes a
+    changed copy); each loader keeps what it needs to run it (``for_workers``).
+    """
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None = None, *,
                  clip_len: int | None = None, frame_step: int = 1, clips_per_video: int = 1,
@@ -120,7 +128,9 @@ class VideoClips(SharedColumns):
                  scale: int | tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
                  crop_at: str = "center", group_clips: bool = False, allow_urls: bool = False,
                  decode_threads: int = 1, decoder: str = "auto",
-                 storage_options: dict[str, Any] | None = None, fetch: dict[str, Any] | None = None) -> None:
+                 storage_options: dict[str, Any] | None = None, fetch: dict[str, Any] | None = None,
+                 manifest: Mapping[str, np.ndarray] | None = None, members: Mapping[str, np.ndarray] | None = None,
+                 classes: Sequence[str] | None = None) -> None:
         given = _path_list(paths)
         if not given:
             raise ValueError("paths is empty")
@@ -130,8 +140,7 @@ class VideoClips(SharedColumns):
             size=size, scale=scale, crop=crop, crop_at=crop_at, max_frames=max_frames)
         times = check_spans(spans, len(given))
         codes = None if labels is None else _checked_labels(labels, len(given))
-        if decoder not in _DECODER_CHOICES:
-            raise ValueError(f"decoder must be one of {_DECODER_CHOICES}, got {decoder!r}")
+        check_choice("decoder", decoder, _DECODER_CHOICES)
         check_int("decode_threads", decode_threads, 1)
         if not isinstance(group_clips, bool):
             raise ValueError(f"group_clips must be True or False, got {group_clips!r}")
@@ -170,13 +179,26 @@ class VideoClips(SharedColumns):
         if size is None and scale is None and crop is None:
             size = _native_size(self.paths[0], self.storage)
         self.size = size  # the size frames are decoded at, when it is fixed
-        self._reader: ClipReader | None = None  # in a worker (worker_init)
-        self._known: dict[str, np.ndarray] | None = None  # manifest columns, see from_csv
-        self._members: dict[str, np.ndarray] | None = None  # offset, size of tar members, see from_shards
-        self._table: SharedStrings | None = None
-        # Encoded now, so that a loader over a million videos starts as fast as over eight.
-        self._encoded = SharedStrings.encode(self.paths)
-        self._users = 0  # loaders holding the table (acquire/release)
+        _read_only(self.labels, self.spans, self.files)
+        self.manifest = _columns("manifest", manifest, MANIFEST_COLUMNS, len(resolved))
+        self.members = _columns("members", members, MEMBER_COLUMNS, len(resolved))
+        self.classes = None if classes is None else [str(c) for c in classes]
+        # Encoded now, so that a loader over a million videos starts as fast as over eight (not
+        # pickled: a loader over a copy encodes them when it starts).
+        self._encoded: tuple[np.ndarray, np.ndarray] | None = SharedStrings.encode(self.paths)
+        self._made = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_made"):
+            raise AttributeError(f"a VideoClips does not change once made: with_options({name}=...) "
+                                 f"makes a copy with another {name}")
+        super().__setattr__(name, value)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """By value, without what is derived from the paths (a few bytes less per Ray task)."""
+        state = self.__dict__.copy()
+        state["_encoded"] = None
+        return state
 
     @classmethod
     def from_folder(cls, root: str | os.PathLike[str], *, extensions: Sequence[str] = VIDEO_EXTENSIONS,
@@ -184,9 +206,7 @@ class VideoClips(SharedColumns):
         """Videos in class sub-folders ``root/<class>/*.mp4``, labelled in the sorted class names'
         order: ``clips.classes[i]`` names label ``i``."""
         found = _class_videos(root := os.path.abspath(os.fspath(root)), extensions)
-        clips = cls([p for p, _ in found], [label for _, label in found], **kwargs)
-        clips.classes = class_folders(root)
-        return clips
+        return cls([p for p, _ in found], [label for _, label in found], classes=class_folders(root), **kwargs)
 
     @classmethod
     def from_csv(cls, manifest: str | os.PathLike[str], *, path_column: str = "path",
@@ -208,9 +228,7 @@ class VideoClips(SharedColumns):
         listed = csv_listing(manifest, path_column, label_column, start_column, end_column)
         if "spans" not in kwargs and listed.spans is not None:
             kwargs["spans"] = listed.spans
-        clips = cls(listed.paths, listed.labels, **kwargs)
-        clips._known, clips._members = listed.known, listed.members
-        return clips
+        return cls(listed.paths, listed.labels, manifest=listed.known, members=listed.members, **kwargs)
 
     @classmethod
     def from_shards(cls, urls: str | Sequence[str], *, video_key: str | Sequence[str] = SHARD_VIDEO_KEYS,
@@ -227,9 +245,8 @@ class VideoClips(SharedColumns):
         and size and read a member by byte range (``tar://key.mp4::<shard>`` paths).
         """
         listed = shard_listing(urls, video_key, label_key, Storage(storage_options, **(fetch or {})))
-        clips = cls(listed.paths, listed.labels, storage_options=storage_options, fetch=fetch, **kwargs)
-        clips._members = listed.members
-        return clips
+        return cls(listed.paths, listed.labels, storage_options=storage_options, fetch=fetch,
+                   members=listed.members, **kwargs)
 
     def options(self) -> dict[str, Any]:
         """The constructor's keyword arguments that made this source (paths aside)."""
@@ -241,17 +258,14 @@ class VideoClips(SharedColumns):
                     size=None if self.native else self.size, scale=self.scale, crop=self.crop,
                     crop_at=self.crop_at, group_clips=self.group_clips, allow_urls=True,
                     decode_threads=self.decode_threads, decoder=self.decoder,
-                    storage_options=self.storage.options, fetch=self.fetch)
+                    storage_options=self.storage.options, fetch=self.fetch, manifest=self.manifest,
+                    members=self.members, classes=self.classes)
 
     def with_options(self, **changes: Any) -> VideoClips:
         """A copy with some constructor arguments changed, e.g. ``sampling="uniform"`` for evaluation."""
         kwargs = self.options()
         kwargs.update(changes)
-        clips = type(self)(self.paths, **kwargs)
-        clips._known, clips._members = self._known, self._members
-        if hasattr(self, "classes"):
-            clips.classes = self.classes
-        return clips
+        return type(self)(self.paths, **kwargs)
 
     def for_eval(self) -> VideoClips:
         """The same clips made deterministic for evaluation: ``sampling="uniform"`` instead of
@@ -272,8 +286,11 @@ class VideoClips(SharedColumns):
 
     def fingerprint(self) -> str:
         """A hash of the videos, in order, and their labels, which a loader's saved state carries."""
-        self._fingerprint: str = getattr(self, "_fingerprint", None) or _fingerprint(self.paths, self.labels)
-        return self._fingerprint
+        return self._digest
+
+    @cached_property
+    def _digest(self) -> str:  # cached_property writes the instance's dict: no __setattr__
+        return _fingerprint(self.paths, self.labels)
 
     @property
     def views(self) -> int:
@@ -317,28 +334,15 @@ class VideoClips(SharedColumns):
         name = repr(self.storage.name(self.paths[v]))
         return f"{name}, clip {c}" if self.clips_per_video > 1 else name
 
-    def worker_init(self) -> None:
-        self._restore_columns()
-        self._reader = self.reader().load_decoders()
-
     def reader(self) -> ClipReader:
         """A reader of these samples in this process: ``reader().read([0, 5, 9])`` gives their
         arrays as a loader's batch holds them (``video.reader``), with no loader running."""
         return ClipReader(self)
 
-    def counters(self) -> dict[str, int]:
-        """In a worker: what its reader counted (``ClipReader.counters``); the loader's
-        ``stats()`` sums them over its workers (``engine.protocol.COUNTS``)."""
-        return {} if self._reader is None else self._reader.counters()
-
-    def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
-        self.read_many([index], [rng], [out])
-
-    def read_many(self, indices: list[int], rngs: list[np.random.Generator],
-                  outs: list[dict[str, np.ndarray]], epoch_key: tuple[int, int] | None = None) -> None:
-        """In a worker: samples ``indices`` written into ``outs`` (``ClipReader.read_into``)."""
-        assert self._reader is not None, "the reader is made in the workers (worker_init)"
-        self._reader.read_into(indices, rngs, outs, epoch_key)
+    def for_workers(self) -> SharedClips:
+        """What one loader's workers run for these clips (its columns shared, its workers' probes
+        shared): the loader that asks owns it (``video.tables``)."""
+        return SharedClips(self, self._encoded)
 
 
 def _native_size(path: str, storage: Storage) -> tuple[int, int]:
@@ -410,6 +414,28 @@ def _checked_paths(given: list[str], allow_urls: bool) -> tuple[list[str], bool]
     for protocol in protocols - {"file"}:
         Storage.filesystem_class(protocol)
     return resolved, bool(protocols)
+
+
+def _columns(name: str, given: Mapping[str, np.ndarray] | None, names: tuple[str, ...],
+             count: int) -> dict[str, np.ndarray] | None:
+    """``given`` as read-only arrays of one row per path; ValueError naming what is wrong."""
+    if given is None:
+        return None
+    if set(given) != set(names):
+        raise ValueError(f"{name} must have the columns {names}, got {sorted(given)}")
+    out = {}
+    for k in names:
+        out[k] = a = np.array(given[k], copy=True)
+        if a.shape[:1] != (count,):
+            raise ValueError(f"{name}[{k!r}] has shape {a.shape}: one row per path ({count})")
+        _read_only(a)
+    return out
+
+
+def _read_only(*arrays: np.ndarray | None) -> None:
+    for a in arrays:
+        if a is not None:
+            a.flags.writeable = False
 
 
 def _checked_labels(labels: Sequence[int], count: int) -> np.ndarray:

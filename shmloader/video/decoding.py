@@ -14,7 +14,8 @@ from typing import cast
 import numpy as np
 
 from ..engine.native_log import damage_seen
-from .decoders import Decord, DecoderLimit
+from .decoders import DecoderLimit
+from .decord import Decord
 from .probe import VideoInfo, probe
 from .pyav import PyAV, OffTimeline, byte_ranges
 from .storage import LOCAL, Storage, first_line

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .decoders import Decord, DecoderLimit
+from .decoders import DecoderLimit
+from .decord import Decord
 from .media import Media
 from .probe import VideoInfo, probe
 from .pyav import PyAV

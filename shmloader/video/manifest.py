@@ -16,7 +16,7 @@ import numpy as np
 
 from .probe import DECODERS, VideoInfo
 
-__all__ = ["VIDEO_EXTENSIONS", "URL", "class_folders", "walk_folder", "iter_manifest", "known_columns", "row_info"]
+__all__ = ["VIDEO_EXTENSIONS", "URL", "MANIFEST_INTS", "class_folders", "walk_folder", "iter_manifest", "known_columns", "row_info"]
 
 # Every container FFmpeg reads that video datasets ship in (matched without regard to case).
 VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".vob", ".ts", ".m2ts",
@@ -28,7 +28,7 @@ URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
 
 # Manifest columns (written by `shmloader scan`) that spare the workers a probe; with `bytes`
 # and `mtime_ns` a row is trusted only while its file is unchanged.
-_MANIFEST_INTS = ("frames", "height", "width", "rotation", "bytes", "mtime_ns")
+MANIFEST_INTS = ("frames", "height", "width", "rotation", "bytes", "mtime_ns")
 
 
 def class_folders(root: str) -> list[str]:
@@ -90,15 +90,15 @@ def iter_manifest(manifest: str, path_column: str = "path",
 
 def known_columns(rows: list[dict]) -> dict[str, np.ndarray] | None:
     """The probe columns of a ``shmloader scan`` manifest, as arrays (frames 0: not known)."""
-    need = (*_MANIFEST_INTS, "fps", "decoder", "problem")
+    need = (*MANIFEST_INTS, "fps", "decoder", "problem")
     if not rows or not all(c in rows[0] for c in need):
         return None
     n = len(rows)
-    known = {c: np.zeros(n, np.int64) for c in _MANIFEST_INTS}
+    known = {c: np.zeros(n, np.int64) for c in MANIFEST_INTS}
     known.update(fps=np.zeros(n, np.float64), decoder=np.zeros(n, np.int8), cfr=np.zeros(n, np.bool_))
     for i, row in enumerate(rows):
         try:
-            values = {c: int(row[c]) for c in _MANIFEST_INTS}
+            values = {c: int(row[c]) for c in MANIFEST_INTS}
             fps, decoder = float(row["fps"]), DECODERS.index(row["decoder"])
         except (TypeError, ValueError):
             continue  # a file the scan could not read: probed (and reported) when it is loaded

@@ -53,6 +53,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..engine.source import check_choice
 from .media import Media
 from .mp4index import INDEXED_MIN_FRAMES, from_index
 from .packets import RAW_EXTENSIONS, Pass, RawStream, open_gop, read_open
@@ -179,8 +180,7 @@ def probe(path: str | Media, *, check: str = "headers", index: bool = True,
     Raises FileNotFoundError, ValueError (no video stream, no frames) or PyAV's error for a file
     FFmpeg cannot open.
     """
-    if check not in CHECKS:
-        raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
+    check_choice("check", check, CHECKS)
     storage = storage or LOCAL
     media = path if isinstance(path, Media) else storage.resolve(path)
     r = _read(media, "first" if check == "headers" else check, index=index, storage=storage)

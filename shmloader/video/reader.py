@@ -9,48 +9,99 @@ batch of fresh arrays — the fields of the loader's batches (``video``, ``label
 or a GPU decoder calls it as the ring's workers call ``read_into`` on slots. Sample ``i`` of
 epoch ``e`` draws from the generator ``(seed, e, i)`` in both, so the same ids give the same
 clips wherever they are read.
+
+NOTE [ Where a probe comes from ]
+
+One lookup, for ring workers and Ray tasks alike (``ClipReader._info``): the file's scan
+manifest row while the file is unchanged; else the probe this reader keeps (``Decoding``, by the
+file's size and mtime); else the one another worker of the loader published (``video.probestore``,
+ring workers only); else probed here, and published. A worker that finds another probing the file
+waits for its result, bounded by ``_PROBE_WAIT_S``; remote files of one task are probed together
+(``_probe_ahead``), through the same steps.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from ..engine.source import seeded
+from ..engine.source import Spec, seeded
 from .decoding import Decoding
 from .manifest import row_info
 from .media import split_member
 from .probe import VideoInfo
 from .probestore import ProbeStore
 from .sampling import SEGMENTS, clip_frames, crop_windows, rate_frames, scaled_size
+from .storage import Storage
 
-__all__ = ["ClipReader"]
+__all__ = ["ClipReader", "Clips"]
 
 # How long a worker waits for another that is probing the same remote file before it probes the
 # file itself (a probe's requests have their own deadlines; this only bounds the wait).
 _PROBE_WAIT_S = 60.0
 
 
+class Clips(Protocol):
+    """What a reader reads of a dataset's description (``VideoClips``, which makes readers: the
+    reader knows it only by these)."""
+
+    labels: np.ndarray | None
+    spans: np.ndarray | None
+    files: np.ndarray | None
+    manifest: dict[str, np.ndarray] | None
+    members: dict[str, np.ndarray] | None
+    storage: Storage
+    remote: bool
+    decoder: str
+    decode_threads: int
+    clip_len: int
+    frame_step: int
+    clips_per_video: int
+    clips_per_sample: int
+    sampling: str
+    fps: float | None
+    max_frames: int | None
+    short_video: str
+    native: bool
+    size: tuple[int, int] | None
+    scale: tuple[int, int] | None
+    crop: tuple[int, int] | None
+    crop_at: str
+    group_clips: bool
+
+    def __len__(self) -> int: ...
+
+    @property
+    def paths(self) -> Sequence[str]: ...  # a list, or in a worker the shared table
+
+    @property
+    def views(self) -> int: ...
+
+    def spec(self) -> Spec: ...
+
+    def describe(self, index: int) -> str: ...
+
+
 class ClipReader:
     """Samples of ``clips`` read into arrays in this process (see the module's docstring).
 
     :param clips: the dataset's description.
+    :param probes: the probes a loader's workers share (``video.probestore``); None elsewhere.
     """
 
-    def __init__(self, clips: Any) -> None:  # a VideoClips (clips.py makes readers: not imported here)
+    def __init__(self, clips: Clips, probes: ProbeStore | None = None) -> None:
         self.clips = clips
         self.decoding = Decoding(clips.decode_threads, clips.decoder, clips.storage)
-        # A loader's workers share remote probes (video.probestore); a reader elsewhere has none.
-        self._shared: ProbeStore | None = getattr(clips, "_probe_store", None)
+        self._shared = probes
         # Frames a decoder goes through for the passes whose keyframes the probe knows (all of
         # them, lead = those no clip shows, head = those before each pass's first frame) and the
         # frames those passes deliver (``Loader.stats``: frames decoded per delivered frame).
         self.frames = dict.fromkeys(("frames_decoded", "frames_lead", "frames_head", "frames_delivered"), 0)
 
     def __reduce__(self) -> tuple[type, tuple[Any]]:
-        """Pickled as its description alone (by value, see ``video.tables``): the probes and
-        open files it caches belong to this process."""
+        """Pickled as its description alone (by value): the probes and open files it caches,
+        and the shared probes' descriptor, belong to this process."""
         return (type(self), (self.clips,))
 
     def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]:
@@ -83,56 +134,54 @@ class ClipReader:
                 "reprobes": d.reprobes, "probes": d.probes, **self.clips.storage.counters(), **self.frames}
 
     def _info(self, v: int, path: str) -> VideoInfo:
-        """Video ``v`` as the probe sees it: its manifest row while the file is unchanged."""
-        vc = self.clips
-        members = vc._members
-        member = split_member(path) if members is not None else None
-        if members is not None and member is not None and members["size"][v] >= 0:  # no header is read
-            vc.storage.add_members(member[1], {member[0]: (int(members["offset"][v]), int(members["size"][v]))})
-        row = None if vc._known is None else row_info(vc._known, v, path)
+        """Video ``v`` as the probe sees it (NOTE [ Where a probe comes from ])."""
+        row = self._manifest_row(v, path)
         if row is not None:
             return self.decoding.info(path, *row)
         shared = self._shared
-        if shared is None or self.decoding.kept(path) is not None:
-            return self.decoding.info(path)
-        info = shared.get(v)
-        if info is None:
+        if shared is not None and not self._have(v, path):
             with shared.probing(v, _PROBE_WAIT_S) as mine:  # another worker may be probing it
-                info = shared.get(v)
-                if info is None:
+                if not self._have(v, path):
                     info = self.decoding.info(path)
                     if mine:
                         shared.put(v, info)
                     return info
-        self.decoding.adopt(path, info)
         return self.decoding.info(path)
 
+    def _manifest_row(self, v: int, path: str) -> tuple[VideoInfo, tuple[int, int]] | None:
+        """Row ``v`` of the scan manifest, if any, and the tar member's place the reader is told."""
+        vc = self.clips
+        members = vc.members
+        member = split_member(path) if members is not None else None
+        if members is not None and member is not None and members["size"][v] >= 0:  # no header is read
+            vc.storage.add_members(member[1], {member[0]: (int(members["offset"][v]), int(members["size"][v]))})
+        return None if vc.manifest is None else row_info(vc.manifest, v, path)
+
+    def _have(self, v: int, path: str) -> bool:
+        """Does this reader hold file ``v``'s probe: its own, or one taken from the shared ones?"""
+        if self.decoding.kept(path) is not None:
+            return True
+        info = None if self._shared is None else self._shared.get(v)
+        if info is not None:
+            self.decoding.adopt(path, info)
+        return info is not None
+
     def _probe_ahead(self, files: list[int]) -> None:
-        """Probe the remote files ``files`` together, but not those another worker of the loader
-        has probed (taken from it) or is probing (``_info`` waits for it)."""
-        vc, shared, decoding = self.clips, self._shared, self.decoding
-        if shared is None:
-            decoding.probe_ahead([vc.paths[v] for v in files])
-            return
-        mine = []
+        """Probe the remote files ``files`` together (NOTE [ Where a probe comes from ]), but not
+        those another worker has probed (taken from it) or is probing (``_info`` waits for it)."""
+        vc, shared = self.clips, self._shared
+        mine = [v for v in files if not self._have(v, vc.paths[v]) and (shared is None or shared.try_probing(v))]
         try:
-            for v in files:
-                path = vc.paths[v]
-                if decoding.kept(path) is not None:
-                    continue
-                info = shared.get(v)
-                if info is not None:
-                    decoding.adopt(path, info)
-                elif shared.try_probing(v):
-                    mine.append(v)
-            decoding.probe_ahead([vc.paths[v] for v in mine])
-            for v in mine:
-                info = decoding.kept(vc.paths[v])
-                if info is not None:
-                    shared.put(v, info)
+            self.decoding.probe_ahead([vc.paths[v] for v in mine])
+            if shared is not None:
+                for v in mine:
+                    info = self.decoding.kept(vc.paths[v])
+                    if info is not None:
+                        shared.put(v, info)
         finally:
-            for v in mine:
-                shared.release(v)
+            if shared is not None:
+                for v in mine:
+                    shared.release(v)
 
     def read_into(self, indices: list[int], rngs: list[np.random.Generator],
                   outs: list[dict[str, np.ndarray]], epoch_key: tuple[int, int] | None = None) -> None:
@@ -235,7 +284,7 @@ def decode_cost(union: np.ndarray, keyframes: np.ndarray) -> tuple[int, int]:
     return int((frames - start + 1).sum()), int(frames[0] - start[0])
 
 
-def _fill(clips: Any, out: dict[str, np.ndarray], v: int, frames: np.ndarray, union: np.ndarray,
+def _fill(clips: Clips, out: dict[str, np.ndarray], v: int, frames: np.ndarray, union: np.ndarray,
           decoded: np.ndarray, rng: np.random.Generator, done: bool) -> None:
     """Sample ``out`` of row ``v``: its clips (and crop windows) copied out of ``decoded``
     (the frames ``union``), unless ``done`` (decoded straight into the slot), and its fields.

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.source import check_int
+from ..engine.source import check_choice, check_int
 
 __all__ = ["SAMPLINGS", "SEGMENTS", "SHORT_POLICIES", "CROP_AT", "check_clip_options", "check_spans",
            "clip_frames", "rate_frames", "span_frames", "scaled_size", "crop_windows"]
@@ -76,15 +76,12 @@ def check_clip_options(*, clip_len: int | None, frame_step: int, clips_per_video
     for name, v in (("clip_len", clip_len), ("frame_step", frame_step),
                     ("clips_per_video", clips_per_video), ("clips_per_sample", clips_per_sample)):
         check_int(name, v, 1)
-    if sampling not in SAMPLINGS:
-        raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
+    check_choice("sampling", sampling, SAMPLINGS)
     if sampling in SEGMENTS and (fps is not None or frame_step != 1):
         raise ValueError(f"sampling={sampling!r} takes one frame per segment of time: "
                          "it excludes fps and frame_step")
-    if short_video not in SHORT_POLICIES:
-        raise ValueError(f"short_video must be one of {SHORT_POLICIES}, got {short_video!r}")
-    if crop_at not in CROP_AT:
-        raise ValueError(f"crop_at must be one of {CROP_AT}, got {crop_at!r}")
+    check_choice("short_video", short_video, SHORT_POLICIES)
+    check_choice("crop_at", crop_at, CROP_AT)
     if fps is not None:
         if not isinstance(fps, (int, float, np.integer, np.floating)) or isinstance(fps, bool) \
                 or not np.isfinite(fps) or fps <= 0:

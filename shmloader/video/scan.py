@@ -49,7 +49,7 @@ import os
 from typing import Any, Iterable, Iterator
 
 from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
-from ..engine.source import check_int, check_seconds, usable_cpus
+from ..engine.source import check_choice, check_int, check_seconds, usable_cpus
 from .evidence import probe_with_evidence
 from .media import is_remote, member_url, split_member
 from .probe import CHECKS
@@ -237,8 +237,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     than the row's, or its probe timed out or crashed: those are probed again (``rechecked``,
     by reason). Labels and spans always come from the inputs. The manifest is then rewritten
     whole (a temporary file, renamed), and a run stopped after the earlier rows keeps its rows."""
-    if check not in CHECKS:
-        raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
+    check_choice("check", check, CHECKS)
     if workers is not None:
         check_int("workers", workers, 1)
     check_seconds("timeout", timeout)

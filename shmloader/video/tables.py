@@ -1,11 +1,13 @@
-"""A video source's columns in one shared segment for the ring's workers: paths (and labels,
-spans, a scan manifest's columns, tar members' places) mapped by each worker instead of
-unpickled into each, so a worker's memory does not grow with the number of videos.
+"""What one loader's workers run for a ``VideoClips``: the description's columns in one shared
+segment, and the probes of its remote files shared by the workers.
 
-That is how a source pickles for the ring (``engine.shared.sharing``). Pickled anywhere else —
-a Ray task, another machine, a user's own pickle — it carries its columns by value (paths,
-labels, spans, a scan manifest's probe columns, tar members' places): no descriptor, nothing
-probed again."""
+The columns (paths, and labels, spans, a scan manifest's probe columns, tar members' places) go
+to the workers as one ``memfd`` each maps, instead of unpickled into each, so a worker's memory
+does not grow with the number of videos. The loader that asked for a ``SharedClips``
+(``VideoClips.for_workers``) owns it: the engine opens the segments when it starts and closes
+them once its workers are gone. The description itself pickles by value (a Ray task, another
+machine, a user's own pickle): no descriptor, nothing probed again.
+"""
 
 from __future__ import annotations
 
@@ -13,92 +15,123 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.shared import SharedStrings, is_sharing
+from ..engine.shared import SharedStrings
+from ..engine.source import Spec
 from .probestore import ProbeStore
+from .reader import ClipReader, Clips
 
-__all__ = ["SharedColumns"]
+__all__ = ["SharedClips"]
+
+# The description's fields that travel in the shared segment, not in the pickle.
+_COLUMNS = ("labels", "spans", "files", "manifest", "members")
 
 
-class SharedColumns:
-    """What ``VideoClips`` shares with the workers of the loaders using it (``acquire`` /
-    ``release``), and how it pickles: ``paths`` becomes the shared table, the columns its names."""
+class SharedClips:
+    """The engine's source for ``clips`` (``engine.source.Source``): sample ``i`` is read by a
+    ``ClipReader`` of the description in each worker, with the loader's shared probes.
 
-    paths: Any
-    labels: np.ndarray | None
-    spans: np.ndarray | None
-    files: np.ndarray | None
-    _known: dict[str, np.ndarray] | None
-    _members: dict[str, np.ndarray] | None
-    _encoded: tuple[np.ndarray, np.ndarray] | None  # None once pickled
-    _table: SharedStrings | None
-    _users: int
-    remote: bool
-    _probe_store: ProbeStore | None = None  # remote files' probes, shared by the workers
+    :param clips: the description.
+    :param encoded: its paths as ``SharedStrings.encode`` gives them, where already encoded.
+    """
 
+    def __init__(self, clips: Clips, encoded: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        self.clips = clips
+        self._encoded = encoded
+        self._table: SharedStrings | None = None
+        self._probes: ProbeStore | None = None
+        self._reader: ClipReader | None = None  # in a worker (worker_init)
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    def spec(self) -> Spec:
+        return self.clips.spec()
+
+    def describe(self, index: int) -> str:
+        return self.clips.describe(index)
+
+    # ------------------------------------------------------------ the loader's process
     def _shared_table(self) -> SharedStrings:
-        """Paths and labels in one shared segment, made when a loader first sends this source to
-        its workers: each worker maps it instead of unpickling its own copy, so a worker's
-        memory does not grow with the number of videos."""
+        """The paths and columns in one segment, made when the loader first sends this to its
+        workers (the paths were encoded when the description was made)."""
         if self._table is None:
-            if self._encoded is None:  # pickled by value: encoded again where a loader uses it
-                self._encoded = SharedStrings.encode(list(self.paths))
-            columns: dict[str, np.ndarray] = {} if self.labels is None else {"labels": self.labels}
-            if self.spans is not None and self.files is not None:
-                columns.update(spans=self.spans, files=self.files)
-            columns.update({f"known_{k}": a for k, a in (self._known or {}).items()})
-            columns.update({f"member_{k}": a for k, a in (self._members or {}).items()})
-            self._table = SharedStrings(self._encoded, columns)
-            if self.remote:
-                self._probe_store = ProbeStore(len(self._table))
+            vc = self.clips
+            encoded = self._encoded if self._encoded is not None else SharedStrings.encode(list(vc.paths))
+            columns: dict[str, np.ndarray] = {} if vc.labels is None else {"labels": vc.labels}
+            if vc.spans is not None and vc.files is not None:
+                columns.update(spans=vc.spans, files=vc.files)
+            columns.update({f"manifest_{k}": a for k, a in (vc.manifest or {}).items()})
+            columns.update({f"members_{k}": a for k, a in (vc.members or {}).items()})
+            self._table = SharedStrings(encoded, columns)
+            if vc.remote:
+                self._probes = ProbeStore(len(self._table))
         return self._table
 
     @property
     def fds(self) -> tuple[int, ...]:
-        """Descriptors the workers must inherit (the shared path table, the shared probes)."""
+        """Descriptors the workers must inherit (the shared columns, the shared probes)."""
         table = self._shared_table()
-        return (table.fd,) if self._probe_store is None else (table.fd, self._probe_store.fd)
+        return (table.fd,) if self._probes is None else (table.fd, self._probes.fd)
 
     def acquire(self) -> None:
-        """A loader starts using this source: keep the shared table until it calls release()."""
-        self._users += 1
+        """The engine starts: the segments stay until ``release``."""
         self._shared_table()
 
     def release(self) -> None:
-        """A loader is done: the last one closes the table's descriptor (workers are gone)."""
-        self._users -= 1
-        if self._users <= 0 and self._table is not None:
+        """The engine's workers are gone: close the segments' descriptors."""
+        if self._table is not None:
             self._table.close()
             self._table = None
-            if self._probe_store is not None:
-                self._probe_store.close()
-                self._probe_store = None
+        if self._probes is not None:
+            self._probes.close()
+            self._probes = None
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_reader"] = None  # a worker makes its own (worker_init)
-        if not is_sharing():  # by value: usable in any process, on any machine
-            state["_table"], state["_users"], state["_encoded"] = None, 0, None
-            state["_probe_store"] = None  # the loader's workers' probes: a descriptor here only
-            return state
-        state["paths"] = self._shared_table()  # indexable like the list, a few bytes to pickle
-        state["_probe_store"] = self._probe_store
-        state["_table"], state["_users"], state["_encoded"] = None, 0, None
-        state["_has_labels"], state["labels"] = self.labels is not None, None
-        state["_has_spans"], state["spans"], state["files"] = self.spans is not None, None, None
-        state["_known"] = None if self._known is None else list(self._known)
-        state["_members"] = None if self._members is None else list(self._members)
-        return state
+        """For the loader's workers, which inherit the segments: the description without its
+        columns, and the segments as descriptors."""
+        described = self.clips.__getstate__()  # type: ignore[attr-defined]
+        present = [k for k in _COLUMNS if described[k] is not None]
+        for k in (*_COLUMNS, "paths"):
+            described[k] = None
+        for k in ("manifest", "members"):  # their names: the arrays are in the table
+            if k in present:
+                described[k] = list(getattr(self.clips, k))
+        return {"kind": type(self.clips), "described": described, "present": present,
+                "table": self._shared_table(), "probes": self._probes}
 
-    def _restore_columns(self) -> None:
-        """In a worker: the columns back from the shared table (see ``__getstate__``)."""
-        if not isinstance(self.paths, SharedStrings):  # pickled by value: the columns came along
-            return
-        table = self.paths
-        if self.__dict__.pop("_has_labels", False):
-            self.labels = table.column("labels")
-        if self.__dict__.pop("_has_spans", False):
-            self.spans, self.files = table.column("spans"), table.column("files")
-        if self._known is not None:
-            self._known = {k: table.column(f"known_{k}") for k in self._known}
-        if self._members is not None:
-            self._members = {k: table.column(f"member_{k}") for k in self._members}
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """In a worker: the description back, its columns views of the shared segment."""
+        table: SharedStrings = state["table"]
+        described = state["described"]
+        present = state["present"]
+        described["paths"] = table  # indexable like the list
+        if "labels" in present:
+            described["labels"] = table.column("labels")
+        if "spans" in present:
+            described["spans"], described["files"] = table.column("spans"), table.column("files")
+        for k in ("manifest", "members"):
+            if k in present:
+                described[k] = {name: table.column(f"{k}_{name}") for name in described[k]}
+        kind = state["kind"]
+        clips = kind.__new__(kind)
+        clips.__dict__.update(described)
+        self.clips, self._encoded, self._table = clips, None, None
+        self._probes, self._reader = state["probes"], None
+
+    # ------------------------------------------------------------ a worker
+    def worker_init(self) -> None:
+        self._reader = ClipReader(self.clips, probes=self._probes).load_decoders()
+
+    def counters(self) -> dict[str, int]:
+        """What this worker's reader counted (``ClipReader.counters``); the loader's ``stats()``
+        sums them over its workers (``engine.protocol.COUNTS``)."""
+        return {} if self._reader is None else self._reader.counters()
+
+    def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
+        self.read_many([index], [rng], [out])
+
+    def read_many(self, indices: list[int], rngs: list[np.random.Generator],
+                  outs: list[dict[str, np.ndarray]], epoch_key: tuple[int, int] | None = None) -> None:
+        """Samples ``indices`` written into ``outs`` (``ClipReader.read_into``)."""
+        assert self._reader is not None, "the reader is made in the workers (worker_init)"
+        self._reader.read_into(indices, rngs, outs, epoch_key)
