@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import shmloader
+from shmloader.video.clips import digest
 from shmloader.video.samples import read_codes
 
 pytestmark = pytest.mark.timeout(180)
@@ -92,6 +93,8 @@ def test_a_description_does_not_change_and_each_loader_runs_its_own(videos):
     copy = pickle.loads(pickle.dumps(clips))  # by value, as a Ray task gets it
     assert copy.paths == clips.paths and copy.labels.tolist() == labels[:4]
     assert copy.fingerprint() == clips.fingerprint() and copy.with_options(clip_len=2).clip_len == 2
+    # equal descriptions, equal digests, in any process (Ray's task workers key readers by it)
+    assert digest(copy) == digest(clips) != digest(clips.with_options(clip_len=2))
     with pytest.raises(AttributeError):
         copy.sampling = "uniform"
     a = shmloader.Loader(clips, batch_size=2, workers=1)

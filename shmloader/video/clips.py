@@ -33,7 +33,7 @@ from .sampling import check_clip_options, check_spans
 from .storage import Storage
 from .tables import SharedClips
 
-__all__ = ["VideoClips"]
+__all__ = ["VideoClips", "digest"]
 
 _DECODER_CHOICES = ("auto", *DECODERS)
 FETCH_OPTIONS = ("retries", "timeout", "block_size", "cache_bytes", "stat_ttl")
@@ -198,6 +198,7 @@ class VideoClips:
         """By value, without what is derived from the paths (a few bytes less per Ray task)."""
         state = self.__dict__.copy()
         state["_encoded"] = None
+        state.pop("_digest", None)
         return state
 
     @classmethod
@@ -361,6 +362,35 @@ def _first_rows(paths: list[str]) -> np.ndarray:
     """For every row, the index of the first row with the same path."""
     first: dict[str, int] = {}
     return np.fromiter((first.setdefault(p, i) for i, p in enumerate(paths)), np.int64, len(paths))
+
+
+def digest(clips: VideoClips) -> str:
+    """A hash of the whole description (videos, labels, options, manifest columns): equal
+    descriptions give equal digests in any process (Ray's task workers keep a reader per digest)."""
+    h = hashlib.sha256()
+    _feed(h, clips.__getstate__())
+    return h.hexdigest()[:16]
+
+
+def _feed(h: Any, value: Any) -> None:
+    """``value`` into the hash ``h`` by content (a pickle's bytes depend on shared references)."""
+    if isinstance(value, np.ndarray):
+        h.update(f"{value.dtype.str}{value.shape}".encode())
+        h.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, dict):
+        for k in sorted(value, key=str):
+            h.update(f"{k!r}:".encode())
+            _feed(h, value[k])
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        h.update("\0".join(value).encode("utf-8", "surrogateescape"))
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _feed(h, v)
+    elif isinstance(value, Storage):
+        _feed(h, value.__getstate__())
+    else:
+        h.update(repr(value).encode())
+    h.update(b";")
 
 
 def _fingerprint(paths: list[str], labels: np.ndarray | None) -> str:

@@ -107,7 +107,7 @@ class Storage:
         self._lock = threading.Lock()  # the cache and counts: fetches run in threads (prefetch_many)
         self._threads = None
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {"storage_options": self.options, "block_size": self.block_size, "cache_bytes": self.cache_bytes,
                 "retries": self.retries, "timeout": self.timeout, "stat_ttl": self.stat_ttl}
 
