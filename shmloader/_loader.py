@@ -122,10 +122,9 @@ class Loader:
             check_int("group_window", group_window, 1)
         elif group > 1:
             group_window = max(1, -(-_GROUP_WINDOW_BATCHES * batch_size // group))
-        self._plan = EpochPlan(len(source), batch_size, shuffle=shuffle, seed=seed,
-                               drop_remainder=drop_remainder, shard=tuple(shard), group=group,
-                               window=group_window or 1, span_epochs=bool(span_epochs),
-                               groups=getattr(source, "group_ids", lambda: None)())
+        self._plan = EpochPlan.for_source(source, batch_size, shuffle=shuffle, seed=seed,
+                                          drop_remainder=drop_remainder, shard=tuple(shard),
+                                          window=group_window or 1, span_epochs=bool(span_epochs))
         _check_has_batches(self._plan, epochs)
         self._start = (0, 0)  # (epoch, batch) where this loader's stream begins
         fingerprint = getattr(source, "fingerprint", None)
@@ -272,10 +271,7 @@ class Loader:
         """Serve only shard ``index`` of ``count`` of every epoch (one per host); before iterating."""
         if self._engine.started:
             raise LoaderError("set_shard() must come before the first batch")
-        p = self._plan
-        plan = EpochPlan(p.num_samples, p.batch_size, shuffle=p.shuffle, seed=p.seed,
-                         drop_remainder=p.drop_remainder, shard=(index, count), group=p.group,
-                         window=p.window, span_epochs=p.span_epochs, groups=p.groups)
+        plan = self._plan.sharded(index, count)
         _check_has_batches(plan, self._epochs)
         self._plan = plan
         self._engine.set_plan(plan)

@@ -66,6 +66,22 @@ class EpochPlan:
             raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
         self.shard = (index, count)
 
+    @classmethod
+    def for_source(cls, source: Any, batch_size: int, *, shuffle: bool, seed: int, drop_remainder: bool = False,
+                   shard: tuple[int, ...] = (0, 1), window: int = 1, span_epochs: bool = False) -> EpochPlan:
+        """The plan of ``source``'s samples, grouped as the source says (``group_size``, and
+        ``group_ids`` for groups of several sizes) where it says so: the loader's, and Ray's."""
+        groups = getattr(source, "group_ids", None)
+        return cls(len(source), batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
+                   shard=shard, group=int(getattr(source, "group_size", 1)), window=window,
+                   span_epochs=span_epochs, groups=None if groups is None else groups())
+
+    def sharded(self, index: int, count: int) -> EpochPlan:
+        """This plan, serving shard ``index`` of ``count``."""
+        return EpochPlan(self.num_samples, self.batch_size, shuffle=self.shuffle, seed=self.seed,
+                         drop_remainder=self.drop_remainder, shard=(index, count), group=self.group,
+                         window=self.window, span_epochs=self.span_epochs, groups=self.groups)
+
     def group_of(self, samples: Any) -> Any:
         """The group id of each of ``samples`` (an int or an array)."""
         return self.groups[samples] if self.groups is not None else samples // self.group
