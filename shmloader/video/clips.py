@@ -1,9 +1,9 @@
 """VideoClips: clips of ``clip_len`` frames decoded inside the workers.
 
 What a video holds (its frame count, timestamps, size as shown) comes from ``video.probe``, the
-presentation timeline libavformat gives; the frames come from decord or PyAV (``video.decoders``),
-chosen per file. Neither is imported here: the main process probes only the first video, when
-``size=None`` asks for the native size.
+presentation timeline libavformat gives; the frames come from decord or PyAV (``video.decord``,
+``video.pyav``), chosen per file. Neither is imported here: the main process probes only the
+first video, when ``size=None`` asks for the native size.
 
 Every sample's clips are decoded in one pass: the worker works out all their frames first
 (``video.sampling``), and its reader (``video.reader``) asks the file's decoder, decord or PyAV,
@@ -75,8 +75,10 @@ class VideoClips:
     to the filesystem (credentials, endpoint; or one dict per protocol). A remote file is read by
     byte range, only what a clip needs (NOTE [ Reading remote files ] in ``video.storage``), and
     PyAV decodes it. ``fetch``: how, per worker: ``retries`` (5) with backoff from 0.1 s,
-    ``timeout`` (30 s a request), ``block_size`` (128 KiB), ``cache_bytes`` (64 MiB). Other strings with a protocol prefix (FFmpeg's ``concat:``, ``pipe:``...)
-    are refused unless ``allow_urls=True``.
+    ``timeout`` (30 s a request), ``block_size`` (128 KiB), ``cache_bytes`` (64 MiB),
+    ``stat_ttl`` (how long a file's size and modification time are trusted before asked again,
+    60 s). Other strings with a protocol prefix (FFmpeg's ``concat:``, ``pipe:``...) are
+    refused unless ``allow_urls=True``.
 
     Which decoder: ``decoder="auto"`` lets each file's probe choose — decord only in the
     (container, codec) shapes whose random access is shown exact, and there not for long videos,
