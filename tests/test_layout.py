@@ -94,7 +94,7 @@ def test_every_module_of_the_package_is_in_the_wheel_list():
     assert listed == on_disk
 
 
-# The house's proportions (STYLE.md, "one concept per module"): a module past this many lines, or
+# The house's proportions (one concept per module): a module past this many lines, or
 # a class past this many, holds more than one concept.
 _MODULE_LINES = 450
 _CLASS_LINES = 300
