@@ -199,15 +199,15 @@ def measure_steps(batches: Iterable[Any], step: Callable[[Any], Any] | None, sec
 
 def measure_loader(source: Any, batch_size: int, workers: int, seconds: float,
                    step: Callable[[Any], Any] | None = None, device: Any = None,
-                   pin_memory: bool = False) -> dict[str, Any]:
+                   pin_memory: bool = False, warm: int | None = None) -> dict[str, Any]:
     """A shuffled, endless ``Loader`` over ``source`` through ``measure_steps`` for ``seconds``
-    once started (its first batches left out), batches on ``device`` where given: its figures
-    and the loader's ``stats()`` (``"stats"``)."""
+    once started (its first ``warm`` batches left out; None: 2 a worker), batches on ``device``
+    where given: its figures and the loader's ``stats()`` (``"stats"``)."""
     with Loader(source, batch_size=batch_size, workers=workers, shuffle=True, epochs=None) as loader:
         batches: Iterable[dict[str, Any]] = (
             loader if device is None else loader.as_torch(pin_memory=pin_memory, device=device))
-        m = measure_steps(batches, step, seconds, _WARMUP_BATCHES_PER_WORKER * workers, device,
-                          loader.worker_pids)
+        start = _WARMUP_BATCHES_PER_WORKER * workers if warm is None else warm
+        m = measure_steps(batches, step, seconds, start, device, loader.worker_pids)
         return {**m, "stats": loader.stats()}
 
 
