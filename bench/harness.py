@@ -190,9 +190,8 @@ def main(bench: Benchmark, argv: list[str]) -> int:
 def _measure(bench: Benchmark, args, ctx: dict) -> tuple[dict, list[dict], dict]:
     """Every cell ``--reps`` times, interleaved, then ``bench.after``: the machine (as the runs
     began), the runs and what ``after`` measured."""
-    from tqdm import tqdm
-
     from measure import machine_info
+    from tqdm import tqdm
 
     blocks = [b for b in bench.cells(args, ctx) if b]
     # Paid once, outside every measurement: the heavy imports and the forkserver's start.
