@@ -14,8 +14,9 @@ for a CPU smoke run), with random weights, SGD, bf16 autocast and channels-last 
 Every input row runs the same step on every batch for ``--seconds`` after a warm-up, measured
 as ``shmloader.calibrate`` measures (``shmloader._calibrate``), and reports clips/s, the fraction
 of the ceiling it reaches, and the CPU cores this process and its workers kept busy meanwhile.
-``--reps`` (default 1) repeats every row, interleaved (``harness.Benchmark``). Clips: ``--clip-len`` frames every 2nd, the short side scaled to
-``--short-side``, centre-cropped to ``--size`` (112 for most models, 224 for MViT / Swin3D).
+``--reps`` (default 1) repeats every row, interleaved (``harness.Benchmark``). Clips:
+``--clip-len`` frames every 2nd, the short side scaled to ``--short-side``, centre-cropped to
+``--size`` (112 for most models, 224 for MViT / Swin3D).
 Writes ``<out>/<name>.json``, ``.md`` and ``.png``.
 
     python bench/gpu_feed.py --videos 'data/*.mp4' --models r2plus1d_18,mvit_v2_s --workers 15

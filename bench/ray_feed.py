@@ -3,9 +3,9 @@
     flock /tmp/bench.lock python bench/ray_feed.py [--reps 3] [--videos 48] [--epochs 1] [--layout nodes|one]
 
 Cells, each one dataset (or loader) of ``--epochs`` epochs, interleaved over ``--reps``
-repetitions (``harness.Benchmark``) after a warm-up epoch each; with ``--epochs 3`` each start-up (Ray Data's executor,
-the loader's first batches) is paid once per 3 epochs, as in a training run that asks for its
-epochs up front:
+repetitions (``harness.Benchmark``) after a warm-up epoch each; with ``--epochs 3`` each
+start-up (Ray Data's executor, the loader's first batches) is paid once per 3 epochs, as in a
+training run that asks for its epochs up front:
 ``loader``: ``Loader(workers=2)``; ``ray``: ``shmloader.ray.dataset`` iterated with
 ``iter_batches``, on a local cluster: ``--layout nodes`` (a head with no CPU for tasks, which runs
 this driver, and two decode nodes of one CPU each, so both read on 2 cores and every clip moves
