@@ -1,11 +1,12 @@
 """``shmloader.calibrate``'s prediction beside a real training loop on this machine.
 
 For each step (a small CPU model: a 3-D convolution on the batch's first frames, then a sleep that
-stands for a GPU step the host waits for), ``--reps`` times: ``calibrate`` predicts the fed
-fraction one clip per sample; a real loop (the same loader settings, the step on every batch)
-measures it. Prints a Markdown table of the medians and writes it to ``--out``:
+stands for a GPU step the host waits for), ``--reps`` times, interleaved: ``calibrate`` predicts
+the fed fraction one clip per sample; a real loop (the same loader settings, the step on every
+batch: calibrate's own ``measure_loader``) measures it. Writes ``<out>/<name>.json`` and a
+Markdown table of the medians, ``.md`` (``harness.Benchmark``):
 
-    python bench/calibrate_check.py --reps 3 --out bench/results/calibrate-check-cpu2.md
+    python bench/calibrate_check.py --reps 3
 
 Videos: ``shmloader.samples.make_videos``, 16 of 120 frames, 96x128, a keyframe every 60; clips of
 8 frames every 2nd at 64x64, batch 4, 2 workers.
@@ -13,11 +14,19 @@ Videos: ``shmloader.samples.make_videos``, 16 of 120 frames, 96x128, a keyframe 
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(HERE), HERE]
+
+import harness
+import report
+
+BATCH, WORKERS = 4, 2
 
 
 def make_step(sleep_s: float):
@@ -35,60 +44,57 @@ def make_step(sleep_s: float):
     return step
 
 
-def real_fed(clips, step, ceiling: float, seconds: float, batch: int, workers: int) -> float:
-    import shmloader
-
-    with shmloader.Loader(clips, batch_size=batch, workers=workers, shuffle=True, epochs=None) as loader:
-        n, t0 = 0, 0.0
-        for i, b in enumerate(loader):
-            step(b)
-            if i == 2 * workers:
-                t0 = time.perf_counter()
-            elif i > 2 * workers:
-                n += len(b["video"])
-                if time.perf_counter() - t0 >= seconds:
-                    break
-        rate = n / (time.perf_counter() - t0)
-    return min(1.0, rate / ceiling)
+def options(p) -> None:
+    p.add_argument("--sleeps", type=float, nargs="+", default=[0.005, 0.4], help="seconds a step sleeps")
+    p.add_argument("--seconds", type=float, default=12,
+                   help="calibrate's seconds (no grouped rows: half each to the ceiling and the loader)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--sleeps", type=float, nargs="+", default=[0.005, 0.4], help="seconds a step sleeps")
-    parser.add_argument("--seconds", type=float, default=12, help="calibrate's seconds")
-    parser.add_argument("--out", help="write the table here too")
-    args = parser.parse_args(argv)
-
+def prepare(args, notes: list[str]) -> dict:
     import shmloader
     from shmloader.samples import make_videos
 
-    folder = tempfile.mkdtemp()
-    paths, labels = make_videos(folder, count=16, frames=120, size=(96, 128), gop=60)
-    clips = shmloader.VideoClips(paths, labels, clip_len=8, frame_step=2, size=(64, 64))
+    paths, labels = make_videos(tempfile.mkdtemp(), count=16, frames=120, size=(96, 128), gop=60)
+    return {"clips": shmloader.VideoClips(paths, labels, clip_len=8, frame_step=2, size=(64, 64)),
+            "steps": {s: make_step(s) for s in args.sleeps}}
+
+
+def run(sleep_s: float, rep: int, args, ctx: dict) -> dict:
+    import shmloader
+    from shmloader._calibrate import measure_loader
+
+    clips, step = ctx["clips"], ctx["steps"][sleep_s]
+    r = shmloader.calibrate(clips, step, batch_size=BATCH, workers=WORKERS, seconds=args.seconds,
+                            groupings=(), verbose=False)
+    real = measure_loader(clips, BATCH, WORKERS, max(3.0, args.seconds / 4), step=step)["samples_per_s"]
+    return {"sleep_s": sleep_s, "rep": rep, "predicted": r.one_clip.fed_fraction,
+            "real": min(1.0, real / r.ceiling), "needed": r.one_clip.workers_needed,
+            "short": r.one_clip.more_cores}
+
+
+def summarize(doc: dict, runs: list[dict], args, ctx: dict) -> None:
+    doc["rows"] = [{"sleep_s": s, **{k: statistics.median(r[k] for r in runs if r["sleep_s"] == s)
+                                     for k in ("predicted", "real", "needed", "short")}} for s in args.sleeps]
+
+
+def markdown(doc: dict) -> str:
     lines = ["| step | predicted fed | real fed | predicted / real | workers needed | cores short |",
              "|---|---:|---:|---:|---:|---:|"]
-    for sleep_s in args.sleeps:
-        step = make_step(sleep_s)
-        predicted, real, needed, short = [], [], [], []
-        for _ in range(args.reps):
-            r = shmloader.calibrate(clips, step, batch_size=4, workers=2, seconds=args.seconds, verbose=False)
-            row = r["one_clip"]
-            predicted.append(row["fed_fraction"])
-            needed.append(row["workers_needed"])
-            short.append(row["more_cores"])
-            real.append(real_fed(clips, step, r["ceiling"], max(3.0, args.seconds / 4), 4, 2))
-        p, q = statistics.median(predicted), statistics.median(real)
-        lines.append(f"| conv + {1e3 * sleep_s:g} ms | {p:.2f} | {q:.2f} | {p / q:.2f} | "
-                     f"{statistics.median(needed):g} | {statistics.median(short):g} |")
-    cpus = len(os.sched_getaffinity(0))
-    text = "\n".join(lines) + f"\n\nmedians of {args.reps}; {cpus} CPUs; `python bench/calibrate_check.py " \
-        + " ".join(argv if argv is not None else __import__("sys").argv[1:]) + "`\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-    return 0
+    for r in doc["rows"]:
+        lines.append(f"| conv + {1e3 * r['sleep_s']:g} ms | {r['predicted']:.2f} | {r['real']:.2f} | "
+                     f"{r['predicted'] / r['real']:.2f} | {r['needed']:g} | {r['short']:g} |")
+    lines += ["", f"medians of {doc['config']['reps']}; {doc['machine']['usable_cores']} CPUs; `{doc['command']}`", ""]
+    return "\n".join(lines + report.tail(doc))
+
+
+BENCH = harness.Benchmark(
+    script="bench/calibrate_check.py", name="calibrate-check-cpu2", about=__doc__, options=options,
+    prepare=prepare, cells=lambda args, ctx: [list(args.sleeps)], run=run, report=summarize, markdown=markdown,
+    plot=lambda doc, folder, name: [], label=lambda s: f"conv + {1e3 * s:g} ms", retry=False, preload=("torch",))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return harness.main(BENCH, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ for a CPU smoke run), with random weights, SGD, bf16 autocast and channels-last 
 * ``DataLoader``: torch's ``DataLoader`` with ``workers`` processes, each sample a decord
   ``VideoReader`` opened on the file and one ``get_batch`` (what most video training code does).
 
-Every input row runs the same step on every batch for ``--seconds`` after a warm-up and reports
-clips/s, the fraction of the ceiling it reaches, and the CPU cores busy meanwhile (psutil,
-the whole machine). Clips: ``--clip-len`` frames every 2nd, the short side scaled to
-``--short-side``, centre-cropped to ``--size`` (112 for most models, 224 for MViT / Swin3D).
+Every input row runs the same step on every batch for ``--seconds`` after a warm-up, measured
+as ``shmloader.calibrate`` measures (``shmloader._calibrate``), and reports clips/s, the fraction
+of the ceiling it reaches, and the CPU cores this process and its workers kept busy meanwhile.
+``--reps`` (default 1) repeats every row, interleaved (``harness.Benchmark``). Clips:
+``--clip-len`` frames every 2nd, the short side scaled to ``--short-side``, centre-cropped to
+``--size`` (112 for most models, 224 for MViT / Swin3D).
 Writes ``<out>/<name>.json``, ``.md`` and ``.png``.
 
     python bench/gpu_feed.py --videos 'data/*.mp4' --models r2plus1d_18,mvit_v2_s --workers 15
@@ -26,22 +28,19 @@ torchvision is needed for its models only (``pip install torchvision`` matching 
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
-import platform
 import statistics
 import sys
 import tempfile
-import time
-import types
 from collections.abc import Callable
-from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path[:0] = [os.path.dirname(HERE), HERE]
 
+import harness
 import numpy as np
+import report
 
 # Input size each model family was built for; the rest take 112.
 _SIZE_224 = ("mvit", "swin3d", "s3d")
@@ -91,13 +90,6 @@ def make_step(model_name: str, device: str, classes: int = 400) -> Callable[[dic
     return step
 
 
-def sync(device: str) -> None:
-    import torch
-
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
 # ------------------------------------------------------------------------- pipelines
 class DecordClips:
     """torch Dataset: a clip of a video per sample, as a DataLoader over decord does it: a
@@ -132,93 +124,116 @@ class DecordClips:
         return {"video": np.ascontiguousarray(frames[:, y:y + self.size, x:x + self.size]), "label": i % 400}
 
 
-def measure(batches, step: Callable[[dict], None], seconds: float, device: str, warm: int) -> dict:
-    """clips/s of ``step`` over ``batches`` for ``seconds`` after ``warm`` batches, and the CPU
-    cores the whole machine kept busy meanwhile."""
+def _size(model: str, args) -> tuple[int, int, int]:
+    """The crop side, the scaled short side and the batch size for ``model``."""
+    size = args.size or (224 if model.startswith(_SIZE_224) else 112)
+    return size, args.short_side or (256 if size == 224 else 128), args.batch or (16 if size == 224 else 32)
+
+
+def _children() -> list[int]:
     import psutil
 
-    n = 0
-    for i, batch in enumerate(batches):
-        step(batch)
-        if i == warm:
-            sync(device)
-            t0, cpu0 = time.perf_counter(), psutil.cpu_times()
-        elif i > warm:
-            n += len(batch["label"])
-            if time.perf_counter() - t0 >= seconds:
-                break
-    sync(device)
-    wall = time.perf_counter() - t0
-    cpu1 = psutil.cpu_times()
-    idle = (cpu1.idle + getattr(cpu1, "iowait", 0.0)) - (cpu0.idle + getattr(cpu0, "iowait", 0.0))
-    busy = sum(cpu1) - sum(cpu0) - idle
-    return {"clips_per_s": n / wall, "cores_busy": busy / wall, "seconds": wall}
+    return [c.pid for c in psutil.Process().children(recursive=True)]
 
 
-def run_model(model: str, paths: list[str], labels: list[int], args) -> list[dict]:
+def run(cell: tuple[str, str], rep: int, args, ctx: dict) -> dict:
+    """One input row of one model: calibrate's own measurements (``shmloader._calibrate``), the
+    step on every batch for ``--seconds``; the CPU cores this process and its workers kept busy."""
     import torch
 
     import shmloader
+    from shmloader._calibrate import measure_ceiling, measure_loader, measure_steps
 
-    size = args.size or (224 if model.startswith(_SIZE_224) else 112)
-    short = args.short_side or (256 if size == 224 else 128)
-    batch_size = args.batch or (16 if size == 224 else 32)
-    step = make_step(model, args.device)
-    clips = shmloader.VideoClips(paths, labels, clip_len=args.clip_len, frame_step=2, scale=short,
+    model, row = cell
+    size, short, batch_size = _size(model, args)
+    if model not in ctx["steps"]:
+        ctx["steps"][model] = make_step(model, args.device)
+    step = ctx["steps"][model]
+    clips = shmloader.VideoClips(ctx["paths"], ctx["labels"], clip_len=args.clip_len, frame_step=2, scale=short,
                                  crop=(size, size))
-    rows = []
-    base = {"model": model, "batch": batch_size, "clip": f"{args.clip_len}x{size}x{size}"}
-
-    def synthetic():
-        one = {"video": torch.zeros((batch_size, args.clip_len, size, size, 3), dtype=torch.uint8,
-                                    device=args.device),
-               "label": torch.zeros(batch_size, dtype=torch.int64, device=args.device)}
-        return iter(lambda: one, None)
-
-    def loader(source, k: int = 1):
-        with shmloader.Loader(source, batch_size=batch_size, workers=args.workers, shuffle=True,
-                              epochs=None) as ld:
-            yield from ld.as_torch(pin_memory=args.device.startswith("cuda"), device=args.device)
-
-    def dataloader():
-        ds = DecordClips(paths, args.clip_len, 2, short, size)
+    cuda = args.device.startswith("cuda")
+    if row == "synthetic":  # one batch of zeros already on the device, stepped over and over
+        rate, cpu = measure_ceiling(clips, step, batch_size, args.device, args.seconds)
+        m = {"samples_per_s": rate, "main_cpu_s": cpu, "worker_cpu_s": 0.0}
+    elif row == "DataLoader":
+        ds = DecordClips(ctx["paths"], args.clip_len, 2, short, size)
         sampler = torch.utils.data.RandomSampler(ds, replacement=True, num_samples=10**9)
         dl = torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=args.workers,
-                                         pin_memory=args.device.startswith("cuda"), persistent_workers=False,
-                                         prefetch_factor=4)
-        yield from dl
-
-    pipelines: dict[str, Callable[[], Any]] = {
-        "synthetic": synthetic,
-        "shmloader": lambda: loader(clips),
-        "shmloader grouped": lambda: loader(clips.with_options(clips_per_video=args.group, group_clips=True)),
-        "DataLoader": dataloader,
-    }
-    for row in args.rows.split(","):
-        it = pipelines[row]()
+                                         pin_memory=cuda, persistent_workers=False, prefetch_factor=4)
+        it = iter(dl)
         try:
-            r = measure(it, step, args.seconds, args.device, warm=args.warm)
+            m = measure_steps(it, step, args.seconds, args.warm, args.device, _children)
         finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
-        rows.append({**base, "input": row if row != "shmloader grouped" else f"shmloader grouped K={args.group}", **r})
-        print(f"{model:>14} {rows[-1]['input']:>24}: {r['clips_per_s']:8.1f} clips/s, {r['cores_busy']:.1f} cores busy",
-              flush=True)
-    ceiling = next((r["clips_per_s"] for r in rows if r["input"] == "synthetic"), None)
-    for r in rows:
+            del it  # its workers stop
+    else:
+        source = clips if row == "shmloader" else clips.with_options(clips_per_video=args.group, group_clips=True)
+        m = measure_loader(source, batch_size, args.workers, args.seconds, step=step, device=args.device,
+                           pin_memory=cuda, warm=args.warm)
+    return {"model": model, "batch": batch_size, "clip": f"{args.clip_len}x{size}x{size}", "rep": rep,
+            "input": row if row != "shmloader grouped" else f"shmloader grouped K={args.group}",
+            "clips_per_s": m["samples_per_s"], "cores_busy": (m["main_cpu_s"] + m["worker_cpu_s"]) * m["samples_per_s"]}
+
+
+def options(p) -> None:
+    p.add_argument("--models", default="r2plus1d_18,mvit_v2_s")
+    p.add_argument("--videos", help="a glob of video files (default: --make-videos synthetic ones)")
+    p.add_argument("--make-videos", type=int, default=64, help="write this many 340x256 30-fps videos, GOP 250")
+    p.add_argument("--frames", type=int, default=300, help="frames per written video (10 s)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--workers", type=int, default=max(1, len(os.sched_getaffinity(0)) - 1))
+    p.add_argument("--batch", type=int, help="default: 32 at 112, 16 at 224")
+    p.add_argument("--clip-len", type=int, default=16)
+    p.add_argument("--size", type=int, help="crop side; default 112, 224 for MViT/Swin3D/S3D")
+    p.add_argument("--short-side", type=int, help="default 128 at 112, 256 at 224")
+    p.add_argument("--group", type=int, default=8, help="clips_per_video of the grouped row")
+    p.add_argument("--rows", type=harness.names(_ROWS), default=list(_ROWS), help=f"of {','.join(_ROWS)}")
+    p.add_argument("--seconds", type=float, default=15.0)
+    p.add_argument("--warm", type=int, default=10, help="batches before the clock starts (the loaders' rows)")
+    p.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "shmloader-gpu-feed"))
+
+
+def prepare(args, notes: list[str]) -> dict:
+    if args.videos:
+        paths = sorted(glob.glob(args.videos))
+        if not paths:
+            raise SystemExit(f"no file matches {args.videos!r}")
+    else:
+        from shmloader.samples import make_videos
+
+        paths, _ = make_videos(args.folder, count=args.make_videos, frames=args.frames, size=(256, 340), fps=30,
+                               gop=250)
+    return {"paths": paths, "labels": [i % 400 for i in range(len(paths))], "steps": {}}
+
+
+def summarize(doc: dict, runs: list[dict], args, ctx: dict) -> None:
+    """The rows by model and input as asked, each with the fraction of its model's ceiling (the
+    synthetic row of the same repetition) it reached; the machine's GPU where it ran on one."""
+    import torch
+
+    models, rows = args.models.split(","), list(args.rows)
+    doc["rows"] = sorted(runs, key=lambda r: (models.index(r["model"]), rows.index(_row(r["input"])), r["rep"]))
+    for r in doc["rows"]:
+        ceiling = next((c["clips_per_s"] for c in runs if c["input"] == "synthetic" and c["model"] == r["model"]
+                        and c["rep"] == r["rep"]), None)
         r["fed_fraction"] = None if not ceiling else r["clips_per_s"] / ceiling
-    return rows
+    doc["config"]["videos"] = len(ctx["paths"])
+    doc["median_cores_busy"] = statistics.median(r["cores_busy"] for r in runs)
+    if torch.device(args.device).type == "cuda":
+        doc["machine"]["gpu"] = torch.cuda.get_device_name()
+
+
+def _row(name: str) -> str:
+    return "shmloader grouped" if name.startswith("shmloader grouped") else name
 
 
 # --------------------------------------------------------------------------- report
 def markdown(doc: dict) -> str:
     c = doc["config"]
     lines = ["# Feeding a GPU: the model's ceiling against each input pipeline", "",
-             f"Machine: {doc['machine']}  ", f"Command: `{doc['command']}`  ",
+             f"Machine: {report.machine_line(doc['machine'])}  ", f"Command: `{doc['command']}`  ",
              (f"{c['videos']} videos; clips of {c['clip_len']} frames every 2nd, short side scaled, centre-cropped; "
               f"{c['workers']} workers; device {c['device']}; {c['seconds']:g}-s windows after {c['warm']} warm-up "
-              "batches; one run each."), "",
+              f"batches; {c['reps']} run(s) each, interleaved. CPU cores busy: this process and its workers."), "",
              "| model, clip, batch | input | clips/s | x ceiling | CPU cores busy |", "|---|---|---|---|---|"]
     last = None
     for r in doc["rows"]:
@@ -227,14 +242,10 @@ def markdown(doc: dict) -> str:
         lines.append(f"| {head if head != last else ''} | {r['input']} | {r['clips_per_s']:.1f} | {fed} | "
                      f"{r['cores_busy']:.1f} |")
         last = head
-    lines += ["", f"![clips/s per input]({doc['plots'][0]})" if doc.get("plots") else ""]
-    return "\n".join(lines).rstrip() + "\n"
+    return "\n".join([*lines, "", *report.tail(doc, None)]).rstrip() + "\n"
 
 
 def plot(doc: dict, folder: str, name: str) -> list[str]:
-    sys.path.insert(0, HERE)
-    import report
-
     plt = report.pyplot()
     models = list(dict.fromkeys(r["model"] for r in doc["rows"]))
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.2), squeeze=False)
@@ -248,62 +259,15 @@ def plot(doc: dict, folder: str, name: str) -> list[str]:
 
 
 # report.py writes a committed result again from its json: it asks the script for BENCH.markdown.
-BENCH = types.SimpleNamespace(markdown=markdown, plot=plot)
-
-
-def machine(device: str) -> str:
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.machine())
-    text = f"{cpu}, {len(os.sched_getaffinity(0))} usable cores, Python {platform.python_version()}"
-    import torch
-
-    text += f", torch {torch.__version__}"
-    if torch.device(device).type == "cuda":
-        text += f", {torch.cuda.get_device_name()}"
-    return text
+BENCH = harness.Benchmark(
+    script="bench/gpu_feed.py", name="gpu-feed", about=__doc__, options=options, prepare=prepare,
+    cells=lambda args, ctx: [[(m, row) for row in args.rows] for m in args.models.split(",")], run=run,
+    report=summarize, markdown=markdown, plot=plot, label=lambda cell: f"{cell[0]} {cell[1]}", retry=False, reps=1,
+    preload=("torch",))
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="r2plus1d_18,mvit_v2_s")
-    p.add_argument("--videos", help="a glob of video files (default: --make-videos synthetic ones)")
-    p.add_argument("--make-videos", type=int, default=64, help="write this many 340x256 30-fps videos, GOP 250")
-    p.add_argument("--frames", type=int, default=300, help="frames per written video (10 s)")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--workers", type=int, default=max(1, len(os.sched_getaffinity(0)) - 1))
-    p.add_argument("--batch", type=int, help="default: 32 at 112, 16 at 224")
-    p.add_argument("--clip-len", type=int, default=16)
-    p.add_argument("--size", type=int, help="crop side; default 112, 224 for MViT/Swin3D/S3D")
-    p.add_argument("--short-side", type=int, help="default 128 at 112, 256 at 224")
-    p.add_argument("--group", type=int, default=8, help="clips_per_video of the grouped row")
-    p.add_argument("--rows", default=",".join(_ROWS))
-    p.add_argument("--seconds", type=float, default=15.0)
-    p.add_argument("--warm", type=int, default=10)
-    p.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "shmloader-gpu-feed"))
-    p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--name", default="gpu-feed")
-    args = p.parse_args(argv)
-    if args.videos:
-        paths = sorted(glob.glob(args.videos))
-        if not paths:
-            p.error(f"no file matches {args.videos!r}")
-    else:
-        from shmloader.samples import make_videos
-
-        paths, _ = make_videos(args.folder, count=args.make_videos, frames=args.frames, size=(256, 340), fps=30, gop=250)
-    labels = [i % 400 for i in range(len(paths))]
-    rows = [r for m in args.models.split(",") for r in run_model(m, paths, labels, args)]
-    doc = {"command": "python bench/gpu_feed.py " + " ".join(argv), "machine": machine(args.device), "rows": rows,
-           "config": {"videos": len(paths), "clip_len": args.clip_len, "workers": args.workers, "device": args.device,
-                      "seconds": args.seconds, "warm": args.warm},
-           "median_cores_busy": statistics.median(r["cores_busy"] for r in rows)}
-    sys.path.insert(0, HERE)
-    import report
-
-    os.makedirs(args.out, exist_ok=True)
-    doc["plots"] = plot(doc, args.out, args.name)
-    report.save(doc, markdown(doc), args.out, args.name)
-    return 0
+    return harness.main(BENCH, argv)
 
 
 if __name__ == "__main__":

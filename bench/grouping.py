@@ -9,10 +9,11 @@ delivered sample came from. Per K it reports:
 * over how many batches a video's K clips of one epoch spread (median, max), and how far apart
   its first and last batch lie (median, max);
 * frames decoded per delivered frame (``Loader.stats()``, counted from the keyframes), and
-  clips/s (wall, one run: a shared machine makes it indicative only).
+  clips/s (wall, one run by default (``--reps``): a shared machine makes it indicative only).
 
 The spread follows the shuffle window (``Loader(group_window=)``: by default 4 batches' worth of
-samples): a window's videos fill consecutive batches. Writes ``<out>/<name>.json`` and ``.md``.
+samples): a window's videos fill consecutive batches. Runs on ``harness.Benchmark`` (its options:
+``--reps``, ``--out``, ``--name``...); writes ``<out>/<name>.json`` and ``.md``.
 
     python bench/grouping.py                         # 64 videos, batch 16, K = 1, 2, 4, 8
     python bench/grouping.py --videos 16 --batch 8 --quick
@@ -20,21 +21,23 @@ samples): a window's videos fill consecutive batches. Writes ``<out>/<name>.json
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 import tempfile
 import time
-import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path[:0] = [os.path.dirname(HERE), HERE]
 
+import harness
 import numpy as np
+import report
 
 import shmloader
 from shmloader.samples import make_videos
+
+CLIP_LEN, FRAME_STEP = 8, 2
 
 
 def batch_structure(indices: list[np.ndarray], epochs_of: list[int]) -> dict:
@@ -54,7 +57,7 @@ def batch_structure(indices: list[np.ndarray], epochs_of: list[int]) -> dict:
 
 
 def measure(paths: list[str], labels: list[int], k: int, *, batch_size: int, epochs: int, workers: int,
-            clip_len: int = 8, frame_step: int = 2, size: tuple[int, int] = (64, 64)) -> dict:
+            clip_len: int = CLIP_LEN, frame_step: int = FRAME_STEP, size: tuple[int, int] = (64, 64)) -> dict:
     """One loader with ``clips_per_video=k`` (grouped when k > 1): its batches' structure and stats."""
     clips = shmloader.VideoClips(paths, labels, clip_len=clip_len, frame_step=frame_step, size=size,
                                  clips_per_video=k, group_clips=k > 1)
@@ -75,7 +78,7 @@ def measure(paths: list[str], labels: list[int], k: int, *, batch_size: int, epo
 def markdown(doc: dict) -> str:
     c = doc["config"]
     lines = ["# What grouped decode does to batches", "",
-             f"Command: `{doc['command']}`  ", f"Machine: {doc['machine']}  ",
+             f"Command: `{doc['command']}`  ", f"Machine: {report.machine_line(doc['machine'])}  ",
              (f"{c['videos']} videos ({c['frames']} frames, a keyframe every {c['gop']}), batch {c['batch']}, "
              f"{c['workers']} workers, {c['epochs']} epochs, shuffled, clips of {c['clip_len']} frames every "
              f"{c['frame_step']}nd; default shuffle window (4 batches of samples)."), "",
@@ -88,15 +91,10 @@ def markdown(doc: dict) -> str:
         lines.append(f"| {name} | {r['distinct_median']:g} ({r['distinct_min']}-{r['distinct_max']}) | "
                      f"{r['spread_median']:g} ({r['spread_max']}) | {r['span_median']:g} ({r['span_max']}) | "
                      f"{r['decoded_per_frame']:.2f} | {rate} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + [""] + report.tail(doc)).rstrip("\n") + "\n"
 
 
-# report.py writes a committed result again from its json: it asks the script for BENCH.markdown.
-BENCH = types.SimpleNamespace(markdown=markdown, plot=lambda doc, folder, name: [])
-
-
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(p) -> None:
     p.add_argument("--videos", type=int, default=64)
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--gop", type=int, default=250)
@@ -105,30 +103,36 @@ def main(argv: list[str]) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--ks", default="1,2,4,8")
     p.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "shmloader-grouping"))
-    p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--name", default="grouping-cpu2")
     p.add_argument("--quick", action="store_true", help="8 videos of 60 frames, K = 1, 4: a smoke run")
-    args = p.parse_args(argv)
+
+
+def prepare(args, notes: list[str]) -> dict:
     if args.quick:
         args.videos, args.frames, args.gop, args.ks, args.batch = min(args.videos, 8), 60, 30, "1,4", 4
     paths, labels = make_videos(args.folder, count=args.videos, frames=args.frames, size=(96, 128), gop=args.gop)
-    rows = [measure(paths, labels, int(k), batch_size=args.batch, epochs=args.epochs, workers=args.workers)
-            for k in args.ks.split(",")]
-    import platform
+    return {"paths": paths, "labels": labels}
 
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.machine())
-    doc = {"command": "python bench/grouping.py " + " ".join(argv), "rows": rows,
-           "machine": f"{cpu}, {len(os.sched_getaffinity(0))} usable cores, "
-                      f"Python {platform.python_version()}",
-           "config": {"videos": args.videos, "frames": args.frames, "gop": args.gop, "batch": args.batch,
-                      "workers": args.workers, "epochs": args.epochs, "clip_len": 8, "frame_step": 2}}
-    sys.path.insert(0, HERE)
-    import report
 
-    os.makedirs(args.out, exist_ok=True)
-    report.save(doc, markdown(doc), args.out, args.name)
-    return 0
+def run(k: int, rep: int, args, ctx: dict) -> dict:
+    row = measure(ctx["paths"], ctx["labels"], k, batch_size=args.batch, epochs=args.epochs, workers=args.workers,
+                  clip_len=CLIP_LEN, frame_step=FRAME_STEP)
+    return {**row, "rep": rep}
+
+
+def summarize(doc: dict, runs: list[dict], args, ctx: dict) -> None:
+    doc["config"].update(clip_len=CLIP_LEN, frame_step=FRAME_STEP)
+    doc["rows"] = sorted(runs, key=lambda r: (r["k"], r["rep"]))
+
+
+# report.py writes a committed result again from its json: it asks the script for BENCH.markdown.
+BENCH = harness.Benchmark(
+    script="bench/grouping.py", name="grouping-cpu2", about=__doc__, options=options, prepare=prepare,
+    cells=lambda args, ctx: [harness.ints(args.ks)], run=run, report=summarize, markdown=markdown,
+    plot=lambda doc, folder, name: [], label=lambda k: f"K={k}", retry=False, reps=1, preload=())
+
+
+def main(argv: list[str]) -> int:
+    return harness.main(BENCH, argv)
 
 
 if __name__ == "__main__":

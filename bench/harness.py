@@ -2,9 +2,10 @@
 
 A benchmark names its own options, the blocks of cells it measures (cells compared with each
 other share a block and run back to back, so they see the same spell of a shared machine), how
-one cell runs (``measure`` holds the runners), and how its report reads (``report`` writes json,
-Markdown and PNG). The harness does the rest, once for all: the common options, TensorFlow's
-import and the forkserver before any measurement, repetitions interleaved (each runs every block,
+one cell runs (``measure`` holds the runners), what it measures once after the cells (``after``)
+and how its report reads (``report`` writes json, Markdown and PNG). The harness does the rest,
+once for all: the common options, the heavy imports (TensorFlow by default) and the forkserver
+before any measurement, repetitions interleaved (each runs every block,
 and every cell of a block, in a shuffled order), a run spoilt by other load repeated
 (``--max-other-load``, ``--retries``), and ``--commit REV``: the whole run against shmloader as
 committed in REV (a ``git archive`` of its ``shmloader/`` first on ``PYTHONPATH``), since the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
+import importlib
 import os
 import random
 import shlex
@@ -38,8 +40,10 @@ _SNAPSHOT_ENV, _CWD_ENV = "SCALE_BENCH_COMMIT", "BENCH_COMMIT_CWD"
 @dataclass
 class Benchmark:
     """What a benchmark declares. ``cells(args, ctx)``: blocks of cells; ``run(cell, rep, args,
-    ctx)``: one run's row (a dict); ``report(doc, runs, args, ctx)`` fills the document's summary,
-    targets and notes; ``markdown(doc)`` and ``plot(doc, folder, name)`` render it."""
+    ctx)``: one run's row (a dict); ``after(args, ctx)``: what is measured once after the runs
+    (a dict merged into the document); ``close(ctx)``: always, last (a cluster shut down);
+    ``report(doc, runs, args, ctx)`` fills the document's summary, targets and notes;
+    ``markdown(doc)`` and ``plot(doc, folder, name)`` render it."""
 
     script: str  # as the report's command line shows it: "bench/scale.py"
     name: str  # default results name: <out>/<name>.{json,md} and its plots
@@ -51,10 +55,16 @@ class Benchmark:
     markdown: Callable[[dict], str]
     plot: Callable[[dict, str, str], list[str]]
     prepare: Callable[[Any, list[str]], dict] = lambda args, notes: {}
+    after: Callable[[Any, dict], dict] = lambda args, ctx: {}
+    close: Callable[[dict], None] = lambda ctx: None
     label: Callable[[Any], str] = str
     brief: Callable[[Any, dict], str | None] = lambda cell, row: row.get("error") and f"{cell}: {row['error']}"
     forkserver: bool = False  # start torch's forkserver before measuring (see loaders.start_forkserver)
     retry: bool = True  # --max-other-load and --retries: repeat runs spoilt by other load
+    reps: int = 3  # --reps' default
+    # Imported in this order once, before any measurement (torch before tensorflow where both are:
+    # tensorflow 2.21 imported first, then triton, crashes the process, tensorflow#124205).
+    preload: tuple[str, ...] = ("tensorflow",)
 
 
 def ints(text: str) -> list[int]:
@@ -93,7 +103,7 @@ def parse_args(bench: Benchmark, argv: list[str]) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--name", default=bench.name, help="results are <out>/<name>.{json,md} and its plots")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--reps", type=int, default=3, help="interleaved repetitions")
+    p.add_argument("--reps", type=int, default=bench.reps, help="interleaved repetitions")
     p.add_argument("--seed", type=int, default=0, help="seed of the run order shuffle")
     if bench.retry:
         p.add_argument("--max-other-load", type=float, default=50.0,
@@ -105,8 +115,8 @@ def parse_args(bench: Benchmark, argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-plots", action="store_true")
     bench.options(p)
     args = p.parse_args(argv)
-    for key in ("out", "cache", "videos"):  # a --commit run works in another folder (see _run_at_commit)
-        if getattr(args, key, None):
+    for key in ("out", "cache", "videos", "folder"):  # a --commit run works in another folder (see _run_at_commit)
+        if isinstance(getattr(args, key, None), str):
             setattr(args, key, os.path.join(os.environ.get(_CWD_ENV, os.getcwd()), os.path.expanduser(getattr(args, key))))
     if args.reps < 1 or getattr(args, "duration", 1) <= 0:
         p.error("--reps >= 1 and --duration > 0")
@@ -148,25 +158,51 @@ def main(bench: Benchmark, argv: list[str]) -> int:
     if args.commit and not os.environ.get(_SNAPSHOT_ENV):
         return _run_at_commit(args.commit, argv)
     t_start = time.perf_counter()
-    from tqdm import tqdm
-
     import report
-    from measure import machine_info
 
     code = code_state()
     os.makedirs(args.out, exist_ok=True)
     notes: list[str] = []
-    ctx = bench.prepare(args, notes)
-    blocks = [b for b in bench.cells(args, ctx) if b]
-    # Paid once, outside every measurement: TensorFlow's import and the forkserver's start.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow  # noqa: F401  (imported once, outside every measurement)
+    ctx: dict = {}
+    try:
+        ctx = bench.prepare(args, notes)
+        machine, runs, measured = _measure(bench, args, ctx)
+    finally:
+        bench.close(ctx)
+    config = dict(vars(args))
+    doc = {"name": args.name, "command": " ".join(shlex.quote(a) for a in ["python", bench.script, *argv]),
+           "machine": machine, "code": code, "config": config, "runs": runs, "notes": notes, **measured}
+    bench.report(doc, runs, args, ctx)
+    if bench.retry:
+        doc["notes"] += retry_notes(runs, args)
+    after = code_state()
+    if after["package_sha256"] != code["package_sha256"]:
+        doc["notes"].append(f"shmloader's files changed during the run ({code['package_sha256']} -> "
+                            f"{after['package_sha256']}): workers started later imported other code. Run "
+                            "again, or with --commit.")
+    doc["wall_s"] = time.perf_counter() - t_start
+    if not args.no_plots:
+        doc["plots"] = bench.plot(doc, args.out, args.name)
+    report.save(doc, bench.markdown(doc), args.out, args.name)
+    return 0
 
+
+def _measure(bench: Benchmark, args, ctx: dict) -> tuple[dict, list[dict], dict]:
+    """Every cell ``--reps`` times, interleaved, then ``bench.after``: the machine (as the runs
+    began), the runs and what ``after`` measured."""
+    from measure import machine_info
+    from tqdm import tqdm
+
+    blocks = [b for b in bench.cells(args, ctx) if b]
+    # Paid once, outside every measurement: the heavy imports and the forkserver's start.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    for module in bench.preload:
+        importlib.import_module(module)
     if bench.forkserver:
         from loaders import start_forkserver
 
         start_forkserver()
-    gc.freeze()  # TensorFlow's own objects: keeps the collection between runs short
+    gc.freeze()  # the imported modules' own objects: keeps the collection between runs short
     machine = machine_info()
 
     runs: list[dict] = []
@@ -181,23 +217,7 @@ def main(bench: Benchmark, argv: list[str]) -> int:
                         tqdm.write(line)
                     runs.append(row)
                     bar.update()
-
-    config = dict(vars(args))
-    doc = {"name": args.name, "command": " ".join(shlex.quote(a) for a in ["python", bench.script, *argv]),
-           "machine": machine, "code": code, "config": config, "runs": runs, "notes": notes}
-    bench.report(doc, runs, args, ctx)
-    if bench.retry:
-        doc["notes"] += retry_notes(runs, args)
-    after = code_state()
-    if after["package_sha256"] != code["package_sha256"]:
-        doc["notes"].append(f"shmloader's files changed during the run ({code['package_sha256']} -> "
-                            f"{after['package_sha256']}): workers started later imported other code. Run "
-                            "again, or with --commit.")
-    doc["wall_s"] = time.perf_counter() - t_start
-    if not args.no_plots:
-        doc["plots"] = bench.plot(doc, args.out, args.name)
-    report.save(doc, bench.markdown(doc), args.out, args.name)
-    return 0
+    return machine, runs, bench.after(args, ctx)
 
 
 # --------------------------------------------------------------- which shmloader runs

@@ -88,6 +88,12 @@ def header(doc: dict, title: str, libs: tuple[str, ...] = (), machine_tail: str 
     return lines + [f"Wall time: {doc['wall_s']:.0f} s.{wall_tail}", ""]
 
 
+def machine_line(m: dict) -> str:
+    """The machine in one line: CPU, usable cores, Python, and torch and the GPU where named."""
+    extra = "".join(f", {x}" for x in (m.get("torch") and f"torch {m['torch']}", m.get("gpu")) if x)
+    return f"{m['cpu_model']}, {m['usable_cores']} usable cores, Python {m['python']}{extra}"
+
+
 def table(head: str, rows: list[str]) -> list[str]:
     """A Markdown table: ``head`` is its header row, ``rows`` its body rows (with their pipes)."""
     return [head, "|" + "---|" * (head.count("|") - 1), *rows]

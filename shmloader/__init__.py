@@ -12,12 +12,12 @@ if _os.environ.pop("SHMLOADER_WORKER_STARTING", None):  # engine.pool.WORKER_ENV
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
 
 from ._arrays import ArraySource, HDF5Source
-from ._calibrate import calibrate
+from ._calibrate import Calibration, CalibrationRow, calibrate
 from ._errors import LoaderError, SampleError, StateError, WorkerDiedError
 from ._function import FunctionSource
 from ._loader import Loader, eval_loader
 from .video.clips import VideoClips
 
-__all__ = ["ArraySource", "FunctionSource", "HDF5Source", "Loader", "LoaderError", "SampleError", "StateError", "VideoClips", "WorkerDiedError",
-           "calibrate", "eval_loader"]
+__all__ = ["ArraySource", "Calibration", "CalibrationRow", "FunctionSource", "HDF5Source", "Loader", "LoaderError",
+           "SampleError", "StateError", "VideoClips", "WorkerDiedError", "calibrate", "eval_loader"]
 __version__ = "0.1.0"  # the one place: pyproject.toml reads it (dynamic), CHANGELOG.md names it

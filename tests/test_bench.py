@@ -211,12 +211,18 @@ def test_torchcodec_decodes_the_same_frames(clips, key):
 
 
 RESULTS = os.path.join(BENCH, "results")
+# A study's results are named <study>.json (its latest, which its benchmark writes under that
+# name) and <study>-runN.json or <study>-<commit>.json (snapshots of earlier runs, kept for the
+# pages that cite them; their figures stay as committed, their format may be an older one).
+_SNAPSHOT = re.compile(r"-(run\d+|[0-9a-f]{7})$")
+LATEST = sorted(n for n in (f[: -len(".json")] for f in os.listdir(RESULTS) if f.endswith(".json"))
+                if not _SNAPSHOT.search(n))
 
 
-@pytest.mark.parametrize("name", sorted(f[: -len(".json")] for f in os.listdir(RESULTS) if f.endswith(".json")))
+@pytest.mark.parametrize("name", LATEST)
 def test_committed_report_is_what_its_json_renders(tmp_path, name):
     """docs/benchmarks/index.md: `bench/report.py <name>.json --write` writes the report again from its json alone:
-    for every committed result, the .md beside it, byte for byte, naming its own plots."""
+    for each study's latest result, the .md beside it, byte for byte, naming its own plots."""
     import shutil
 
     import report
@@ -250,6 +256,41 @@ def test_harness_repeats_runs_spoilt_by_other_load_and_keeps_the_quietest():
     assert harness.quietly(lambda: next(errors), args)["attempts"] == 1  # an error is not retried
     best = harness.quietly(runs([50.0, 40.0]), argparse.Namespace(retries=0, max_other_load=10.0))
     assert (best["other_cpu_pct"], best["attempts"]) == (50.0, 1)  # --retries 0: one run
+
+
+def _tiny_bench(closed: list, run):
+    import harness
+
+    return harness.Benchmark(
+        script="bench/tiny.py", name="tiny", about="A tiny benchmark.", options=lambda p: None,
+        cells=lambda args, ctx: [["a", "b"]], run=run, after=lambda args, ctx: {"after": ctx["n"]},
+        close=closed.append, report=lambda doc, runs, args, ctx: None,
+        markdown=lambda doc: f"{len(doc['runs'])} runs, after {doc['after']}\n", plot=lambda doc, folder, name: [],
+        prepare=lambda args, notes: {"n": 7}, retry=False, reps=2, preload=())
+
+
+def test_harness_measures_once_after_the_runs_and_always_closes(tmp_path):
+    """``after`` lands in the document, ``close`` runs once, after a failed run too; ``reps``
+    is --reps' default."""
+    import json
+
+    import harness
+
+    closed: list = []
+    bench = _tiny_bench(closed, lambda cell, rep, args, ctx: {"cell": cell, "rep": rep})
+    assert harness.main(bench, ["--out", str(tmp_path), "--no-plots"]) == 0
+    doc = json.loads((tmp_path / "tiny.json").read_text())
+    assert sorted((r["cell"], r["rep"]) for r in doc["runs"]) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert doc["after"] == 7 and (tmp_path / "tiny.md").read_text() == "4 runs, after 7\n"
+    assert closed == [{"n": 7}]
+
+    def broken(cell, rep, args, ctx):
+        raise RuntimeError("the cluster went away")
+
+    closed.clear()
+    with pytest.raises(RuntimeError, match="went away"):
+        harness.main(_tiny_bench(closed, broken), ["--out", str(tmp_path / "again")])
+    assert closed == [{"n": 7}]
 
 
 def test_results_cite_names_that_exist():

@@ -32,6 +32,6 @@ reveal_type(loader.as_dataset())  # -> Any  (TensorFlow ships no types)
 for arrays in shmloader.jax.batches(loader):
     reveal_type(arrays)  # -> dict[str, jax._src.basearray.Array]
 reveal_type(shmloader.eval_loader(clips, batch_size=4))  # -> shmloader._loader.Loader
-reveal_type(shmloader.calibrate(clips, lambda batch: None, batch_size=4, seconds=5))  # -> dict[str, Any]
+reveal_type(shmloader.calibrate(clips, lambda batch: None, batch_size=4, seconds=5))  # -> shmloader._calibrate.Calibration
 reveal_type(shmloader.ArraySource({"x": np.zeros((10, 3))}))  # -> shmloader._arrays.ArraySource
 reveal_type(shmloader.sampling.clip_frames)  # -> def (num_frames: int, pts: numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]] | None, *, clip_len: int, frame_step: int, fps: float | None, sampling: str, clips: list[int], total_clips: int, short_video: str, rng: numpy.random._generator.Generator, span: tuple[float, float] | None =) -> numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]]
