@@ -103,7 +103,7 @@ class DecordClips:
         return len(self.paths)
 
     def __getitem__(self, i: int) -> dict:
-        from shmloader.video._decord import (
+        from shmloader.video.decord import (
             import_decord,  # decord without the CUDA stack it does not need
         )
 

@@ -25,12 +25,12 @@ import numpy as np
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec, check_choice, check_int
 from .listing import SHARD_VIDEO_KEYS, csv_listing, shard_listing
-from .manifest import MANIFEST_INTS, URL, VIDEO_EXTENSIONS, class_folders, walk_folder
-from .media import is_remote, local_path
+from .manifest import MANIFEST_INTS, VIDEO_EXTENSIONS, class_folders
 from .probe import DECODERS
 from .reader import ClipReader
 from .sampling import check_clip_options, check_spans
 from .storage import Storage
+from .arguments import checked_labels, checked_paths, class_videos, columns, path_list, read_only
 from .tables import SharedClips
 
 __all__ = ["VideoClips", "digest"]
@@ -74,11 +74,8 @@ class VideoClips:
     the protocol's package is an extra, e.g. ``shmloader[s3]``), with ``storage_options`` passed
     to the filesystem (credentials, endpoint; or one dict per protocol). A remote file is read by
     byte range, only what a clip needs (NOTE [ Reading remote files ] in ``video.storage``), and
-    PyAV decodes it. ``fetch``: how, per worker: ``retries`` (5) with backoff from 0.1 s,
-    ``timeout`` (30 s a request), ``block_size`` (128 KiB), ``cache_bytes`` (64 MiB),
-    ``stat_ttl`` (how long a file's size and modification time are trusted before asked again,
-    60 s). Other strings with a protocol prefix (FFmpeg's ``concat:``, ``pipe:``...) are
-    refused unless ``allow_urls=True``.
+    PyAV decodes it, as ``fetch`` says (below). Other strings with a protocol prefix (FFmpeg's
+    ``concat:``, ``pipe:``...) are refused unless ``allow_urls=True``.
 
     Which decoder: ``decoder="auto"`` lets each file's probe choose — decord only in the
     (container, codec) shapes whose random access is shown exact, and there not for long videos,
@@ -112,7 +109,9 @@ class VideoClips:
     :param decoder: ``"auto"`` (each file's probe chooses), ``"decord"`` or ``"pyav"``.
     :param storage_options: options of the fsspec filesystem (credentials, endpoint), or one
         dict per protocol.
-    :param fetch: ``retries``, ``timeout``, ``block_size``, ``cache_bytes``, ``stat_ttl`` of remote reads.
+    :param fetch: remote reads, per worker: ``retries`` (5, backoff from 0.1 s), ``timeout`` (30 s
+        a request), ``block_size`` (128 KiB), ``cache_bytes`` (64 MiB), ``stat_ttl`` (60 s: how
+        long a file's size and mtime are trusted before asked again).
     :param manifest: a scan manifest's probe columns, one row per path (``from_csv``).
     :param members: tar members' ``offset`` and ``size`` per path, -1 where unknown (``from_shards``).
     :param classes: the class names, label ``i`` is ``classes[i]`` (``from_folder``).
@@ -133,7 +132,7 @@ class VideoClips:
                  storage_options: dict[str, Any] | None = None, fetch: dict[str, Any] | None = None,
                  manifest: Mapping[str, np.ndarray] | None = None, members: Mapping[str, np.ndarray] | None = None,
                  classes: Sequence[str] | None = None) -> None:
-        given = _path_list(paths)
+        given = path_list(paths)
         if not given:
             raise ValueError("paths is empty")
         clip_len, fps, size, scale, crop = check_clip_options(
@@ -141,7 +140,7 @@ class VideoClips:
             clips_per_sample=clips_per_sample, sampling=sampling, fps=fps, short_video=short_video,
             size=size, scale=scale, crop=crop, crop_at=crop_at, max_frames=max_frames)
         times = check_spans(spans, len(given))
-        codes = None if labels is None else _checked_labels(labels, len(given))
+        codes = None if labels is None else checked_labels(labels, len(given))
         check_choice("decoder", decoder, _DECODER_CHOICES)
         check_int("decode_threads", decode_threads, 1)
         if not isinstance(group_clips, bool):
@@ -150,7 +149,7 @@ class VideoClips:
         if set(self.fetch) - set(FETCH_OPTIONS):
             raise ValueError(f"fetch takes {FETCH_OPTIONS}, got {sorted(set(self.fetch) - set(FETCH_OPTIONS))}")
         self.storage = Storage(storage_options, **self.fetch)
-        resolved, remote = _checked_paths(given, allow_urls)
+        resolved, remote = checked_paths(given, allow_urls)
         if remote and decoder == "decord":
             raise ValueError("decoder='decord' reads local files only; remote paths are read by PyAV "
                              "(decoder='auto' or 'pyav')")
@@ -162,28 +161,20 @@ class VideoClips:
         # handed several of them decodes the file once (read_many).
         self.files = None if times is None else _first_rows(resolved)
         self.max_frames = None if max_frames is None else int(max_frames)
-        self.clip_len = clip_len
-        self.frame_step = int(frame_step)
-        self.clips_per_video = int(clips_per_video)
-        self.clips_per_sample = int(clips_per_sample)
-        self.sampling = sampling
-        self.fps = fps
-        self.short_video = short_video
-        self.scale = scale
-        self.crop = crop
-        self.crop_at = crop_at
-        self.group_clips = group_clips
-        self.decode_threads = int(decode_threads)
-        self.decoder = decoder
+        self.clip_len, self.frame_step = clip_len, int(frame_step)
+        self.clips_per_video, self.clips_per_sample = int(clips_per_video), int(clips_per_sample)
+        self.sampling, self.fps, self.short_video = sampling, fps, short_video
+        self.scale, self.crop, self.crop_at = scale, crop, crop_at
+        self.group_clips, self.decode_threads, self.decoder = group_clips, int(decode_threads), decoder
         # Decoded at the file's own size: with a crop, any size at least the crop will do;
         # without, every video must have the first one's size.
         self.native = size is None and scale is None
         if size is None and scale is None and crop is None:
             size = _native_size(self.paths[0], self.storage)
         self.size = size  # the size frames are decoded at, when it is fixed
-        _read_only(self.labels, self.spans, self.files)
-        self.manifest = _columns("manifest", manifest, MANIFEST_COLUMNS, len(resolved))
-        self.members = _columns("members", members, MEMBER_COLUMNS, len(resolved))
+        read_only(self.labels, self.spans, self.files)
+        self.manifest = columns("manifest", manifest, MANIFEST_COLUMNS, len(resolved))
+        self.members = columns("members", members, MEMBER_COLUMNS, len(resolved))
         self.classes = None if classes is None else [str(c) for c in classes]
         # Encoded now, so that a loader over a million videos starts as fast as over eight (not
         # pickled: a loader over a copy encodes them when it starts).
@@ -208,7 +199,7 @@ class VideoClips:
                     **kwargs: Any) -> VideoClips:
         """Videos in class sub-folders ``root/<class>/*.mp4``, labelled in the sorted class names'
         order: ``clips.classes[i]`` names label ``i``."""
-        found = _class_videos(root := os.path.abspath(os.fspath(root)), extensions)
+        found = class_videos(root := os.path.abspath(os.fspath(root)), extensions)
         return cls([p for p, _ in found], [label for _, label in found], classes=class_folders(root), **kwargs)
 
     @classmethod
@@ -400,80 +391,3 @@ def _fingerprint(paths: list[str], labels: np.ndarray | None) -> str:
     h = hashlib.sha256("\0".join(paths).encode("utf-8", "surrogateescape"))
     h.update(b"" if labels is None else np.ascontiguousarray(labels, dtype=np.int64).tobytes())
     return h.hexdigest()[:16]
-
-
-def _class_videos(root: str, extensions: Sequence[str]) -> list[tuple[str, int]]:
-    """(path, label) of the videos in ``root``'s class folders; ValueError saying what is there
-    instead where there are none."""
-    if not os.path.isdir(root):
-        raise ValueError(f"{root!r} is not a folder")
-    found = list(walk_folder(root, extensions))
-    if found:
-        return found
-    loose = [p for p, _ in walk_folder(root, extensions, loose=True)]
-    if loose:
-        raise ValueError(f"{root!r} holds {len(loose)} videos but no class sub-folders: from_folder "
-                         "labels each video by its folder (root/<class>/<video>). For videos without "
-                         f"labels, VideoClips(paths) with the paths, e.g. sorted(glob.glob({os.path.join(root, '*')!r}))")
-    raise ValueError(f"no videos ({', '.join(extensions)}) in class folders under {root!r}")
-
-
-def _path_list(paths: Any) -> list[str]:
-    """``paths`` as a list of strings; TypeError for one path given alone (a string is iterable:
-    read as paths it would be one per character)."""
-    if isinstance(paths, (str, bytes, os.PathLike)):
-        raise TypeError(f"paths must be a list of paths, got one {type(paths).__name__}: "
-                        f"VideoClips([{os.fspath(paths)!r}]) for one video")
-    return [os.fspath(p) for p in paths]
-
-
-def _checked_paths(given: list[str], allow_urls: bool) -> tuple[list[str], bool]:
-    """The paths as the workers read them (local ones absolute, ``file://`` taken off), and
-    whether any is read through fsspec; a remote protocol's missing package is named now, not in
-    a worker."""
-    resolved: list[str] = []
-    for p in given:
-        p = local_path(p)
-        if is_remote(p):
-            resolved.append(p)
-            continue
-        if URL.match(p) and not allow_urls:
-            raise ValueError(f"{p!r} looks like an FFmpeg protocol, not a file or an fsspec URL; "
-                             "pass allow_urls=True to hand it to FFmpeg")
-        # An absolute path starts with '/', which FFmpeg never reads as a protocol prefix.
-        resolved.append(p if URL.match(p) else os.path.abspath(p))
-    protocols = {Storage.protocol(p) for p in resolved if is_remote(p)}
-    for protocol in protocols - {"file"}:
-        Storage.filesystem_class(protocol)
-    return resolved, bool(protocols)
-
-
-def _columns(name: str, given: Mapping[str, np.ndarray] | None, names: tuple[str, ...],
-             count: int) -> dict[str, np.ndarray] | None:
-    """``given`` as read-only arrays of one row per path; ValueError naming what is wrong."""
-    if given is None:
-        return None
-    if set(given) != set(names):
-        raise ValueError(f"{name} must have the columns {names}, got {sorted(given)}")
-    out = {}
-    for k in names:
-        out[k] = a = np.array(given[k], copy=True)
-        if a.shape[:1] != (count,):
-            raise ValueError(f"{name}[{k!r}] has shape {a.shape}: one row per path ({count})")
-        _read_only(a)
-    return out
-
-
-def _read_only(*arrays: np.ndarray | None) -> None:
-    for a in arrays:
-        if a is not None:
-            a.flags.writeable = False
-
-
-def _checked_labels(labels: Sequence[int], count: int) -> np.ndarray:
-    codes = np.asarray(labels)
-    if codes.shape != (count,):
-        raise ValueError(f"labels has shape {codes.shape}, expected ({count},): one per path")
-    if codes.dtype.kind not in "iub":
-        raise ValueError(f"labels must be integers, got dtype {codes.dtype}")
-    return codes.astype(np.int64)

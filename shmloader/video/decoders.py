@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .probe import VideoInfo
 
 __all__ = ["DecoderLimit", "scratch"]
 
