@@ -71,14 +71,14 @@ _GROUP_WINDOW = 8
 _LOG_KEY = "shmloader.task_log"
 
 
-def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = True,
+def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
                start_epoch: int = 0, samples_per_task: int | None = None,
                group_window: int | None = None) -> list[dict[str, Any]]:
     """The tasks of epochs ``start_epoch .. start_epoch + epochs - 1``: ``[{"epoch": e,
     "samples": [ids]}]`` in plan order (see NOTE [ Epochs on Ray ]); with ``group_clips`` a
     video's samples of an epoch are all in one item (with other whole videos, up to
     ``samples_per_task`` samples; by default 64 samples, or 16 videos' samples, up to 128 MB of
-    video and at least one video)."""
+    video and at least one video). ``shuffle`` and ``seed`` as the ``Loader``'s."""
     check_int("epochs", epochs, 1)
     check_int("seed", seed, 0)
     check_int("start_epoch", start_epoch, 0)
@@ -112,18 +112,19 @@ def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bo
     return items
 
 
-def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = True,
+def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
             on_error: str = "raise", num_cpus: float = 1, resources: dict[str, float] | None = None,
             start_epoch: int = 0, samples_per_task: int | None = None,
-            group_window: int | None = None, tasks_in_flight: int | str | None = "auto",
-            timeout: float = 600.0, **ray_remote_args: Any) -> ray.data.Dataset:
+            group_window: int | None = None, tasks_in_flight: int | str = "auto",
+            node_timeout: float = 600.0, **ray_remote_args: Any) -> ray.data.Dataset:
     """A Ray Dataset of the samples of ``clips``, decoded in Ray tasks.
 
     One row per sample with the fields of a ``Loader`` batch (``video``, ``label``, ``index``,
     ``start``, ``frames``, ``mask`` with ``max_frames``) plus ``epoch`` and ``sample`` (the
     sample id). Epoch ``e`` holds the samples, clips and frames of epoch ``e`` of
     ``Loader(clips, seed=seed, shuffle=shuffle)`` (NOTE [ Epochs on Ray ]); rows come in the
-    order tasks finish unless the ``DataContext`` preserves order.
+    order tasks finish unless the ``DataContext`` preserves order. ``seed``, ``shuffle``,
+    ``on_error`` and ``group_window`` mean what they mean to ``Loader``, with its defaults.
 
     :param clips: the dataset's description; it travels to the tasks by value (paths, options,
         a scan manifest's probe columns: no file is probed twice).
@@ -134,29 +135,30 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
         ``SampleError`` naming its sample and file (Ray's exception for it is an instance of
         ``SampleError``: ``except shmloader.SampleError`` catches it; its ``index``, ``where``
         and ``reason`` are the sample's); ``"skip"``: it is left out, and ``skipped(ds)`` lists
-        it with its reason.
+        it with its reason, as ``Loader.skipped`` does.
     :param num_cpus: CPUs each decode task takes.
     :param resources: custom resources each task needs, e.g. ``{"decode": 1}`` to keep decoding
         on the nodes started with that resource.
     :param samples_per_task: samples a task reads (with ``group_clips``: whole videos, up to
         this many samples, at least one video); by default 64, or with ``group_clips`` 16
-        videos' samples, up to 128 MB of video (a task costs Ray ~0.1 s: see ``_SAMPLES_PER_TASK``).
-    :param group_window: videos per shuffle window with ``group_clips=True``.
+        videos' samples, up to 128 MB of video (Ray's cost per task weighs less in larger tasks).
+    :param group_window: videos per shuffle window with ``group_clips=True``; ``None``: 8.
     :param tasks_in_flight: decode tasks submitted at once (running, or queued at a node for
-        the next free slot); ``"auto"``: twice the slots the cluster has for them when the
-        dataset is built (its ``num_cpus`` and ``resources``); ``None``: Ray Data's own
-        scheduling, whose per-dataset resource reservation left decode slots idle 20-40 % of
-        the time on Ray 2.60 (NOTE [ Tasks in flight ]). With a cap of ours the reservation is
-        off on ``ds.context``, which the datasets derived from ``ds`` share: their operators
-        are not held back by Ray's object store budget either. ``"auto"`` counts the slots once
-        a node can run the tasks (see ``timeout``), and leaves the given strategy with
-        ``compute=`` or ``concurrency=``; a number with either is an error.
-    :param timeout: seconds to wait, here, for a node that can run a decode task (its
+        the next free slot): ``"auto"``, twice the slots the cluster has for them when the
+        dataset is built (its ``num_cpus`` and ``resources``), counted once a node can run the
+        tasks (see ``node_timeout``); a number, that many; ``"ray"``, Ray Data's own scheduling,
+        which budgets the tasks by its resource reservation and left decode slots idle (NOTE
+        [ Tasks in flight ]), but holds back a dataset that fills the object store. With a cap
+        of ours the reservation is off on ``ds.context``, which the datasets derived from ``ds``
+        share: their operators are not held back by Ray's object store budget either. With
+        ``compute=`` or ``concurrency=``, ``"auto"`` leaves the strategy given; a number is an
+        error.
+    :param node_timeout: seconds to wait, here, for a node that can run a decode task (its
         ``num_cpus`` and ``resources`` on one node). Where no node has them and no autoscaler
         could add one, ``LoaderError`` at once, naming what is missing and what the nodes have;
         with an autoscaler, a warning says what is asked for (``ray.autoscaler.sdk.
         request_resources``, withdrawn once a node is up or the wait is over) and the wait ends
-        in ``LoaderError`` after ``timeout``.
+        in ``LoaderError`` after ``node_timeout``.
     :param ray_remote_args: passed to ``Dataset.map_batches``: its named remote parameters
         (``label_selector``, e.g. ``{"ray.io/node-id": id}`` to pin a node, ``memory``,
         ``concurrency``...); others, such as ``scheduling_strategy``, go through Ray's deprecated
@@ -167,21 +169,22 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     check_choice("on_error", on_error, ON_ERROR)
     theirs = bool({"compute", "concurrency"} & ray_remote_args.keys())  # a compute strategy of the caller's
     size: int | None = None  # the cap of ours, if any (NOTE [ Tasks in flight ]); "auto" once Ray is up
-    if tasks_in_flight is not None and tasks_in_flight != "auto":
+    if tasks_in_flight not in ("auto", "ray"):
         try:
             check_int("tasks_in_flight", tasks_in_flight, 1)
         except ValueError:
-            raise ValueError(f"tasks_in_flight must be an integer >= 1, 'auto' or None, got {tasks_in_flight!r}") from None
+            raise ValueError("tasks_in_flight must be 'auto', an integer >= 1 or 'ray' (Ray Data's "
+                             f"scheduling), got {tasks_in_flight!r}") from None
         if theirs:
             raise ValueError("tasks_in_flight sets the decode tasks' compute strategy: pass it or "
                              "compute=/concurrency=, not both")
         size = cast(int, tasks_in_flight)
     items = plan_items(clips, epochs=epochs, seed=seed, shuffle=shuffle, start_epoch=start_epoch,
                        samples_per_task=samples_per_task, group_window=group_window)
-    check_seconds("timeout", timeout)
+    check_seconds("node_timeout", node_timeout)
     if not ray.is_initialized():
         ray.init()
-    _wait_for_a_node({"CPU": num_cpus, **(resources or {})}, timeout)
+    _wait_for_a_node({"CPU": num_cpus, **(resources or {})}, node_timeout)
     log, token = task_log(), uuid.uuid4().hex
     # The same description gets the same reader in a task worker, dataset after dataset (an epoch
     # each): the probes it keeps (checked against each file's size and mtime) are not read again.
@@ -285,9 +288,10 @@ def _auto_tasks_in_flight(num_cpus: float, resources: dict[str, float] | None) -
 
 
 def skipped(ds: ray.data.Dataset) -> list[tuple[int, int, str]]:
-    """``(epoch, sample, reason)`` of every sample ``dataset(..., on_error="skip")`` left out so
-    far, sorted (a sample re-read by a re-run task counts once). Complete for the rows already
-    delivered: read it after the epoch."""
+    """``(epoch, sample, reason)`` of the samples ``dataset(..., on_error="skip")`` left out so
+    far, oldest first, as ``Loader.skipped``: the most recent 10,000 are kept, and a sample
+    re-read by a re-run task counts once. Complete for the rows already delivered: read it after
+    the epoch. ``ds`` is the dataset ``dataset()`` made or one derived from it."""
     import ray
 
     log, token = _log(ds)
@@ -298,7 +302,7 @@ def stats(ds: ray.data.Dataset) -> dict[str, dict[str, int]]:
     """Per node id (hex), what the decode tasks of ``ds`` did there so far: ``tasks``,
     ``samples`` delivered, ``skipped``, and the reader's counters (``decord``, ``pyav``,
     ``probes``, ``bytes``...: ``ClipReader.counters``). A task re-run after a failure counts
-    again: this is work done, not rows delivered."""
+    again: this is work done, not rows delivered. ``ds`` as for ``skipped``."""
     import ray
 
     log, token = _log(ds)
