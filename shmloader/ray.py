@@ -8,27 +8,24 @@ The epoch plan is the loader's own (``engine.plan.EpochPlan``): epoch ``e`` hold
 frames the local loader gives it, whichever node reads it and however often a task is re-run.
 The plan is cut into task items in the driver (no file opened there): a run of
 ``samples_per_task`` samples, or with ``group_clips=True`` whole videos' samples of that epoch
-(one decode pass per video) up to that many; by default 64 samples or 16 videos a task, up to
-128 MB of video.
+(one decode pass per video) up to that many; the default size is set by ``_SAMPLES_PER_TASK``,
+``_PASSES_PER_TASK`` and ``_TASK_BYTES``.
 Ray re-runs a task lost with its node or worker; an exception of ours is not retried and ends
 the dataset, so the error policy lives in the task (``on_error``).
 
 NOTE [ Tasks in flight ]
-Ray Data 2.60 budgets each operator's CPUs from what its autoscaling coordinator (an actor) has
-reserved for the dataset so far: zero at the start, then a share of the cluster that follows the
-measured rates. On a 2-CPU box that kept one decode task at a time for the first task or two and
-left each decode slot idle 0.15-0.6 s between tasks (budget 0 CPU with no task running, seen by
-wrapping the allocator in an instrumented scratch run), 20-40 % of the decode time. A dataset of
-ours turns that reservation off on its own ``DataContext`` (``ds.context``, shared by the
-datasets derived from it; the global one is left alone) and caps its decode tasks in flight
-instead (``TaskPoolStrategy(size=)``): twice the decode slots the cluster has when the dataset is
-built, so each slot has the next task queued at its raylet. Without the reservation no operator
-is held back by Ray's object store budget; what the cap holds is the tasks, not the finished
-clips waiting for a slow trainer. Measured with a trainer at half the decode rate: the cluster
-held at most 328 MB of a 1156 MB stream (Ray Data's scheduling: 231 MB; bench/ray_feed.py
---run-ahead, bench/results/ray-feed-cpu2-run18, where 328 MB is near the two decode nodes'
-420 MB of store and Ray may have spilled); in a scratch run with 400 MB stores, 270 MB with 4
-in flight and 694 MB and rising with no cap.
+A dataset of ours caps its decode tasks in flight (``TaskPoolStrategy(size=)``) at twice the
+decode slots the cluster has when the dataset is built, so each slot has its next task queued at
+its node, and turns Ray Data's resource reservation off on its own ``DataContext``
+(``ds.context``, shared by the datasets derived from it; the global one is left alone). Why: Ray
+Data budgets an operator's CPUs from what its autoscaling coordinator has reserved for the
+dataset so far, nothing at the start and then a share that follows the measured rates, and that
+left decode slots idle between tasks (bench/ray_feed.py: bench/results/ray-feed-cpu2-run13.md,
+the cap, against ray-feed-cpu2-run15.md, Ray Data's scheduling).
+The cost: without the reservation no operator is held back by Ray's object store budget. The cap
+holds tasks, not the finished clips waiting for a slow trainer, which may fill the object stores
+(bench/ray_feed.py --run-ahead: bench/results/ray-feed-cpu2-run18.md); ``tasks_in_flight="ray"``
+keeps Ray Data's scheduling for that case.
 """
 
 from __future__ import annotations
@@ -53,16 +50,14 @@ if TYPE_CHECKING:
 
 __all__ = ["dataset", "plan_items", "skipped", "stats"]
 
-# Samples per task: 64, and at least 16 decode passes (with group_clips, 16 whole videos), but
-# no more video than _TASK_BYTES (Ray's own target block size). A task costs Ray ~0.1 s of CPU
-# (the executor in the driver, the raylets, the worker around our function), and under Ray
-# Data's own scheduling its slot idled 0.15-0.6 s before the next task started (see NOTE
-# [ Tasks in flight ] for what now keeps the next one waiting). On an idle 2-core box over 3-epoch
-# datasets, under that scheduling (bench/results/ray-feed-cpu2-run7, run10, run11), one clip per
-# sample ran at 0.42x, 0.79x and 0.88x the local loader's clips/s with 8, 32 and 64 samples a
-# task; grouped by 4, at 0.66x-0.54x with 8 videos a task and 0.63x with 16.
+# Default task size: Ray spends a fixed CPU cost on each task (the driver's executor, the raylets,
+# the worker around our function), so a task carries far more decoding than that. Measured with
+# 8, 32 and 64 samples a task, 8 and 16 videos grouped (bench/ray_feed.py at each size:
+# bench/results/ray-feed-cpu2-run7.md, -run10.md, -run11.md), the largest was the fastest.
 _SAMPLES_PER_TASK = 64
+# With group_clips, at least this many whole videos a task (a decode pass each).
 _PASSES_PER_TASK = 16
+# And no more video a task than Ray Data's own target block size: a task's rows are one block.
 _TASK_BYTES = 128 * 1024**2
 # The loader's default shuffle window of a grouped source is 4 batches' worth of samples
 # (_loader._GROUP_WINDOW_BATCHES); here it is in videos.
