@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import SampleError
+from .engine.core import _SKIPS_KEPT
 
 __all__ = ["TaskLog", "decode_items", "task_log"]
 
@@ -28,23 +29,26 @@ _LOG_TIMEOUT_S = 120
 
 class TaskLog:
     """What the tasks of each dataset (its token) report: the samples left out by
-    ``on_error="skip"`` (``(epoch, sample) -> reason``, each once however often a task is re-run)
-    and, per node, the tasks and samples read and the reader's counters (``ClipReader.counters``)."""
+    ``on_error="skip"`` (``(epoch, sample) -> reason`` in the order reported, each once however
+    often a task is re-run; the most recent ``_SKIPS_KEPT``, as a loader keeps) and, per node, the
+    tasks and samples read and the reader's counters (``ClipReader.counters``)."""
 
     def __init__(self) -> None:
-        self.skips: dict[str, dict[tuple[int, int], str]] = {}
+        self.skips: dict[str, OrderedDict[tuple[int, int], str]] = {}
         self.nodes: dict[str, dict[str, dict[str, int]]] = {}
 
     def add(self, token: str, node: str, skips: list[tuple[int, int, str]], counts: dict[str, int]) -> None:
-        mine = self.skips.setdefault(token, {})
+        mine = self.skips.setdefault(token, OrderedDict())
         for epoch, sample, reason in skips:
             mine.setdefault((epoch, sample), reason)
+        while len(mine) > _SKIPS_KEPT:
+            mine.popitem(last=False)
         done = self.nodes.setdefault(token, {}).setdefault(node, {})
         for k, n in counts.items():
             done[k] = done.get(k, 0) + n
 
     def skipped(self, token: str) -> list[tuple[int, int, str]]:
-        return sorted((e, s, r) for (e, s), r in self.skips.get(token, {}).items())
+        return [(e, s, r) for (e, s), r in self.skips.get(token, {}).items()]
 
     def stats(self, token: str) -> dict[str, dict[str, int]]:
         return self.nodes.get(token, {})
@@ -54,15 +58,15 @@ class TaskLog:
         self.nodes.pop(token, None)
 
 
-# One log per driver and Ray session: an actor is a process of its own, and starting one per
-# dataset (per epoch) cost seconds of CPU on a small node.
+# One log per driver and Ray session: an actor is a process of its own, too dear to start for each
+# dataset (an epoch each).
 _log: tuple[str, Any] | None = None
 
 
 def task_log() -> Any:
     """The driver's ``TaskLog`` actor, on the driver's node (it outlives any decode node), no CPU.
-    The affinity is hard: a soft one let Ray place it on a decode node now and then (seen on a
-    local cluster), where losing that node took every task's report with it."""
+    The affinity is hard: a soft one lets Ray place it on a decode node, whose loss would take
+    every task's report with it."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -8,27 +8,24 @@ The epoch plan is the loader's own (``engine.plan.EpochPlan``): epoch ``e`` hold
 frames the local loader gives it, whichever node reads it and however often a task is re-run.
 The plan is cut into task items in the driver (no file opened there): a run of
 ``samples_per_task`` samples, or with ``group_clips=True`` whole videos' samples of that epoch
-(one decode pass per video) up to that many; by default 64 samples or 16 videos a task, up to
-128 MB of video.
+(one decode pass per video) up to that many; the default size is set by ``_SAMPLES_PER_TASK``,
+``_PASSES_PER_TASK`` and ``_TASK_BYTES``.
 Ray re-runs a task lost with its node or worker; an exception of ours is not retried and ends
 the dataset, so the error policy lives in the task (``on_error``).
 
 NOTE [ Tasks in flight ]
-Ray Data 2.60 budgets each operator's CPUs from what its autoscaling coordinator (an actor) has
-reserved for the dataset so far: zero at the start, then a share of the cluster that follows the
-measured rates. On a 2-CPU box that kept one decode task at a time for the first task or two and
-left each decode slot idle 0.15-0.6 s between tasks (budget 0 CPU with no task running, seen by
-wrapping the allocator in an instrumented scratch run), 20-40 % of the decode time. A dataset of
-ours turns that reservation off on its own ``DataContext`` (``ds.context``, shared by the
-datasets derived from it; the global one is left alone) and caps its decode tasks in flight
-instead (``TaskPoolStrategy(size=)``): twice the decode slots the cluster has when the dataset is
-built, so each slot has the next task queued at its raylet. Without the reservation no operator
-is held back by Ray's object store budget; what the cap holds is the tasks, not the finished
-clips waiting for a slow trainer. Measured with a trainer at half the decode rate: the cluster
-held at most 328 MB of a 1156 MB stream (Ray Data's scheduling: 231 MB; bench/ray_feed.py
---run-ahead, bench/results/ray-feed-cpu2-run18, where 328 MB is near the two decode nodes'
-420 MB of store and Ray may have spilled); in a scratch run with 400 MB stores, 270 MB with 4
-in flight and 694 MB and rising with no cap.
+A dataset of ours caps its decode tasks in flight (``TaskPoolStrategy(size=)``) at twice the
+decode slots the cluster has when the dataset is built, so each slot has its next task queued at
+its node, and turns Ray Data's resource reservation off on its own ``DataContext``
+(``ds.context``, shared by the datasets derived from it; the global one is left alone). Why: Ray
+Data budgets an operator's CPUs from what its autoscaling coordinator has reserved for the
+dataset so far, nothing at the start and then a share that follows the measured rates, and that
+left decode slots idle between tasks (bench/ray_feed.py: bench/results/ray-feed-cpu2-run13.md,
+the cap, against ray-feed-cpu2-run15.md, Ray Data's scheduling).
+The cost: without the reservation no operator is held back by Ray's object store budget. The cap
+holds tasks, not the finished clips waiting for a slow trainer, which may fill the object stores
+(bench/ray_feed.py --run-ahead: bench/results/ray-feed-cpu2-run18.md); ``tasks_in_flight="ray"``
+keeps Ray Data's scheduling for that case.
 """
 
 from __future__ import annotations
@@ -53,16 +50,14 @@ if TYPE_CHECKING:
 
 __all__ = ["dataset", "plan_items", "skipped", "stats"]
 
-# Samples per task: 64, and at least 16 decode passes (with group_clips, 16 whole videos), but
-# no more video than _TASK_BYTES (Ray's own target block size). A task costs Ray ~0.1 s of CPU
-# (the executor in the driver, the raylets, the worker around our function), and under Ray
-# Data's own scheduling its slot idled 0.15-0.6 s before the next task started (see NOTE
-# [ Tasks in flight ] for what now keeps the next one waiting). On an idle 2-core box over 3-epoch
-# datasets, under that scheduling (bench/results/ray-feed-cpu2-run7, run10, run11), one clip per
-# sample ran at 0.42x, 0.79x and 0.88x the local loader's clips/s with 8, 32 and 64 samples a
-# task; grouped by 4, at 0.66x-0.54x with 8 videos a task and 0.63x with 16.
+# Default task size: Ray spends a fixed CPU cost on each task (the driver's executor, the raylets,
+# the worker around our function), so a task carries far more decoding than that. Measured with
+# 8, 32 and 64 samples a task, 8 and 16 videos grouped (bench/ray_feed.py at each size:
+# bench/results/ray-feed-cpu2-run7.md, -run10.md, -run11.md), the largest was the fastest.
 _SAMPLES_PER_TASK = 64
+# With group_clips, at least this many whole videos a task (a decode pass each).
 _PASSES_PER_TASK = 16
+# And no more video a task than Ray Data's own target block size: a task's rows are one block.
 _TASK_BYTES = 128 * 1024**2
 # The loader's default shuffle window of a grouped source is 4 batches' worth of samples
 # (_loader._GROUP_WINDOW_BATCHES); here it is in videos.
@@ -71,14 +66,14 @@ _GROUP_WINDOW = 8
 _LOG_KEY = "shmloader.task_log"
 
 
-def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = True,
+def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
                start_epoch: int = 0, samples_per_task: int | None = None,
                group_window: int | None = None) -> list[dict[str, Any]]:
     """The tasks of epochs ``start_epoch .. start_epoch + epochs - 1``: ``[{"epoch": e,
     "samples": [ids]}]`` in plan order (see NOTE [ Epochs on Ray ]); with ``group_clips`` a
     video's samples of an epoch are all in one item (with other whole videos, up to
     ``samples_per_task`` samples; by default 64 samples, or 16 videos' samples, up to 128 MB of
-    video and at least one video)."""
+    video and at least one video). ``shuffle`` and ``seed`` as the ``Loader``'s."""
     check_int("epochs", epochs, 1)
     check_int("seed", seed, 0)
     check_int("start_epoch", start_epoch, 0)
@@ -112,18 +107,19 @@ def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bo
     return items
 
 
-def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = True,
+def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
             on_error: str = "raise", num_cpus: float = 1, resources: dict[str, float] | None = None,
             start_epoch: int = 0, samples_per_task: int | None = None,
-            group_window: int | None = None, tasks_in_flight: int | str | None = "auto",
-            timeout: float = 600.0, **ray_remote_args: Any) -> ray.data.Dataset:
+            group_window: int | None = None, tasks_in_flight: int | str = "auto",
+            node_timeout: float = 600.0, **ray_remote_args: Any) -> ray.data.Dataset:
     """A Ray Dataset of the samples of ``clips``, decoded in Ray tasks.
 
     One row per sample with the fields of a ``Loader`` batch (``video``, ``label``, ``index``,
     ``start``, ``frames``, ``mask`` with ``max_frames``) plus ``epoch`` and ``sample`` (the
     sample id). Epoch ``e`` holds the samples, clips and frames of epoch ``e`` of
     ``Loader(clips, seed=seed, shuffle=shuffle)`` (NOTE [ Epochs on Ray ]); rows come in the
-    order tasks finish unless the ``DataContext`` preserves order.
+    order tasks finish unless the ``DataContext`` preserves order. ``seed``, ``shuffle``,
+    ``on_error`` and ``group_window`` mean what they mean to ``Loader``, with its defaults.
 
     :param clips: the dataset's description; it travels to the tasks by value (paths, options,
         a scan manifest's probe columns: no file is probed twice).
@@ -134,29 +130,30 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
         ``SampleError`` naming its sample and file (Ray's exception for it is an instance of
         ``SampleError``: ``except shmloader.SampleError`` catches it; its ``index``, ``where``
         and ``reason`` are the sample's); ``"skip"``: it is left out, and ``skipped(ds)`` lists
-        it with its reason.
+        it with its reason, as ``Loader.skipped`` does.
     :param num_cpus: CPUs each decode task takes.
     :param resources: custom resources each task needs, e.g. ``{"decode": 1}`` to keep decoding
         on the nodes started with that resource.
     :param samples_per_task: samples a task reads (with ``group_clips``: whole videos, up to
         this many samples, at least one video); by default 64, or with ``group_clips`` 16
-        videos' samples, up to 128 MB of video (a task costs Ray ~0.1 s: see ``_SAMPLES_PER_TASK``).
-    :param group_window: videos per shuffle window with ``group_clips=True``.
+        videos' samples, up to 128 MB of video (Ray's cost per task weighs less in larger tasks).
+    :param group_window: videos per shuffle window with ``group_clips=True``; ``None``: 8.
     :param tasks_in_flight: decode tasks submitted at once (running, or queued at a node for
-        the next free slot); ``"auto"``: twice the slots the cluster has for them when the
-        dataset is built (its ``num_cpus`` and ``resources``); ``None``: Ray Data's own
-        scheduling, whose per-dataset resource reservation left decode slots idle 20-40 % of
-        the time on Ray 2.60 (NOTE [ Tasks in flight ]). With a cap of ours the reservation is
-        off on ``ds.context``, which the datasets derived from ``ds`` share: their operators
-        are not held back by Ray's object store budget either. ``"auto"`` counts the slots once
-        a node can run the tasks (see ``timeout``), and leaves the given strategy with
-        ``compute=`` or ``concurrency=``; a number with either is an error.
-    :param timeout: seconds to wait, here, for a node that can run a decode task (its
+        the next free slot): ``"auto"``, twice the slots the cluster has for them when the
+        dataset is built (its ``num_cpus`` and ``resources``), counted once a node can run the
+        tasks (see ``node_timeout``); a number, that many; ``"ray"``, Ray Data's own scheduling,
+        which budgets the tasks by its resource reservation and left decode slots idle (NOTE
+        [ Tasks in flight ]), but holds back a dataset that fills the object store. With a cap
+        of ours the reservation is off on ``ds.context``, which the datasets derived from ``ds``
+        share: their operators are not held back by Ray's object store budget either. With
+        ``compute=`` or ``concurrency=``, ``"auto"`` leaves the strategy given; a number is an
+        error.
+    :param node_timeout: seconds to wait, here, for a node that can run a decode task (its
         ``num_cpus`` and ``resources`` on one node). Where no node has them and no autoscaler
         could add one, ``LoaderError`` at once, naming what is missing and what the nodes have;
         with an autoscaler, a warning says what is asked for (``ray.autoscaler.sdk.
         request_resources``, withdrawn once a node is up or the wait is over) and the wait ends
-        in ``LoaderError`` after ``timeout``.
+        in ``LoaderError`` after ``node_timeout``.
     :param ray_remote_args: passed to ``Dataset.map_batches``: its named remote parameters
         (``label_selector``, e.g. ``{"ray.io/node-id": id}`` to pin a node, ``memory``,
         ``concurrency``...); others, such as ``scheduling_strategy``, go through Ray's deprecated
@@ -167,21 +164,22 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     check_choice("on_error", on_error, ON_ERROR)
     theirs = bool({"compute", "concurrency"} & ray_remote_args.keys())  # a compute strategy of the caller's
     size: int | None = None  # the cap of ours, if any (NOTE [ Tasks in flight ]); "auto" once Ray is up
-    if tasks_in_flight is not None and tasks_in_flight != "auto":
+    if tasks_in_flight not in ("auto", "ray"):
         try:
             check_int("tasks_in_flight", tasks_in_flight, 1)
         except ValueError:
-            raise ValueError(f"tasks_in_flight must be an integer >= 1, 'auto' or None, got {tasks_in_flight!r}") from None
+            raise ValueError("tasks_in_flight must be 'auto', an integer >= 1 or 'ray' (Ray Data's "
+                             f"scheduling), got {tasks_in_flight!r}") from None
         if theirs:
             raise ValueError("tasks_in_flight sets the decode tasks' compute strategy: pass it or "
                              "compute=/concurrency=, not both")
         size = cast(int, tasks_in_flight)
     items = plan_items(clips, epochs=epochs, seed=seed, shuffle=shuffle, start_epoch=start_epoch,
                        samples_per_task=samples_per_task, group_window=group_window)
-    check_seconds("timeout", timeout)
+    check_seconds("node_timeout", node_timeout)
     if not ray.is_initialized():
         ray.init()
-    _wait_for_a_node({"CPU": num_cpus, **(resources or {})}, timeout)
+    _wait_for_a_node({"CPU": num_cpus, **(resources or {})}, node_timeout)
     log, token = task_log(), uuid.uuid4().hex
     # The same description gets the same reader in a task worker, dataset after dataset (an epoch
     # each): the probes it keeps (checked against each file's size and mtime) are not read again.
@@ -285,9 +283,10 @@ def _auto_tasks_in_flight(num_cpus: float, resources: dict[str, float] | None) -
 
 
 def skipped(ds: ray.data.Dataset) -> list[tuple[int, int, str]]:
-    """``(epoch, sample, reason)`` of every sample ``dataset(..., on_error="skip")`` left out so
-    far, sorted (a sample re-read by a re-run task counts once). Complete for the rows already
-    delivered: read it after the epoch."""
+    """``(epoch, sample, reason)`` of the samples ``dataset(..., on_error="skip")`` left out so
+    far, oldest first, as ``Loader.skipped``: the most recent 10,000 are kept, and a sample
+    re-read by a re-run task counts once. Complete for the rows already delivered: read it after
+    the epoch. ``ds`` is the dataset ``dataset()`` made or one derived from it."""
     import ray
 
     log, token = _log(ds)
@@ -298,7 +297,7 @@ def stats(ds: ray.data.Dataset) -> dict[str, dict[str, int]]:
     """Per node id (hex), what the decode tasks of ``ds`` did there so far: ``tasks``,
     ``samples`` delivered, ``skipped``, and the reader's counters (``decord``, ``pyav``,
     ``probes``, ``bytes``...: ``ClipReader.counters``). A task re-run after a failure counts
-    again: this is work done, not rows delivered."""
+    again: this is work done, not rows delivered. ``ds`` as for ``skipped``."""
     import ray
 
     log, token = _log(ds)

@@ -167,7 +167,7 @@ def test_clips_pickle_by_value_with_the_manifest_columns(videos, tmp_path):
 
 def test_epochs_are_the_local_loaders_by_frame_codes(cluster, clips):
     seed = 7
-    ds = sray.dataset(clips, epochs=2, seed=seed, resources={"decode": 1}, samples_per_task=3)
+    ds = sray.dataset(clips, epochs=2, seed=seed, shuffle=True, resources={"decode": 1}, samples_per_task=3)
     rows = rows_of(ds)
     assert {"video", "label", "index", "start", "frames", "epoch", "sample"} <= set(rows[0])
     for r in rows:
@@ -195,11 +195,25 @@ def test_the_tasks_import_this_checkout(cluster):
     assert ray.get(where.remote(), timeout=60) == shmloader.__file__
 
 
-def test_grouped_clips_a_task_per_video(cluster, videos):
+def test_the_arguments_shared_with_loader_default_alike():
+    """dataset() and Loader share these arguments, and with them the defaults: a dataset built
+    with the defaults holds the epochs of ``Loader(clips)`` built with its own."""
+    import inspect
+
+    mine = inspect.signature(sray.dataset).parameters
+    loaders = inspect.signature(shmloader.Loader).parameters
+    shared = mine.keys() & loaders.keys()
+    assert shared == {"epochs", "seed", "shuffle", "on_error", "group_window"}, shared
+    assert {k: mine[k].default for k in shared} == {k: loaders[k].default for k in shared}
+    assert inspect.signature(sray.plan_items).parameters["shuffle"].default is False
+
+
+def test_task_items_by_size_and_by_video(videos):
+    """The driver's cut of the plan into tasks (no cluster): by default 16 whole videos a task
+    grouped, 64 samples one clip per sample, either way no more than 128 MB of video a task and at
+    least one video; ``samples_per_task`` whole videos up to that many samples."""
     paths, labels = videos
     clips = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=4, group_clips=True)
-    # by default 16 videos a task (a task costs Ray ~0.1 s); one clip per sample, 64 samples a
-    # task; either way no more than 128 MB of video a task
     assert [len(i["samples"]) for i in sray.plan_items(clips, epochs=1, seed=1)] == [4 * min(16, len(paths))]
     for size, per_task in (((96, 128), 64), ((480, 640), 128 * 1024**2 // (4 * 480 * 640 * 3))):
         one = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=12, size=size)
@@ -208,11 +222,20 @@ def test_grouped_clips_a_task_per_video(cluster, videos):
         assert len(one) > per_task and sizes == per_epoch * 2, (size, sizes)
     big = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=4, group_clips=True, size=(2160, 3840))
     assert [len(i["samples"]) for i in sray.plan_items(big, epochs=1, seed=1)] == [4] * len(paths)  # one video
-    items = sray.plan_items(clips, epochs=1, seed=1, samples_per_task=8)  # two whole videos a task
-    assert len(items) == len(paths) // 2 and all(len(i["samples"]) == 8 for i in items)
-    videos = [sorted({s // 4 for s in i["samples"]}) for i in items]
-    assert sorted(v for vs in videos for v in vs) == list(range(len(paths)))  # each video in one task
-    ds = sray.dataset(clips, seed=1, resources={"decode": 1}, samples_per_task=8)
+    items = sray.plan_items(clips, epochs=2, seed=1, shuffle=True, samples_per_task=8)  # two videos a task
+    assert len(items) == len(paths) and all(len(i["samples"]) == 8 for i in items)
+    for e in range(2):
+        videos = [sorted({s // 4 for s in i["samples"]}) for i in items if i["epoch"] == e]
+        assert sorted(v for vs in videos for v in vs) == list(range(len(paths)))  # each video in one task
+    assert [i["samples"] for i in items[: len(paths) // 2]] != [i["samples"] for i in items[len(paths) // 2 :]]
+
+
+def test_grouped_clips_a_task_per_video(cluster, videos):
+    """Grouped clips through Ray: each video read in one task, in one decode pass, with the local
+    loader's clips."""
+    paths, labels = videos
+    clips = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=4, group_clips=True)
+    ds = sray.dataset(clips, seed=1, shuffle=True, resources={"decode": 1}, samples_per_task=8)
     rows = rows_of(ds)
     assert sorted(int(r["sample"]) for r in rows) == list(range(len(clips)))
     for r in rows:
@@ -224,28 +247,45 @@ def test_grouped_clips_a_task_per_video(cluster, videos):
     assert sum(s["decord"] + s["pyav"] for s in done.values()) == len(paths)  # one decode pass per video
 
 
-def test_tasks_in_flight_caps_the_decode_tasks_on_the_datasets_own_context(cluster, clips):
+@pytest.fixture
+def strategies(monkeypatch):
+    """The ``compute=`` strategy each ``dataset()`` asks of Ray Data's public ``map_batches``
+    (None: none, Ray Data's own scheduling), in order."""
+    asked: list = []
+    map_batches = ray.data.Dataset.map_batches
+
+    def spy(self, fn, *args, **kwargs):
+        asked.append(kwargs.get("compute"))
+        return map_batches(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ray.data.Dataset, "map_batches", spy)
+    return asked
+
+
+def test_tasks_in_flight_caps_the_decode_tasks_on_the_datasets_own_context(cluster, clips, strategies):
     """By default twice the decode slots are in flight (a slot per ``decode`` resource), Ray
-    Data's resource reservation off on the dataset's own context only; ``None`` leaves Ray Data's
+    Data's resource reservation off on the dataset's own context only; ``"ray"`` leaves Ray Data's
     scheduling as it is. Each way delivers the local loader's epoch."""
     from ray.data import DataContext
 
     reserve = DataContext.get_current().op_resource_reservation_enabled
     slots = int(ray.cluster_resources()["decode"])
     local = loader_epochs(clips, 1, 5)[0]
-    for tasks, size, reserving in (("auto", 2 * slots, False), (1, 1, False), (None, None, reserve)):
-        ds = sray.dataset(clips, seed=5, resources={"decode": 1}, samples_per_task=3, tasks_in_flight=tasks)
-        assert (getattr(ds._logical_plan.dag.compute, "size", None), ds.context.op_resource_reservation_enabled) \
+    for tasks, size, reserving in (("auto", 2 * slots, False), (1, 1, False), ("ray", None, reserve)):
+        ds = sray.dataset(clips, seed=5, shuffle=True, resources={"decode": 1}, samples_per_task=3,
+                          tasks_in_flight=tasks)
+        assert (getattr(strategies[-1], "size", None), ds.context.op_resource_reservation_enabled) \
             == (size, reserving), tasks
         rows = rows_of(ds)
         assert sorted((int(r["index"]), int(r["start"]), tuple(r["frames"].tolist())) for r in rows) == local
         assert DataContext.get_current().op_resource_reservation_enabled == reserve  # the global one is left alone
-    # The caller's own compute strategy: Ray Data's scheduling, the reservation as it was.
-    ds = sray.dataset(clips, resources={"decode": 1}, compute=ray.data.TaskPoolStrategy(size=3))
-    assert ds.context.op_resource_reservation_enabled == reserve
-    assert ds._logical_plan.dag.compute.size == 3
-    with pytest.raises(ValueError, match="tasks_in_flight must be"):
-        sray.dataset(clips, tasks_in_flight=0)
+    # The caller's own compute strategy: passed on as given, the reservation as it was.
+    theirs = ray.data.TaskPoolStrategy(size=3)
+    ds = sray.dataset(clips, resources={"decode": 1}, compute=theirs)
+    assert strategies[-1] is theirs and ds.context.op_resource_reservation_enabled == reserve
+    for wrong in (0, None, "none", 2.5):
+        with pytest.raises(ValueError, match="tasks_in_flight must be 'auto', an integer >= 1 or 'ray'"):
+            sray.dataset(clips, tasks_in_flight=wrong)
     with pytest.raises(ValueError, match="not both"):
         sray.dataset(clips, tasks_in_flight=2, compute=ray.data.TaskPoolStrategy(size=2))
 
@@ -273,12 +313,30 @@ def test_skip_counts_and_names_the_bad_samples(cluster, videos, tmp_path):
     rows = rows_of(ds)
     assert sorted((int(r["epoch"]), int(r["sample"])) for r in rows) == [(e, s) for e in range(2) for s in range(3)]
     skips = sray.skipped(ds)
-    assert [(e, s) for e, s, _ in skips] == [(0, 3), (1, 3)]
+    assert sorted((e, s) for e, s, _ in skips) == [(0, 3), (1, 3)]
     # The datasets derived from it answer too (a map, a shuffle): the log is on their shared context.
     derived = ds.map(lambda row: row).random_shuffle(seed=1)
     assert sray.skipped(derived) == skips and sray.stats(derived) == sray.stats(ds)
     assert all(reason for _, _, reason in skips)
     assert sum(s["skipped"] for s in sray.stats(ds).values()) == 2
+
+
+def test_the_task_log_keeps_the_most_recent_skips_once_each():
+    """The log's own bookkeeping (no cluster): as a loader's ``skipped``, the most recent skips in
+    the order reported, as many as a loader keeps; a sample a re-run task skips again counts once
+    there; the counts add up per node."""
+    from shmloader._ray_tasks import TaskLog
+    from shmloader.engine.core import _SKIPS_KEPT as KEPT
+
+    log = TaskLog()
+    for s in range(KEPT + 5):
+        log.add("ds", "n1", [(1, s, "bad")], {"tasks": 1, "skipped": 1})
+    log.add("ds", "n2", [(1, KEPT + 4, "bad again")], {"tasks": 1, "skipped": 1})  # a re-run task
+    got = log.skipped("ds")
+    assert len(got) == KEPT and got[0] == (1, 5, "bad") and got[-1] == (1, KEPT + 4, "bad")
+    assert log.stats("ds") == {"n1": {"tasks": KEPT + 5, "skipped": KEPT + 5}, "n2": {"tasks": 1, "skipped": 1}}
+    log.forget("ds")
+    assert log.skipped("ds") == [] and log.stats("ds") == {}
 
 
 def test_raise_names_the_file_and_sample(cluster, videos):
@@ -303,8 +361,8 @@ def test_a_resource_no_node_has_is_refused_at_once_in_words(cluster, clips):
         assert "no autoscaler can add one" in text and text.count(f"{asked.split('=')[0]}=") == 1 + 3, text
     with pytest.raises(shmloader.LoaderError, match="need CPU=64 on one node"):
         sray.dataset(clips, num_cpus=64)
-    with pytest.raises(ValueError, match="timeout must be a positive number"):
-        sray.dataset(clips, resources={"decode": 1}, timeout=0)
+    with pytest.raises(ValueError, match="node_timeout must be a positive number"):
+        sray.dataset(clips, resources={"decode": 1}, node_timeout=0)
 
 
 def advertise_node_type(resources: dict | None) -> None:
@@ -325,7 +383,7 @@ def advertise_node_type(resources: dict | None) -> None:
 
 def test_a_node_an_autoscaler_could_add_is_asked_for_and_waited_for_in_bounds(cluster, clips):
     """A node type with the resource is advertised (an autoscaling cluster): dataset() warns and
-    asks for it; no node comes within ``timeout``: LoaderError saying so. Then a node with it
+    asks for it; no node comes within ``node_timeout``: LoaderError saying so. Then a node with it
     joins during the wait (as the autoscaler would start it): dataset() returns, and the rows
     are decoded there."""
     import threading
@@ -335,11 +393,11 @@ def test_a_node_an_autoscaler_could_add_is_asked_for_and_waited_for_in_bounds(cl
     try:
         with pytest.warns(RuntimeWarning, match="no node has CPU=1, gpu_decode=1 .* waiting up to 1 s"):
             with pytest.raises(shmloader.LoaderError, match="came up within 1 s"):
-                sray.dataset(clips, resources={"gpu_decode": 1}, timeout=1)
+                sray.dataset(clips, resources={"gpu_decode": 1}, node_timeout=1)
         built: list = []  # dataset() waits in a thread; the node joins from here (Ray's own
         # node start needs the main thread)
         waiting = threading.Thread(target=lambda: built.append(
-            sray.dataset(clips, seed=1, resources={"gpu_decode": 1}, timeout=120)))
+            sray.dataset(clips, seed=1, resources={"gpu_decode": 1}, node_timeout=120)))
         with pytest.warns(RuntimeWarning, match="asking the autoscaler"):
             waiting.start()
             time.sleep(1.0)
