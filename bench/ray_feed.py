@@ -97,7 +97,7 @@ def epoch_ray(clips, seed: int, cluster, epochs: int = 1, **options) -> tuple[fl
 
     pids = [os.getpid(), *cluster_pids(cluster)]
     c = cpu_seconds(pids)
-    ds = sray.dataset(clips, seed=seed, epochs=epochs, resources={"decode": 1}, **options)
+    ds = sray.dataset(clips, seed=seed, epochs=epochs, shuffle=True, resources={"decode": 1}, **options)
     t = time.perf_counter()
     n = sum(len(b["index"]) for b in ds.iter_batches(batch_size=BATCH, batch_format="numpy"))
     return n / (time.perf_counter() - t), n / (cpu_seconds(pids) - c)
@@ -144,8 +144,9 @@ def run_ahead(clips, epochs: int, pause_s: float, **options) -> dict:
     total = ray.cluster_resources()["object_store_memory"]
     out = {}
     mine = options.get("tasks_in_flight", "auto")
-    for name, tasks in ((f"tasks_in_flight={mine}", mine), ("tasks_in_flight=None", None)):
-        ds = sray.dataset(clips, seed=7, epochs=epochs, resources={"decode": 1}, **{**options, "tasks_in_flight": tasks})
+    for name, tasks in ((f"tasks_in_flight={mine}", mine), ('tasks_in_flight="ray"', "ray")):
+        ds = sray.dataset(clips, seed=7, epochs=epochs, shuffle=True, resources={"decode": 1},
+                          **{**options, "tasks_in_flight": tasks})
         peak = n = 0
         t = time.perf_counter()
         for b in ds.iter_batches(batch_size=BATCH, batch_format="numpy"):
@@ -164,7 +165,7 @@ def options(p) -> None:
     p.add_argument("--num-cpus", type=float, default=None, help="shmloader.ray.dataset(num_cpus=)")
     p.add_argument("--samples-per-task", type=int, default=None, help="shmloader.ray.dataset(samples_per_task=)")
     p.add_argument("--tasks-in-flight", default=None,
-                   help="shmloader.ray.dataset(tasks_in_flight=): a number, 'auto' or 'none'")
+                   help="shmloader.ray.dataset(tasks_in_flight=): a number, 'auto' or 'ray'")
     p.add_argument("--run-ahead", type=float, default=None, metavar="PAUSE_S",
                    help="then grouped clips for 10 epochs read with this pause a batch: the object store's peak")
     p.add_argument("--layout", choices=("nodes", "one"), default="nodes",
@@ -184,7 +185,7 @@ def prepare(args, notes: list[str]) -> dict:
                if v is not None}
     if args.tasks_in_flight is not None:
         t = args.tasks_in_flight
-        options["tasks_in_flight"] = None if t == "none" else t if t == "auto" else int(t)
+        options["tasks_in_flight"] = t if t in ("auto", "ray") else int(t)
     os.makedirs(args.folder, exist_ok=True)
     paths, labels = make_videos(args.folder, count=args.videos, frames=120, size=(256, 340))
     common = {"clip_len": 16, "frame_step": 2, "size": (112, 112)}

@@ -30,8 +30,6 @@ keeps Ray Data's scheduling for that case.
 
 from __future__ import annotations
 
-import hashlib
-import pickle
 import uuid
 import weakref
 from typing import TYPE_CHECKING, Any, cast
@@ -42,11 +40,10 @@ from ._errors import LoaderError
 from ._ray_tasks import decode_items, task_log
 from .engine.plan import EpochPlan
 from .engine.source import ON_ERROR, check_choice, check_int, check_seconds
+from .video.clips import VideoClips, digest
 
 if TYPE_CHECKING:
     import ray.data
-
-    from .video.clips import VideoClips
 
 __all__ = ["dataset", "plan_items", "skipped", "stats"]
 
@@ -84,8 +81,7 @@ def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bo
         samples_per_task = max(group, min(max(_SAMPLES_PER_TASK, _PASSES_PER_TASK * group), fit))
     check_int("samples_per_task", samples_per_task, 1)
     window = group_window if group_window is not None else _GROUP_WINDOW
-    plan = EpochPlan(len(clips), 1, shuffle=shuffle, seed=seed, drop_remainder=False, group=group,
-                     window=window, groups=clips.group_ids())
+    plan = EpochPlan.for_source(clips, 1, shuffle=shuffle, seed=seed, window=window)
     items: list[dict[str, Any]] = []
     for epoch in range(start_epoch, start_epoch + epochs):
         order = plan.order(epoch)
@@ -183,7 +179,7 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     log, token = task_log(), uuid.uuid4().hex
     # The same description gets the same reader in a task worker, dataset after dataset (an epoch
     # each): the probes it keeps (checked against each file's size and mtime) are not read again.
-    reader_key = hashlib.sha1(pickle.dumps(clips)).hexdigest()
+    reader_key = digest(clips)
     # clips by value: Ray Data stores the function's arguments once and hands them to each task as
     # its own (fetched by Ray, retried by Ray), never a reference the task must get itself.
     fn_kwargs = {"clips": clips, "token": token, "reader_key": reader_key, "seed": seed, "on_error": on_error,
