@@ -245,6 +245,10 @@ def prepare_cmd(args) -> int:
     except (ValueError, ImportError, OSError) as e:
         print(f"shmloader prepare: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"shmloader prepare: stopped; {os.path.join(args.out, 'manifest.csv')} lists the copies finished, "
+              "and the same command again prepares the rest", file=sys.stderr)
+        return 130
     say = lambda text: print(text, file=sys.stderr)  # noqa: E731
     rows, bad, made = summary["rows"], summary["unreadable"], summary["prepared"]
     ratio = summary["copy_bytes"] / summary["source_bytes"] if summary["source_bytes"] else 0.0

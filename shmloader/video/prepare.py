@@ -258,7 +258,7 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, rows: di
             while queue and len(pending) < workers * _IN_FLIGHT:
                 item = queue.popleft()
                 pending.append((item, submit(item)))
-            item, fut = pending.popleft()
+            item, fut = pending[0]  # left in pending while it runs: a stop removes its temporary file
             try:
                 row = fut.result()
             except cf.process.BrokenProcessPool:
@@ -274,9 +274,12 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, rows: di
                     row.update(source=item[0], spec=_spec_text(spec))
                 _kill(pool)
                 pool = _pool(workers, _ignore_sigint)
+                pending.popleft()
                 queue.extendleft(reversed([it for it, _ in pending]))
                 pending.clear()
                 _remove_temporaries(queue)
+            else:
+                pending.popleft()
             rows[item[0]] = row
             bar.update(1)
     finally:

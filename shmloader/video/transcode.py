@@ -178,8 +178,8 @@ def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -
                     if p.dts is None or p.pts is None or a_out is None:
                         continue
                     shift = round(start / p.time_base)
-                    if p.pts - shift < 0:
-                        continue  # before the first frame shown
+                    if shift and p.pts - shift + (p.duration or 0) <= 0:
+                        continue  # over before the first frame shown (an encoder's priming packet stays)
                     p.pts, p.dts = p.pts - shift, p.dts - shift
                     p.stream = a_out
                     o.mux(p)
@@ -199,6 +199,7 @@ def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -
                         _tag(out.codec_context, frame)
                     img = turner(frame)
                     img.pts, img.time_base = int(times[n]), tb
+                    img.pict_type = av.video.frame.PictureType.NONE  # a source keyframe forces none here
                     _mux(o, out.encode(img), lasts)
                     n += 1
         except av.error.FFmpegError as e:
