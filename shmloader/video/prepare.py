@@ -89,7 +89,8 @@ def _listing(inputs: list[str], out: str, storage: Storage, passed_over: collect
             if out == folder or out.startswith(folder + os.sep):
                 raise ValueError(f"--out {out!r} is inside the source folder {item!r}: prepare never writes "
                                  "inside its sources; give a folder outside it")
-    listed, by_copy = [], {}
+    listed: list[tuple] = []
+    by_copy: dict[str, str] = {}
     for item in inputs:
         for path, label, place, _ in iter_inputs([item], passed_over=passed_over, storage=storage):
             name, fmt = container_of(_relative(item, path))
@@ -244,12 +245,15 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, rows: di
     """Prepare ``todo`` in ``workers`` processes, each row into ``rows`` as it comes. A file
     whose process dies (which breaks the pool) is tried once more alone before its row says so;
     a stop kills the workers and removes their temporary files."""
+    if not todo:
+        return
     pending: collections.deque = collections.deque()
     queue = collections.deque(todo)
-    pool = None
+    pool: cf.ProcessPoolExecutor | None = None
 
     def submit(item) -> cf.Future:
         path, label, place, copy, fmt = item
+        assert pool is not None
         return pool.submit(_prepare_one, path, label, place, copy, fmt, spec, storage)
 
     try:
