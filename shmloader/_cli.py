@@ -240,7 +240,8 @@ def prepare_cmd(args) -> int:
     try:
         fail_on = check_fail_on(args.fail_on or "")
         summary = prepare_files(args.sources, args.out, short_side=args.short_side, size=args.size, gop=args.gop,
-                                crf=args.crf, workers=args.workers, fail_on=fail_on, progress=not args.quiet,
+                                crf=args.crf, workers=args.workers, timeout=args.timeout, fail_on=fail_on,
+                                progress=not args.quiet,
                                 storage_options=_storage_options(args.storage_options))
     except (ValueError, ImportError, OSError) as e:
         print(f"shmloader prepare: {e}", file=sys.stderr)
@@ -374,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--crf", type=_at_least(0), default=23, metavar="Q",
                    help="x264's quality, 0-51, lower is better and larger (default 23)")
     p.add_argument("--workers", type=_at_least(1), help="processes, one core each (default: one per CPU)")
+    p.add_argument("--timeout", type=_seconds, default=3600.0,
+                   help="seconds one file may take (default 3600); its row then says so")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--fail-on", metavar="KINDS",
                    help="exit 1 when a row has one of these problems (comma-separated, as scan's): unreadable "

@@ -436,3 +436,15 @@ def test_tar_shards_and_scan_manifests_are_sources(tmp_path):
     run_prepare(tmp_path / "v" / "list.csv", "--out", tmp_path / "dst2", "--short-side", SHORT)
     rows = rows_of(tmp_path / "dst2" / "manifest.csv")
     assert [(r["path"], r["label"]) for r in rows] == [("k0.mp4", "3"), ("k1.mp4", "4")]
+
+
+def test_a_file_over_the_timeout_is_stopped_and_the_rest_prepared(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    write_video(src / "a_long.mp4", 1, frames=400, size=(480, 640), gop=400)
+    write_video(src / "b_short.mp4", 2, frames=12)
+    r = run_prepare(src, "--out", dst, "--workers", "1", "--timeout", "1")
+    rows = {row["path"]: row for row in rows_of(dst / "manifest.csv")}
+    assert rows["a_long.mp4"]["problem"] == f"unreadable: cannot prepare {src / 'a_long.mp4'}: took over 1 s (timeout)"
+    assert rows["b_short.mp4"]["frames"] == "12" and "1 could not be prepared" in r.stderr, r.stderr
+    assert sorted(os.listdir(dst)) == ["b_short.mp4", "manifest.csv"]

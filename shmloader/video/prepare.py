@@ -19,7 +19,10 @@ NOTE [ Preparing safely, again ]
 Nothing is written inside a source: DST may not be in a folder given as a source, and no copy
 may land on a source file. Each copy is written to a hidden temporary name beside its place
 (``.NAME.preparing``) and renamed there when whole; a stopped run (Ctrl-C, an error) kills its
-workers and removes their temporary files, and writes the manifest of what is finished. A run
+workers and removes their temporary files, and writes the manifest of what is finished. A
+process that dies breaks the pool and every file in flight: the file is tried again alone, the
+others in a new pool; a file over ``timeout`` (from when it is the oldest in flight) is stopped
+the same way and its row says so. A run
 into a DST that has a manifest keeps each earlier row whose source has its recorded size and
 modification time, whose copy has the size and modification time its row records and whose
 ``spec`` is this run's; every other file (new, changed, failed before) is prepared again.
@@ -36,7 +39,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..engine.source import check_int, usable_cpus
+from ..engine.source import check_int, check_seconds, usable_cpus
 from .media import is_remote, split_member
 from .rescan import check_fail_on, count, fails
 from .scan import COLUMNS, _blank, _is_shards, _kill, _pool, _row, iter_inputs
@@ -50,6 +53,10 @@ MANIFEST = "manifest.csv"
 
 # Files in flight per worker: every worker kept busy, little work lost when a run stops.
 _IN_FLIGHT = 2
+
+# Seconds one file may take by default: a two-hour film at short side 320 takes minutes on a core;
+# a file that hangs its decoder must not stop the night's run.
+_TIMEOUT = 3600.0
 
 # What the copy is probed with for its row: every keyframe decoded (scan's default).
 _CHECK = "keyframes"
@@ -175,8 +182,9 @@ def _finished(row: dict | None, spec: str, storage: Storage) -> bool:
 
 def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *,
                   short_side: int | None = None, size: tuple[int, int] | None = None, gop: int = 16,
-                  crf: int = 23, workers: int | None = None, fail_on: Iterable[str] | str = (),
-                  progress: bool = False, storage_options: dict | None = None) -> dict[str, Any]:
+                  crf: int = 23, workers: int | None = None, timeout: float | None = _TIMEOUT,
+                  fail_on: Iterable[str] | str = (), progress: bool = False,
+                  storage_options: dict | None = None) -> dict[str, Any]:
     """:func:`prepare`'s work; returns a summary: ``{"manifest", "rows", "prepared", "kept",
     "unreadable", "failed", "problems": {kind: rows}, "first": {kind: (path, problem)},
     "unlabelled", "passed_over": {extension: files}, "source_bytes", "copy_bytes", "seconds"}``
@@ -198,6 +206,8 @@ def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathL
         raise ValueError(f"crf must be 0..51 (x264's quality scale, lower is better), got {crf}")
     if workers is not None:
         check_int("workers", workers, 1)
+    if timeout is not None:
+        check_seconds("timeout", timeout)
     kinds = check_fail_on(fail_on)
     spec = Spec(short_side, size, gop, crf)
     text = _spec_text(spec)
@@ -221,7 +231,7 @@ def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathL
 
     try:
         with tqdm(total=len(listed), initial=len(rows), unit=" files", desc="prepare", disable=not progress) as bar:
-            _run(todo, spec, storage, workers or usable_cpus(), rows, bar)
+            _run(todo, spec, storage, workers or usable_cpus(), timeout, rows, bar)
     finally:
         _write(manifest, listed, rows, earlier)
     summary: dict[str, Any] = {"manifest": manifest, "rows": 0, "prepared": 0, "kept": 0, "unreadable": 0,
@@ -241,10 +251,12 @@ def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathL
     return summary
 
 
-def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, rows: dict, bar) -> None:
+def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, timeout: float | None, rows: dict,
+         bar) -> None:
     """Prepare ``todo`` in ``workers`` processes, each row into ``rows`` as it comes. A file
     whose process dies (which breaks the pool) is tried once more alone before its row says so;
-    a stop kills the workers and removes their temporary files."""
+    a file that takes over ``timeout`` seconds (from when it is the oldest in flight) is stopped
+    and its row says so; a stop kills the workers and removes their temporary files."""
     if not todo:
         return
     pending: collections.deque = collections.deque()
@@ -256,6 +268,10 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, rows: di
         assert pool is not None
         return pool.submit(_prepare_one, path, label, place, copy, fmt, spec, storage)
 
+    def failed(item, why: str) -> dict:
+        row = _blank(item[3], item[1], f"unreadable: cannot prepare {storage.name(item[0])}: {why}")
+        return dict(row, source=item[0], spec=_spec_text(spec))
+
     try:
         pool = _pool(min(workers, max(1, len(todo))), _ignore_sigint)
         while queue or pending:
@@ -264,26 +280,33 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, rows: di
                 pending.append((item, submit(item)))
             item, fut = pending[0]  # left in pending while it runs: a stop removes its temporary file
             try:
-                row = fut.result()
+                row = fut.result(timeout=timeout)
+            except cf.TimeoutError:
+                row = failed(item, f"took over {timeout:g} s (timeout)")
             except cf.process.BrokenProcessPool:
                 # One process died and took the pool with it: every file in flight is lost, not
                 # only the one that died. This one again, alone, in a new pool; then the rest.
                 _kill(pool)
                 pool = _pool(1, _ignore_sigint)
                 try:
-                    row = submit(item).result()
+                    row = submit(item).result(timeout=timeout)
+                except cf.TimeoutError:
+                    row = failed(item, f"took over {timeout:g} s (timeout)")
                 except cf.process.BrokenProcessPool:
-                    row = _blank(item[3], item[1], f"unreadable: cannot prepare {storage.name(item[0])}: "
-                                                    "its process died (a crash in the decoder or encoder)")
-                    row.update(source=item[0], spec=_spec_text(spec))
-                _kill(pool)
-                pool = _pool(workers, _ignore_sigint)
-                pending.popleft()
-                queue.extendleft(reversed([it for it, _ in pending]))
-                pending.clear()
-                _remove_temporaries(queue)
+                    row = failed(item, "its process died (a crash in the decoder or encoder)")
             else:
                 pending.popleft()
+                rows[item[0]] = row
+                bar.update(1)
+                continue
+            # The pool cannot stop one file: a new pool, and the files in flight submitted again.
+            _kill(pool)
+            pool = _pool(workers, _ignore_sigint)
+            pending.popleft()
+            _remove_temporaries([item])
+            queue.extendleft(reversed([it for it, _ in pending]))
+            pending.clear()
+            _remove_temporaries(queue)
             rows[item[0]] = row
             bar.update(1)
     finally:
@@ -315,8 +338,8 @@ def _write(manifest: str, listed: list[tuple], rows: dict, earlier: dict) -> Non
 
 def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], out: str | os.PathLike[str], *,
             short_side: int | None = None, size: tuple[int, int] | None = None, gop: int = 16, crf: int = 23,
-            workers: int | None = None, fail_on: Iterable[str] | str = (), progress: bool = False,
-            storage_options: dict | None = None) -> str:
+            workers: int | None = None, timeout: float | None = _TIMEOUT, fail_on: Iterable[str] | str = (),
+            progress: bool = False, storage_options: dict | None = None) -> str:
     """Copies of the videos ``sources`` name, made for reading random clips fast, in the folder
     ``out``; returns the path of their manifest, ``out/manifest.csv``, for
     ``VideoClips.from_csv``.
@@ -328,6 +351,7 @@ def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], 
     x264's quality ``crf`` (lower: better and larger). ``out`` mirrors the sources' relative
     paths; it may not be inside a source folder. ``workers``: processes, one per CPU by
     default. A run into an ``out`` prepared before keeps the copies whose sources are unchanged.
+    A file that takes over ``timeout`` seconds (None: no limit) is stopped and its row says so.
 
     A file that cannot be prepared is a manifest row that says why (the others are prepared);
     ValueError after the manifest is written when a row has a problem of a kind in ``fail_on``
@@ -335,7 +359,7 @@ def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], 
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     summary = prepare_files(sources, out, short_side=short_side, size=size, gop=gop, crf=crf, workers=workers,
-                            fail_on=fail_on, progress=progress, storage_options=storage_options)
+                            timeout=timeout, fail_on=fail_on, progress=progress, storage_options=storage_options)
     if summary["failed"]:
         kinds = check_fail_on(fail_on)
         with open(summary["manifest"], newline="") as f:
