@@ -26,7 +26,9 @@ from shmloader.video.samples import frame_image, write_video
 from shmloader.video.scan import COLUMNS
 
 from ._variants import codes, variable_rate, write_variants
-from .test_shapes import write
+from .test_open_gop import OPEN_GOPS
+from .test_shapes import DECORD_WRITERS, PYAV_WRITERS, _make, write
+from .test_skipping import write as write_textured
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -448,3 +450,46 @@ def test_a_file_over_the_timeout_is_stopped_and_the_rest_prepared(tmp_path):
     assert rows["a_long.mp4"]["problem"] == f"unreadable: cannot prepare {src / 'a_long.mp4'}: took over 1 s (timeout)"
     assert rows["b_short.mp4"]["frames"] == "12" and "1 could not be prepared" in r.stderr, r.stderr
     assert sorted(os.listdir(dst)) == ["b_short.mp4", "manifest.csv"]
+
+
+# The shapes test_shapes and test_open_gop write (every codec and container decord is trusted with,
+# those PyAV reads, open GOPs with leading pictures), by file name.
+SHAPES = {**{f"{'_'.join(k)}.{ext}": ("shape", ext, kw) for k, (ext, kw) in DECORD_WRITERS.items()},
+          **{f"{k}.{ext}": ("shape", ext, kw) for k, (ext, kw) in PYAV_WRITERS.items()},
+          **{f"open_gop_{k}.{ext}": ("open_gop", codec, options) for k, (ext, codec, options) in OPEN_GOPS.items()}}
+
+
+@pytest.fixture(scope="module")
+def shapes_prepared(tmp_path_factory):
+    """Every shape written, then prepared by the command line: ``(source folder, DST)``."""
+    src = tmp_path_factory.mktemp("shapes")
+    for name, (kind, a, kw) in SHAPES.items():
+        stem, ext = os.path.splitext(name)
+        if kind == "shape":
+            _make(src, stem, ext[1:], kw)
+        else:
+            write_textured(str(src / name), a, kw)
+    dst = tmp_path_factory.mktemp("shapes_prepared") / "dst"
+    run_prepare(src, "--out", dst, "--short-side", SHORT, "--gop", GOP, "--workers", 2)
+    return src, dst
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_every_shape_of_the_zoos_comes_through_frame_for_frame(shapes_prepared, name):
+    src, dst = shapes_prepared
+    rows = {os.path.basename(r["source"]): r for r in rows_of(dst / "manifest.csv")}
+    row = rows[name]
+    assert not row["problem"].startswith("unreadable"), row["problem"]
+    source, copy = str(src / name), str(dst / row["path"])
+    want, got = every_frame(source), every_frame(copy)
+    ids, numbers = codes(want)
+    got_ids, got_numbers = codes(got)
+    np.testing.assert_array_equal(got_numbers, numbers, err_msg=name)
+    np.testing.assert_array_equal(got_ids, ids, err_msg=name)
+    assert keyframes(copy) == list(range(0, len(want), GOP))
+    src_info, copy_info = probe(source), probe(copy)
+    t_src, t_copy = src_info.times(), copy_info.times()
+    if t_src is not None:  # the last frame's end aside: FLV stores no duration (0 here)
+        np.testing.assert_allclose(t_copy[:, 0] - t_copy[0, 0], t_src[:, 0] - t_src[0, 0], atol=1e-3, err_msg=name)
+        np.testing.assert_allclose(t_copy[:-1, 1] - t_copy[0, 0], t_src[:-1, 1] - t_src[0, 0], atol=1e-3, err_msg=name)
+    assert copy_info.duration == pytest.approx(src_info.duration, rel=1e-4) and copy_info.frames == src_info.frames

@@ -144,6 +144,8 @@ def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -
         tb = _COUNTED_TB
         times = np.round(np.arange(info.frames + 1) / info.fps / float(tb)).astype(np.int64)
         times, last = times[:-1], int(times[-1] - times[-2])
+    if last <= 0 and len(times) > 1:  # a container that stores none (FLV): the usual step, as the probe's duration
+        last = int(np.median(np.diff(times)))
     # Each packet's duration: to the next frame's time, the last frame's as the source's. An MP4
     # stores the durations, and the frame rate a demuxer reports is counted from them.
     lasts = dict(zip(times.tolist(), np.diff(times, append=times[-1] + max(last, 1)).tolist()))
