@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import fractions
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from shmloader.video.pyav import PyAV
 from shmloader.video.samples import frame_image, write_video
 from shmloader.video.scan import COLUMNS
 
-from ._variants import codes, variable_rate, write_variants
+from ._variants import codes, cut_slice, variable_rate, write_variants
 from .test_open_gop import OPEN_GOPS
 from .test_shapes import DECORD_WRITERS, PYAV_WRITERS, _make, write
 from .test_skipping import write as write_textured
@@ -493,3 +494,33 @@ def test_every_shape_of_the_zoos_comes_through_frame_for_frame(shapes_prepared, 
         np.testing.assert_allclose(t_copy[:, 0] - t_copy[0, 0], t_src[:, 0] - t_src[0, 0], atol=1e-3, err_msg=name)
         np.testing.assert_allclose(t_copy[:-1, 1] - t_copy[0, 0], t_src[:-1, 1] - t_src[0, 0], atol=1e-3, err_msg=name)
     assert copy_info.duration == pytest.approx(src_info.duration, rel=1e-4) and copy_info.frames == src_info.frames
+
+
+def test_damaged_files_are_rows_that_name_the_frame_and_the_good_ones_are_prepared(tmp_path):
+    """A frame the decoder marks damaged (a slice cut short), or a packet it rejects: no copy (it
+    would show concealed frames the loader refuses in the source), a row saying where."""
+    src = tmp_path / "src"
+    src.mkdir()
+    plain = write_video(tmp_path / "plain.mp4", 2, frames=60, gop=12)
+    cut_slice(plain, str(src / "concealed.mp4"), 36)
+    cut_slice(plain, str(src / "rejected.mp4"), 36, filler=False)
+    shutil.copy(plain, src / "whole.mp4")
+    r = run_prepare(src, "--out", tmp_path / "dst", "--short-side", SHORT)
+    rows = {row["path"]: row for row in rows_of(tmp_path / "dst" / "manifest.csv")}
+    assert rows["concealed.mp4"]["problem"] == f"unreadable: cannot prepare {src / 'concealed.mp4'}: frame 36 is damaged"
+    assert rows["rejected.mp4"]["problem"].startswith(
+        f"unreadable: cannot prepare {src / 'rejected.mp4'}: damaged or cut-off data: the decoder stopped with ")
+    assert rows["whole.mp4"]["frames"] == "60" and "1 prepared" in r.stderr and "2 could not be prepared" in r.stderr
+    assert sorted(os.listdir(tmp_path / "dst")) == ["manifest.csv", "whole.mp4"]
+
+
+def test_the_progress_bar_counts_files_with_a_total_and_time_left(tmp_path):
+    (tmp_path / "src").mkdir()
+    for i in range(2):
+        write_video(tmp_path / "src" / f"v{i}.mp4", i, frames=12)
+    r = subprocess.run([sys.executable, "-m", "shmloader", "prepare", str(tmp_path / "src"), "--out",
+                        str(tmp_path / "dst"), "--short-side", str(SHORT)], capture_output=True, text=True,
+                       timeout=150, check=False)
+    assert r.returncode == 0, r.stderr
+    bar = r.stderr.replace("\r", "\n")
+    assert re.search(r"prepare: 100%.*2/2 \[\d\d:\d\d<00:00", bar), bar

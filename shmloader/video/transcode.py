@@ -205,7 +205,8 @@ def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -
                     _mux(o, out.encode(img), lasts)
                     n += 1
         except av.error.FFmpegError as e:
-            raise ValueError(f"damaged or cut-off data at frame {n} of {info.frames}: {e}") from e
+            raise ValueError(f"damaged or cut-off data: the decoder stopped with {n} of the {info.frames} frames "
+                             f"out: {e}") from e
         if n < info.frames:
             raise ValueError(f"the stream ends at frame {n} of the {info.frames} its probe counted "
                              "(damaged or truncated?)")
