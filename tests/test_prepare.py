@@ -524,3 +524,22 @@ def test_the_progress_bar_counts_files_with_a_total_and_time_left(tmp_path):
     assert r.returncode == 0, r.stderr
     bar = r.stderr.replace("\r", "\n")
     assert re.search(r"prepare: 100%.*2/2 \[\d\d:\d\d<00:00", bar), bar
+
+
+def test_audio_stays_in_step_with_the_video_when_the_times_move(tmp_path):
+    """An MPEG-TS starts at 1.4 s (its audio a packet before its video): the copy starts at 0, and
+    every audio packet that ends after the first frame keeps its place relative to the video."""
+    (tmp_path / "src").mkdir()
+    with_audio(str(tmp_path / "src" / "a.ts"), "aac", 3)
+    run_prepare(tmp_path / "src", "--out", tmp_path / "dst", "--short-side", SHORT)
+
+    def audio_after_first_frame(path: str) -> list[float]:
+        """Audio packets' times from the first frame's (sizes differ: MPEG-TS AAC has ADTS headers)."""
+        with av.open(path) as c:
+            first = float(next(c.decode(video=0)).time)
+        with av.open(path) as c:
+            return [round(float(p.pts * p.time_base) - first, 4) for p in c.demux(audio=0)
+                    if p.size and float((p.pts + p.duration) * p.time_base) - first > 1e-6]
+
+    want = audio_after_first_frame(str(tmp_path / "src" / "a.ts"))
+    assert len(want) > 50 and audio_after_first_frame(str(tmp_path / "dst" / "a.mp4")) == want
