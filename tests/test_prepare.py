@@ -543,3 +543,23 @@ def test_audio_stays_in_step_with_the_video_when_the_times_move(tmp_path):
 
     want = audio_after_first_frame(str(tmp_path / "src" / "a.ts"))
     assert len(want) > 50 and audio_after_first_frame(str(tmp_path / "dst" / "a.mp4")) == want
+
+
+def test_a_script_that_calls_prepare_at_its_top_level_runs_once(tmp_path):
+    """The workers never run the caller's script (multiprocessing would, in every child): no
+    ``if __name__ == "__main__"`` needed, and what the script imports is not paid per worker."""
+    (tmp_path / "src").mkdir()
+    for i in range(3):
+        write_video(tmp_path / "src" / f"v{i}.mp4", i, frames=12)
+    script = tmp_path / "prep.py"
+    script.write_text(f"""import os
+import shmloader
+with open({str(tmp_path / "runs.txt")!r}, "a") as f:
+    f.write(f"{{os.getpid()}}\\n")
+print(shmloader.prepare({str(tmp_path / "src")!r}, {str(tmp_path / "dst")!r}, short_side=64, workers=2))
+""")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=150, check=False,
+                       env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(shmloader.__file__))})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert len((tmp_path / "runs.txt").read_text().split()) == 1
+    assert [row["frames"] for row in rows_of(tmp_path / "dst" / "manifest.csv")] == ["12"] * 3
