@@ -563,3 +563,16 @@ print(shmloader.prepare({str(tmp_path / "src")!r}, {str(tmp_path / "dst")!r}, sh
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert len((tmp_path / "runs.txt").read_text().split()) == 1
     assert [row["frames"] for row in rows_of(tmp_path / "dst" / "manifest.csv")] == ["12"] * 3
+
+
+@pytest.mark.parametrize("shown, spec, want", [
+    ((256, 340), {"short_side": 128}, (128, 170)),  # 340 * 128 / 256 = 170
+    ((340, 256), {"short_side": 128}, (170, 128)),  # portrait (a phone's rotation applied)
+    ((240, 320), {"short_side": 320}, (320, 426)),  # 426.7 to the nearest even side
+    ((256, 340), {"size": (128, 171)}, (128, 172)),  # R(2+1)D's 128x171: 4:2:0 sides are even
+    ((97, 129), {}, (96, 128)),  # the source's size, odd sides one less
+])
+def test_the_copys_size(shown, spec, want):
+    from shmloader.video.transcode import Spec, copy_size
+
+    assert copy_size(*shown, Spec(**spec)) == want
