@@ -576,3 +576,22 @@ def test_the_copys_size(shown, spec, want):
     from shmloader.video.transcode import Spec, copy_size
 
     assert copy_size(*shown, Spec(**spec)) == want
+
+
+def test_urls_are_sources_read_through_the_storage_layer(tmp_path):
+    """A video by URL (HTTP with ranges): copied by its name, frame for frame; a rerun asks the
+    server for the file's stamp and keeps the copy."""
+    from ._servers import RangeServer
+
+    (tmp_path / "srv").mkdir()
+    write_video(tmp_path / "srv" / "clip.mp4", 4, frames=30, gop=30)
+    with RangeServer(str(tmp_path / "srv")) as srv:
+        url = srv.url("clip.mp4")
+        run_prepare(url, "--out", tmp_path / "dst", "--short-side", SHORT, "--gop", GOP)
+        row, = rows_of(tmp_path / "dst" / "manifest.csv")
+        assert (row["path"], row["source"], row["frames"]) == ("clip.mp4", url, "30")
+        ids, numbers = codes(every_frame(str(tmp_path / "dst" / "clip.mp4")))
+        assert (ids == 4).all() and list(numbers) == list(range(30))
+        assert keyframes(str(tmp_path / "dst" / "clip.mp4")) == list(range(0, 30, GOP))
+        r = run_prepare(url, "--out", tmp_path / "dst", "--short-side", SHORT, "--gop", GOP)
+        assert "1 kept from an earlier run" in r.stderr, r.stderr
