@@ -9,7 +9,9 @@ random ``clip_len``-frame clips, every ``frame_step``-th frame, scaled to ``side
 per sample, through ``Loader.as_dataset()`` at ``--workers`` workers.
 
 Per set: clips/s at the consumer, CPU ms per delivered clip, the disk the set takes against the
-sources, and for the copies the seconds of preparing per second of video per core. The summary
+sources, and for the copies the seconds of preparing per second of video per core and the PSNR
+of their frames against the sources' scaled to the copy's size by the loader's own scaler (RGB,
+the first ``--psnr-frames`` frames of every video). The summary
 gives copies / sources clips/s per set.
 
     python bench/prepare.py                                   # ~5 minutes on 2 cores
@@ -51,6 +53,25 @@ def options(p) -> None:
     p.add_argument("--video-count", type=int, default=8)
     p.add_argument("--video-frames", type=int, default=250, help="frames per source (10 s at 25 fps)")
     p.add_argument("--video-size", type=harness.size, default=(256, 340), help="HxW of the sources")
+    p.add_argument("--psnr-frames", type=int, default=50, help="frames of each video the PSNR is measured on")
+
+
+def psnr(sources, copies, frames: int) -> float:
+    """PSNR (dB, RGB) of the copies' first ``frames`` frames against the sources' scaled to the
+    copy's size, both read by the loader's PyAV reader."""
+    import numpy as np
+
+    from shmloader.video.probe import probe
+    from shmloader.video.pyav import PyAV
+
+    errors = []
+    for source, copy in zip(sources, copies):
+        c, s = probe(copy), probe(source)
+        idx = np.arange(min(frames, c.frames))
+        a = PyAV(1).decode(c, None, idx).astype(np.float64)
+        b = PyAV(1).decode(s, (c.height, c.width), idx).astype(np.float64)
+        errors.append(((a - b) ** 2).mean())
+    return float(10 * np.log10(255.0**2 / np.mean(errors)))
 
 
 def _disk(paths) -> int:
@@ -86,7 +107,7 @@ def prepare(args, notes: list[str]) -> dict:
             copies = [os.path.join(out, os.path.basename(p)) for p in paths]
             cores = min(args.prepare_workers or os.cpu_count() or 1, len(paths))
             sets[name] = {"clips": ClipSet(tuple(copies), labels), "disk": _disk(copies),
-                          "prepared": summary["prepared"],
+                          "prepared": summary["prepared"], "psnr_db": psnr(paths, copies, args.psnr_frames),
                           "prepare_s_per_video_s_per_core": took * cores / seconds if summary["prepared"] else None}
     notes.append(f"Sources: {len(paths)} textured frame-code videos, {args.video_frames} frames at {h}x{w}, 25 fps, "
                  f"x264 preset medium CRF 23 with its own keyframes ({sets[SOURCES]['disk'] / 1e6:.2f} MB).")
@@ -122,6 +143,7 @@ def finish(doc: dict, runs: list[dict], args, ctx: dict) -> None:
     doc["summary"] = report.summarize(runs, ("set",), METRICS)
     sources = ctx["sets"][SOURCES]
     doc["sets"] = {name: {"disk_mb": s["disk"] / 1e6, "disk_ratio": s["disk"] / sources["disk"],
+                          "psnr_db": s.get("psnr_db"),
                           "prepare_s_per_video_s_per_core": s.get("prepare_s_per_video_s_per_core"),
                           "vs_sources": report.ratio(runs, {"set": name}, {"set": SOURCES}, "clips_per_s")}
                    for name, s in ctx["sets"].items()}
@@ -143,11 +165,12 @@ def markdown(doc: dict) -> str:
         prep = s["prepare_s_per_video_s_per_core"]
         ratio = "–" if not r else f"{r['ratio']:.2f}"
         per_core = "–" if prep is None else f"{prep:.3f}"
+        db = "–" if s["psnr_db"] is None else f"{s['psnr_db']:.1f}"
         rows.append(f"| {name} | {fmt(summary.get('clips_per_s'), 1)} | {ratio} | "
                     f"{fmt(summary.get('cpu_ms_per_clip'), 1)} | {s['disk_mb']:.2f} ({s['disk_ratio']:.2f}x) | "
-                    f"{per_core} |")
+                    f"{per_core} | {db} |")
     lines += table("| set | clips/s | / sources | CPU ms/clip | disk MB (/ sources) | prepare s per video s per "
-                   "core |", rows)
+                   "core | PSNR dB |", rows)
     return "\n".join(lines + [""] + report.tail(doc))
 
 
