@@ -221,6 +221,8 @@ def _mux(o, packets, durations: dict[int, int]) -> None:
 
 
 def _tag(cc, frame) -> None:
-    """The copy's colour matrix, range, primaries and transfer: the source's (its first frame's)."""
-    cc.colorspace, cc.color_range = frame.colorspace, frame.color_range
+    """The copy's colour matrix, range, primaries and transfer: the source's (its first frame's).
+    An RGB source's "matrix" (identity, 0) is not the copy's: its YUV is the scaler's default,
+    BT.601, which an unspecified matrix (2) means to decoders."""
+    cc.colorspace, cc.color_range = frame.colorspace or 2, frame.color_range
     cc.color_primaries, cc.color_trc = frame.color_primaries, frame.color_trc
