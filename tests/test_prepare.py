@@ -182,7 +182,8 @@ def test_frame_i_of_the_copy_is_frame_i_of_the_source(zoo, prepared, name):
     np.testing.assert_array_equal(got_ids, ids, err_msg=name)
     scaled = every_frame(source, (h, w))
     diff = np.abs(got.astype(np.int16) - scaled.astype(np.int16))
-    assert diff.mean() < 2.5, (name, diff.mean())
+    # Flat code cells lose about a grey level at CRF 23; the open-GOP files are textured with noise.
+    assert diff.mean() < (10 if SHAPES[name][0] == "open_gop" else 2.5), (name, diff.mean())
     t_src, t_copy = src_info.times(), copy_info.times()
     np.testing.assert_allclose(t_copy - t_copy[0, 0], t_src - t_src[0, 0], atol=1e-3, err_msg=name)
 
@@ -457,7 +458,10 @@ def test_a_file_over_the_timeout_is_stopped_and_the_rest_prepared(tmp_path):
 # those PyAV reads, open GOPs with leading pictures), by file name.
 SHAPES = {**{f"{'_'.join(k)}.{ext}": ("shape", ext, kw) for k, (ext, kw) in DECORD_WRITERS.items()},
           **{f"{k}.{ext}": ("shape", ext, kw) for k, (ext, kw) in PYAV_WRITERS.items()},
-          **{f"open_gop_{k}.{ext}": ("open_gop", codec, options) for k, (ext, codec, options) in OPEN_GOPS.items()}}
+          **{f"open_gop_{k}.{ext}": ("open_gop", codec, options) for k, (ext, codec, options) in OPEN_GOPS.items()},
+          # and sources that are not YUV: RGB (QuickTime Animation) and grey (FFV1)
+          "rgb_qtrle.mov": ("shape", "mov", {"codec": "qtrle", "pix": "rgb24"}),
+          "gray_ffv1.mkv": ("shape", "mkv", {"codec": "ffv1", "pix": "gray"})}
 
 
 @pytest.fixture(scope="module")
@@ -489,6 +493,10 @@ def test_every_shape_of_the_zoos_comes_through_frame_for_frame(shapes_prepared, 
     np.testing.assert_array_equal(got_ids, ids, err_msg=name)
     assert keyframes(copy) == list(range(0, len(want), GOP))
     src_info, copy_info = probe(source), probe(copy)
+    scaled = PyAV(1).decode(src_info, got.shape[1:3], np.arange(src_info.frames))  # colour and range kept
+    diff = np.abs(got.astype(np.int16) - scaled.astype(np.int16))
+    # Flat code cells lose about a grey level at CRF 23; the open-GOP files are textured with noise.
+    assert diff.mean() < (10 if SHAPES[name][0] == "open_gop" else 2.5), (name, diff.mean())
     t_src, t_copy = src_info.times(), copy_info.times()
     if t_src is not None:  # the last frame's end aside: FLV stores no duration (0 here)
         np.testing.assert_allclose(t_copy[:, 0] - t_copy[0, 0], t_src[:, 0] - t_src[0, 0], atol=1e-3, err_msg=name)
