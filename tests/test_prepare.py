@@ -182,8 +182,7 @@ def test_frame_i_of_the_copy_is_frame_i_of_the_source(zoo, prepared, name):
     np.testing.assert_array_equal(got_ids, ids, err_msg=name)
     scaled = every_frame(source, (h, w))
     diff = np.abs(got.astype(np.int16) - scaled.astype(np.int16))
-    # Flat code cells lose about a grey level at CRF 23; the open-GOP files are textured with noise.
-    assert diff.mean() < (10 if SHAPES[name][0] == "open_gop" else 2.5), (name, diff.mean())
+    assert diff.mean() < 2.5, (name, diff.mean())
     t_src, t_copy = src_info.times(), copy_info.times()
     np.testing.assert_allclose(t_copy - t_copy[0, 0], t_src - t_src[0, 0], atol=1e-3, err_msg=name)
 
@@ -445,11 +444,13 @@ def test_tar_shards_and_scan_manifests_are_sources(tmp_path):
 def test_a_file_over_the_timeout_is_stopped_and_the_rest_prepared(tmp_path):
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()
-    write_video(src / "a_long.mp4", 1, frames=400, size=(480, 640), gop=400)
+    # Copies at 1080x1920: 1500 frames are many seconds of encoding, 12 frames a fraction of the
+    # timeout, which leaves the short file (and the new pool's start) time on a busy machine.
+    write_video(src / "a_long.mp4", 1, frames=1500, gop=1500)
     write_video(src / "b_short.mp4", 2, frames=12)
-    r = run_prepare(src, "--out", dst, "--workers", "1", "--timeout", "1")
+    r = run_prepare(src, "--out", dst, "--workers", "1", "--timeout", "3", "--size", "1080x1920")
     rows = {row["path"]: row for row in rows_of(dst / "manifest.csv")}
-    assert rows["a_long.mp4"]["problem"] == f"unreadable: cannot prepare {src / 'a_long.mp4'}: took over 1 s (timeout)"
+    assert rows["a_long.mp4"]["problem"] == f"unreadable: cannot prepare {src / 'a_long.mp4'}: took over 3 s (timeout)"
     assert rows["b_short.mp4"]["frames"] == "12" and "1 could not be prepared" in r.stderr, r.stderr
     assert sorted(os.listdir(dst)) == ["b_short.mp4", "manifest.csv"]
 
