@@ -224,7 +224,8 @@ def _storage_options(text: str | None) -> dict | None:
     except json.JSONDecodeError as e:
         raise ValueError(f"--storage-options is not JSON ({e}): {text!r}") from None
     if not isinstance(options, dict):
-        raise ValueError(f"--storage-options must be a JSON object ({{...}}), got {text!r}")
+        # ValueError, not TypeError: what the commands report as bad input (exit 2)
+        raise ValueError(f"--storage-options must be a JSON object ({{...}}), got {text!r}")  # noqa: TRY004
     return options
 
 
@@ -250,7 +251,10 @@ def prepare_cmd(args) -> int:
         print(f"shmloader prepare: stopped; {os.path.join(args.out, 'manifest.csv')} lists the copies finished, "
               "and the same command again prepares the rest", file=sys.stderr)
         return 130
-    say = lambda text: print(text, file=sys.stderr)  # noqa: E731
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr)
+
     rows, bad, made = summary["rows"], summary["unreadable"], summary["prepared"]
     ratio = summary["copy_bytes"] / summary["source_bytes"] if summary["source_bytes"] else 0.0
     say(f"{_files(rows)} in {summary['manifest']}: {made} prepared in {summary['seconds']:.1f} s, "
@@ -364,7 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sources", nargs="+", metavar="SRC",
                    help="folders (class sub-folders give labels), manifests (.csv/.json), lists (.txt) or video "
                         "files; URLs of files, prefixes (s3://bucket/videos/) and tar shards")
-    p.add_argument("--out", required=True, metavar="DST", help="the folder of the copies (never inside a source folder)")
+    p.add_argument("--out", required=True, metavar="DST",
+                   help="the folder of the copies (never inside a source folder)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--short-side", type=_at_least(2), metavar="N",
                       help="scale the shorter side to N, keeping the aspect ratio (e.g. 128; VideoMAE-style: 320)")

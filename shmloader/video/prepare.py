@@ -11,9 +11,10 @@ loads without probing, and after them:
 
     source, source_bytes, source_mtime_ns, spec, note
 
-(``path`` relative to DST, so that the folder can move), the file each copy was made from and its version, what it was made at, and what was left out
-(an audio stream the copy's container cannot hold as it is). A file that could not be prepared
-is a row whose ``problem`` starts with ``unreadable: cannot prepare``, with the cause.
+(``path`` relative to DST, so that the folder can move): the file each copy was made from and
+its version, what it was made at, and what was left out (an audio stream the copy's container
+cannot hold as it is). A file that could not be prepared is a row whose ``problem`` starts with
+``unreadable: cannot prepare``, with the cause.
 
 NOTE [ Preparing safely, again ]
 Nothing is written inside a source: DST may not be in a folder given as a source, and no copy
