@@ -247,7 +247,8 @@ def test_a_file_that_cannot_be_prepared_is_a_row_and_the_rest_are_prepared(zoo, 
     assert bad["problem"].startswith(f"unreadable: cannot prepare {src / 'a' / 'notes.mp4'}: not a video"), bad
     assert not os.path.exists(os.path.join(os.path.dirname(manifest), bad["path"]))
     assert all(not rows[p]["problem"].startswith("unreadable") for p in placed.values())
-    left = [f for _, _, files in os.walk(os.path.dirname(manifest)) for f in files if "preparing" in f or "writing" in f]
+    left = [f for _, _, files in os.walk(os.path.dirname(manifest)) for f in files
+            if "preparing" in f or "writing" in f]
     assert left == []
 
 
@@ -516,7 +517,8 @@ def test_damaged_files_are_rows_that_name_the_frame_and_the_good_ones_are_prepar
     shutil.copy(plain, src / "whole.mp4")
     r = run_prepare(src, "--out", tmp_path / "dst", "--short-side", SHORT)
     rows = {row["path"]: row for row in rows_of(tmp_path / "dst" / "manifest.csv")}
-    assert rows["concealed.mp4"]["problem"] == f"unreadable: cannot prepare {src / 'concealed.mp4'}: frame 36 is damaged"
+    want = f"unreadable: cannot prepare {src / 'concealed.mp4'}: frame 36 is damaged"
+    assert rows["concealed.mp4"]["problem"] == want
     assert rows["rejected.mp4"]["problem"].startswith(
         f"unreadable: cannot prepare {src / 'rejected.mp4'}: damaged or cut-off data: the decoder stopped with ")
     assert rows["whole.mp4"]["frames"] == "60" and "1 prepared" in r.stderr and "2 could not be prepared" in r.stderr
