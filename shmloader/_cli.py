@@ -1,4 +1,5 @@
-"""Command line: ``shmloader demo``, ``shmloader scan PATH...`` and ``shmloader make-videos DIR``.
+"""Command line: ``shmloader demo``, ``shmloader scan PATH...``, ``shmloader prepare SRC... --out DST``
+and ``shmloader make-videos DIR``.
 
 The help texts here are what a terminal shows: plain text, no reST."""
 
@@ -180,12 +181,7 @@ def scan_cmd(args) -> int:
 
     try:
         fail_on = check_fail_on(args.fail_on or "")
-        try:
-            options = json.loads(args.storage_options) if args.storage_options else None
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--storage-options is not JSON ({e}): {args.storage_options!r}") from None
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"--storage-options must be a JSON object ({{...}}), got {args.storage_options!r}")
+        options = _storage_options(args.storage_options)
         summary = scan(args.paths, args.out, workers=args.workers, check=args.check, timeout=args.timeout,
                        overwrite=args.overwrite, progress=not args.quiet, storage_options=options,
                        fail_on=fail_on)
@@ -219,6 +215,65 @@ def scan_cmd(args) -> int:
     return 0
 
 
+def _storage_options(text: str | None) -> dict | None:
+    """``--storage-options``: a JSON object, or None; ValueError in words otherwise."""
+    if not text:
+        return None
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--storage-options is not JSON ({e}): {text!r}") from None
+    if not isinstance(options, dict):
+        # ValueError, not TypeError: what the commands report as bad input (exit 2)
+        raise ValueError(f"--storage-options must be a JSON object ({{...}}), got {text!r}")  # noqa: TRY004
+    return options
+
+
+def _megabytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.0f} kB"
+
+
+def prepare_cmd(args) -> int:
+    """``shmloader prepare``: exit 0, or 1 when ``--fail-on`` kinds were found, 2 for bad input."""
+    from .video.prepare import prepare_files
+    from .video.scan import check_fail_on
+
+    try:
+        fail_on = check_fail_on(args.fail_on or "")
+        summary = prepare_files(args.sources, args.out, short_side=args.short_side, size=args.size, gop=args.gop,
+                                crf=args.crf, workers=args.workers, timeout=args.timeout, fail_on=fail_on,
+                                progress=not args.quiet,
+                                storage_options=_storage_options(args.storage_options))
+    except (ValueError, ImportError, OSError) as e:
+        print(f"shmloader prepare: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"shmloader prepare: stopped; {os.path.join(args.out, 'manifest.csv')} lists the copies finished, "
+              "and the same command again prepares the rest", file=sys.stderr)
+        return 130
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr)
+
+    rows, bad, made = summary["rows"], summary["unreadable"], summary["prepared"]
+    ratio = summary["copy_bytes"] / summary["source_bytes"] if summary["source_bytes"] else 0.0
+    say(f"{_files(rows)} in {summary['manifest']}: {made} prepared in {summary['seconds']:.1f} s, "
+        f"{summary['kept']} kept from an earlier run, {bad} could not be prepared; copies "
+        f"{_megabytes(summary['copy_bytes'])}, {ratio:.2f}x their sources' {_megabytes(summary['source_bytes'])}")
+    if bad:
+        _, text = summary["first"]["unreadable"]
+        say(f"  the first that could not be prepared: {text} (the manifest's problem column lists each)")
+    if summary["unlabelled"]:
+        say(f"{_files(summary['unlabelled'])} without a label (-1): not in class sub-folders of a folder given "
+            "(nor labelled by an input manifest or a shard's .cls)")
+    if summary["failed"]:
+        say(f"shmloader prepare: exit 1: {_files(summary['failed'])} with a problem of --fail-on {args.fail_on}")
+        return 1
+    say(f"next: shmloader.VideoClips.from_csv({summary['manifest']!r}, ...) loads the copies"
+        + (" (rows that could not be prepared are left out)" if bad else ""))
+    return 0
+
+
 _DESCRIPTION = "shmloader: decode video clips in worker processes into a shared-memory ring, for tf.data, " \
                "PyTorch, JAX and Keras."
 _EPILOG = "`shmloader COMMAND --help` for a command's options. The Python API and the guides: README.md " \
@@ -244,7 +299,7 @@ class _Parser(argparse.ArgumentParser):
         error is one line."""
         if "required: COMMAND" in message:
             self.print_help(sys.stderr)
-            self.exit(2, "\nshmloader: say which command to run (demo, scan or make-videos)\n")
+            self.exit(2, "\nshmloader: say which command to run (demo, scan, prepare or make-videos)\n")
         # One line, without argparse's usage block: what is wrong and where the options are.
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
 
@@ -301,6 +356,39 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--storage-options", metavar="JSON",
                    help='for URLs: fsspec options as JSON, e.g. \'{"client_kwargs": {"endpoint_url": "..."}}\'')
     s.set_defaults(fn=scan_cmd)
+    p = sub.add_parser("prepare", help="copies of the videos made for training: the training size, a keyframe "
+                                       "every G frames, a manifest",
+                       description="Decode every video and encode it again, in worker processes, at the "
+                       "training size with a keyframe every G frames (H.264, frame i of the copy is frame i of "
+                       "the source as the loader reads it, with its time), into DST with the sources' relative "
+                       "paths, and DST/manifest.csv (scan's columns) that VideoClips.from_csv loads without "
+                       "probing. A run into a DST prepared before keeps the copies whose sources are unchanged. "
+                       "Exit status: 0 when the manifest is written; 1 when --fail-on kinds were found; 2 for "
+                       "bad arguments or inputs.")
+    p.add_argument("sources", nargs="+", metavar="SRC",
+                   help="folders (class sub-folders give labels), manifests (.csv/.json), lists (.txt) or video "
+                        "files; URLs of files, prefixes (s3://bucket/videos/) and tar shards")
+    p.add_argument("--out", required=True, metavar="DST",
+                   help="the folder of the copies (never inside a source folder)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--short-side", type=_at_least(2), metavar="N",
+                      help="scale the shorter side to N, keeping the aspect ratio (e.g. 128; VideoMAE-style: 320)")
+    size.add_argument("--size", type=_size, metavar="HxW",
+                      help="scale to HxW (R(2+1)D-style: 128x171; an odd side is rounded up to even)")
+    p.add_argument("--gop", type=_at_least(1), default=16, metavar="G",
+                   help="a keyframe every G frames (default 16): a random clip decodes at most G-1 frames more")
+    p.add_argument("--crf", type=_at_least(0), default=23, metavar="Q",
+                   help="x264's quality, 0-51, lower is better and larger (default 23)")
+    p.add_argument("--workers", type=_at_least(1), help="processes, one core each (default: one per CPU)")
+    p.add_argument("--timeout", type=_seconds, default=3600.0,
+                   help="seconds one file may take (default 3600); its row then says so")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--fail-on", metavar="KINDS",
+                   help="exit 1 when a row has one of these problems (comma-separated, as scan's): unreadable "
+                        "(a file that could not be prepared), any, 'timestamp gap', ...; without it prepare "
+                        "exits 0 whatever it finds")
+    p.add_argument("--storage-options", metavar="JSON", help="for URLs: fsspec options as JSON")
+    p.set_defaults(fn=prepare_cmd)
     return parser
 
 

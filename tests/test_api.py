@@ -13,7 +13,8 @@ import shmloader
 
 def test_public_names():
     assert sorted(shmloader.__all__) == ["ArraySource", "Calibration", "CalibrationRow", "FunctionSource",
-                                         "HDF5Source", "Loader", "LoaderError", "SampleError", "StateError", "VideoClips", "WorkerDiedError", "calibrate", "eval_loader"]
+                                         "HDF5Source", "Loader", "LoaderError", "SampleError", "StateError",
+                                         "VideoClips", "WorkerDiedError", "calibrate", "eval_loader", "prepare"]
     for name in shmloader.__all__:
         assert getattr(shmloader, name).__module__.startswith("shmloader")
     import shmloader.tfdata as tfdata

@@ -60,12 +60,13 @@ def test_demo_prints_its_own_output_only(tmp_path):
 def test_no_command_names_the_commands():
     out = cli()
     assert out.returncode == 2
-    for command in ("demo", "scan", "make-videos"):
+    for command in ("demo", "scan", "prepare", "make-videos"):
         assert re.search(rf"^ +{command}\b", out.stderr, re.M), out.stderr
     assert "shmloader COMMAND --help" in out.stderr and "required: cmd" not in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("args", [["--help"], ["demo", "--help"], ["scan", "--help"], ["make-videos", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["demo", "--help"], ["scan", "--help"], ["prepare", "--help"],
+                                  ["make-videos", "--help"]])
 def test_help_is_plain_text(args):
     """No reST markup (``code``) in what a terminal shows; every option says what it does."""
     out = cli(*args)
@@ -125,6 +126,11 @@ def test_make_clean_removes_what_the_tools_leave():
     (("scan", "DIR", "--workers", "0"), "--workers: 0 is less than 1"),
     (("scan", "DIR", "--timeout", "-1"), "--timeout: -1 is not a positive number of seconds"),
     (("demo", "--batches", "0"), "--batches: 0 is less than 1"),
+    (("prepare", "DIR", "--out", "DIR", "--gop", "0"), "--gop: 0 is less than 1"),
+    (("prepare", "DIR", "--out", "DIR", "--size", "128x"), "--size: '128x' is not HxW"),
+    (("prepare", "DIR", "--out", "DIR", "--short-side", "1"), "--short-side: 1 is less than 2"),
+    (("prepare", "DIR", "--out", "DIR", "--short-side", "128", "--size", "128x171"),
+     "--size: not allowed with argument --short-side"),
 ])
 def test_numbers_out_of_range_are_refused_in_one_line(tmp_path, args, option):
     """argparse refuses them before anything runs: exit 2, one line naming the option, no traceback,
@@ -140,6 +146,8 @@ def test_bad_storage_options_name_the_option(tmp_path):
     out = cli("scan", str(tmp_path), "--out", str(tmp_path / "m.csv"), "--storage-options", "{bad")
     assert out.returncode == 2 and "--storage-options is not JSON" in out.stderr and "Traceback" not in out.stderr
     out = cli("scan", str(tmp_path), "--out", str(tmp_path / "m.csv"), "--storage-options", "[1]")
+    assert out.returncode == 2 and "--storage-options must be a JSON object" in out.stderr
+    out = cli("prepare", str(tmp_path), "--out", str(tmp_path / "d"), "--storage-options", "[1]")
     assert out.returncode == 2 and "--storage-options must be a JSON object" in out.stderr
 
 

@@ -16,7 +16,8 @@ PACKAGE = pathlib.Path(shmloader.__file__).parent
 # renames one fails here.
 PUBLIC = {
     "shmloader": ["ArraySource", "Calibration", "CalibrationRow", "FunctionSource", "HDF5Source", "Loader",
-                  "LoaderError", "SampleError", "StateError", "VideoClips", "WorkerDiedError", "calibrate", "eval_loader"],
+                  "LoaderError", "SampleError", "StateError", "VideoClips", "WorkerDiedError", "calibrate", "eval_loader",
+                  "prepare"],
     "shmloader.samples": ["frame_image", "make_videos", "read_codes", "write_video"],
     "shmloader.sampling": ["clip_frames", "crop_windows", "rate_frames", "scaled_size", "span_frames"],
     "shmloader.torch": ["TorchLoader", "as_torch"],

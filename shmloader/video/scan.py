@@ -382,9 +382,10 @@ def _total(inputs: list[str]) -> int | None:
         return None  # the scan itself reports it
 
 
-def _pool(workers: int) -> cf.ProcessPoolExecutor:
+def _pool(workers: int, initializer=None) -> cf.ProcessPoolExecutor:
     # forkserver: probes run in clean processes whatever the caller has imported (TensorFlow...)
-    return cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"))
+    return cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"),
+                                  initializer=initializer)
 
 
 def _answer(fut: cf.Future, timeout: float) -> tuple[dict[str, Any] | None, str | None]:

@@ -1,0 +1,389 @@
+"""``shmloader prepare SRC... --out DST``: copies of the videos made for training, and their manifest.
+
+Every video the sources name (folders, manifests, lists, files; URLs and tar shards through
+``video.storage``, as ``shmloader scan`` lists them) is decoded and encoded again in a worker
+process (``video.transcode``: NOTE [ A copy's frame i is the source's frame i ]) at the training
+size, with a keyframe every ``gop`` frames. DST mirrors the sources' relative paths (a folder's
+files below it, a file or URL by its name, a shard's members by theirs); a source in a container
+other than MP4/MOV/MKV gets an MP4 copy (``clip.avi`` -> ``clip.mp4``). ``DST/manifest.csv`` has
+scan's columns for the copies (labels as the sources gave them), which ``VideoClips.from_csv``
+loads without probing, and after them:
+
+    source, source_bytes, source_mtime_ns, spec, note
+
+(``path`` relative to DST, so that the folder can move): the file each copy was made from and
+its version, what it was made at, and what was left out (an audio stream the copy's container
+cannot hold as it is). A file that could not be prepared is a row whose ``problem`` starts with
+``unreadable: cannot prepare``, with the cause.
+
+NOTE [ Preparing safely, again ]
+Nothing is written inside a source: DST may not be in a folder given as a source, and no copy
+may land on a source file. Each copy is written to a hidden temporary name beside its place
+(``.NAME.preparing``) and renamed there when whole; a stopped run (Ctrl-C, an error) kills its
+workers and removes their temporary files, and writes the manifest of what is finished. A
+process that dies breaks the pool and every file in flight: the file is tried again alone, the
+others in a new pool; a file over ``timeout`` (from when it is the oldest in flight) is stopped
+the same way and its row says so. A run
+into a DST that has a manifest keeps each earlier row whose source has its recorded size and
+modification time, whose copy has the size and modification time its row records and whose
+``spec`` is this run's; every other file (new, changed, failed before) is prepared again.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as cf
+import contextlib
+import csv
+import os
+import signal
+import sys
+import time
+import types
+from collections.abc import Iterable
+from typing import Any
+
+from ..engine.source import check_int, check_seconds, usable_cpus
+from .media import is_remote, split_member
+from .rescan import check_fail_on, count, fails
+from .scan import COLUMNS, _blank, _is_shards, _kill, _pool, _row, iter_inputs
+from .storage import LOCAL, Storage
+from .transcode import Spec, container_of, transcode
+
+__all__ = ["MANIFEST", "PREPARE_COLUMNS", "prepare", "prepare_files"]
+
+PREPARE_COLUMNS = COLUMNS + ("source", "source_bytes", "source_mtime_ns", "spec", "note")
+MANIFEST = "manifest.csv"
+
+# Files in flight per worker: every worker kept busy, little work lost when a run stops.
+_IN_FLIGHT = 2
+
+# Seconds one file may take by default: a two-hour film at short side 320 takes minutes on a core;
+# a file that hangs its decoder must not stop the night's run.
+_TIMEOUT = 3600.0
+
+# What the copy is probed with for its row: every keyframe decoded (scan's default).
+_CHECK = "keyframes"
+
+
+def _spec_text(spec: Spec) -> str:
+    size = f"size {spec.size[0]}x{spec.size[1]}" if spec.size else (
+        f"short side {spec.short_side}" if spec.short_side else "source size")
+    return f"{size}, gop {spec.gop}, crf {spec.crf}"
+
+
+def _relative(item: str, path: str) -> str:
+    """Where the copy of ``path``, listed by the input ``item``, goes below DST."""
+    member = split_member(path)
+    if member is not None:
+        return member[0]
+    if is_remote(item):
+        return path[len(item):] if item.endswith("/") and path.startswith(item) else path.rsplit("/", 1)[-1]
+    item = os.path.abspath(item)
+    base = item if os.path.isdir(item) else os.path.dirname(item) if item.lower().endswith(
+        (".csv", ".json", ".txt")) else None
+    if base is not None and not is_remote(path) and os.path.abspath(path).startswith(base + os.sep):
+        return os.path.relpath(path, base)
+    return path.rsplit("/", 1)[-1]
+
+
+def _listing(inputs: list[str], out: str, storage: Storage, passed_over: collections.Counter) -> list[tuple]:
+    """(source, label, place, copy path, muxer) of every video the inputs name, each once, in
+    input order; ValueError where DST is inside a source folder, a copy would land on a source,
+    or two sources would have the same copy."""
+    out = os.path.realpath(out)
+    for item in inputs:
+        if not is_remote(item) and not _is_shards(item) and not os.path.exists(item):
+            raise FileNotFoundError(f"no such file or folder: {item!r}")
+        if not is_remote(item) and os.path.isdir(item):
+            folder = os.path.realpath(item)
+            if out == folder or out.startswith(folder + os.sep):
+                raise ValueError(f"--out {out!r} is inside the source folder {item!r}: prepare never writes "
+                                 "inside its sources; give a folder outside it")
+    listed: list[tuple] = []
+    by_copy: dict[str, str] = {}
+    for item in inputs:
+        for path, label, place, _ in iter_inputs([item], passed_over=passed_over, storage=storage):
+            name, fmt = container_of(_relative(item, path))
+            copy = os.path.join(out, name)
+            if copy in by_copy:
+                if by_copy[copy] == path:
+                    continue  # listed again (a manifest's spans): one copy
+                raise ValueError(f"{by_copy[copy]!r} and {path!r} would both be copied to {copy!r}: "
+                                 "rename one, or prepare them into different folders")
+            if not is_remote(path) and os.path.realpath(path) == copy:
+                raise ValueError(f"the copy of {path!r} would overwrite it: give an --out outside the sources")
+            by_copy[copy] = path
+            listed.append((path, label, place, copy, fmt))
+    if not listed:
+        raise ValueError(f"no video found in {inputs!r}")
+    return listed
+
+
+def _temporary(copy: str) -> str:
+    folder, name = os.path.split(copy)
+    return os.path.join(folder, f".{name}.preparing")
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the main process, which stops them (NOTE [ Preparing safely, again ])."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _without_main():
+    """Worker processes started inside import shmloader's modules, not the caller's script:
+    multiprocessing's spawn and forkserver run ``__main__`` again in every child, so a script
+    that calls ``prepare`` at its top level would call it again in each (and a training script's
+    TensorFlow import would be paid per worker). A child finds no main module to run while the
+    placeholder stands; what it runs is named by module (``_prepare_one``)."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+def _prepare_one(path: str, label: int, place, copy: str, fmt: str, spec: Spec, storage: Storage) -> dict:
+    """The manifest row of ``path``'s copy, made (in a worker process); a file that cannot be
+    prepared gets a row saying why, and leaves no file behind."""
+    tmp = _temporary(copy)
+    extra: dict[str, Any] = {"source": path, "spec": _spec_text(spec)}
+    try:
+        member = split_member(path)
+        if member is not None and place is not None:
+            storage.add_members(member[1], {member[0]: place})
+        media = storage.resolve(path)
+        extra["source_bytes"], extra["source_mtime_ns"] = media.stamp
+        os.makedirs(os.path.dirname(copy), exist_ok=True)
+        made = transcode(media, tmp, fmt, spec, storage)
+        os.replace(tmp, copy)
+    except Exception as e:  # noqa: BLE001  # every file gets its row; the reason goes in it
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        text = storage.redact(" ".join(str(e).split())) or type(e).__name__
+        text = text.removesuffix(f": {path!r}")  # FFmpeg's errors end with the path, said before them
+        return dict(_blank(copy, label, f"unreadable: cannot prepare {storage.name(path)}: {text[:300]}"), **extra)
+    row = _row(copy, label, _CHECK, LOCAL)
+    if row["frames"] != made["frames"]:  # the copy must count the frames it was written with
+        os.unlink(copy)
+        row = _blank(copy, label, f"unreadable: cannot prepare {storage.name(path)}: its copy counts "
+                                  f"{row['frames'] or 'no'} frames, not the {made['frames']} written")
+    return dict(row, note=made["note"], **extra)
+
+
+def _earlier(manifest: str) -> dict[str, dict]:
+    """source -> row of an earlier run's manifest in DST ({} where there is none)."""
+    if not os.path.exists(manifest):
+        return {}
+    with open(manifest, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is not None and tuple(reader.fieldnames) != PREPARE_COLUMNS:
+            raise ValueError(f"{manifest!r} is not a manifest of shmloader prepare (its columns are "
+                             f"{reader.fieldnames}): give another --out")
+        base = os.path.dirname(manifest)
+        return {row["source"]: dict(row, path=os.path.normpath(os.path.join(base, row["path"]))) for row in reader}
+
+
+def _finished(row: dict | None, spec: str, storage: Storage) -> bool:
+    """Whether an earlier row stands: its copy made at ``spec``, both files as the row records them."""
+    if row is None or row["spec"] != spec or row["problem"].startswith("unreadable"):
+        return False
+    try:
+        source = storage.stamp(row["source"])
+        st = os.stat(row["path"])
+    except (OSError, ValueError):
+        return False
+    return [str(x) for x in source] == [row["source_bytes"], row["source_mtime_ns"]] \
+        and [str(st.st_size), str(st.st_mtime_ns)] == [row["bytes"], row["mtime_ns"]]
+
+
+def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *,
+                  short_side: int | None = None, size: tuple[int, int] | None = None, gop: int = 16,
+                  crf: int = 23, workers: int | None = None, timeout: float | None = _TIMEOUT,
+                  fail_on: Iterable[str] | str = (), progress: bool = False,
+                  storage_options: dict | None = None) -> dict[str, Any]:
+    """:func:`prepare`'s work; returns a summary: ``{"manifest", "rows", "prepared", "kept",
+    "unreadable", "failed", "problems": {kind: rows}, "first": {kind: (path, problem)},
+    "unlabelled", "passed_over": {extension: files}, "source_bytes", "copy_bytes", "seconds"}``
+    (bytes of the readable rows' sources and copies; ``failed``: rows with a problem of a kind
+    in ``fail_on``, as scan's)."""
+    if short_side is not None and size is not None:
+        raise ValueError("give short_side or size, not both")
+    if short_side is not None:
+        check_int("short_side", short_side, 2)
+    if size is not None:
+        if len(size) != 2:
+            raise ValueError(f"size must be (height, width), got {size!r}")
+        for side in size:
+            check_int("size", side, 2)
+        size = (int(size[0]), int(size[1]))
+    check_int("gop", gop, 1)
+    check_int("crf", crf, 0)
+    if crf > 51:
+        raise ValueError(f"crf must be 0..51 (x264's quality scale, lower is better), got {crf}")
+    if workers is not None:
+        check_int("workers", workers, 1)
+    if timeout is not None:
+        check_seconds("timeout", timeout)
+    kinds = check_fail_on(fail_on)
+    spec = Spec(short_side, size, gop, crf)
+    text = _spec_text(spec)
+    out = os.path.abspath(os.fspath(out))
+    storage = Storage(storage_options)
+    passed_over: collections.Counter = collections.Counter()
+    listed = _listing([os.fspath(s) for s in sources], out, storage, passed_over)
+    manifest = os.path.join(out, MANIFEST)
+    earlier = _earlier(manifest)
+    os.makedirs(out, exist_ok=True)
+    rows: dict[str, dict] = {}  # source -> its row of this run
+    todo = []
+    for item in listed:
+        old = earlier.get(item[0])
+        if old is not None and old["path"] == item[3] and _finished(old, text, storage):
+            rows[item[0]] = dict(old, label=item[1], _kept=True)
+        else:
+            todo.append(item)
+    t0 = time.perf_counter()
+    from tqdm import tqdm
+
+    try:
+        with tqdm(total=len(listed), initial=len(rows), unit=" files", desc="prepare", disable=not progress) as bar:
+            _run(todo, spec, storage, workers or usable_cpus(), timeout, rows, bar)
+    finally:
+        _write(manifest, listed, rows, earlier)
+    summary: dict[str, Any] = {"manifest": manifest, "rows": 0, "prepared": 0, "kept": 0, "unreadable": 0,
+                               "failed": 0, "problems": collections.Counter(), "first": {}, "unlabelled": 0,
+                               "decoders": collections.Counter(), "passed_over": dict(passed_over),
+                               "source_bytes": 0, "copy_bytes": 0, "seconds": time.perf_counter() - t0}
+    for path, *_ in listed:
+        row = rows[path]
+        count(summary, row, kinds)
+        if row["problem"].startswith("unreadable"):
+            continue
+        summary["kept" if row.get("_kept") else "prepared"] += 1
+        summary["source_bytes"] += int(row["source_bytes"])
+        summary["copy_bytes"] += int(row["bytes"])
+    for k in ("problems", "decoders"):
+        summary[k] = dict(summary[k])
+    return summary
+
+
+def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, timeout: float | None, rows: dict,
+         bar) -> None:
+    """Prepare ``todo`` in ``workers`` processes, each row into ``rows`` as it comes. A file
+    whose process dies (which breaks the pool) is tried once more alone before its row says so;
+    a file that takes over ``timeout`` seconds (from when it is the oldest in flight) is stopped
+    and its row says so; a stop kills the workers and removes their temporary files."""
+    if not todo:
+        return
+    pending: collections.deque = collections.deque()
+    queue = collections.deque(todo)
+    pool: cf.ProcessPoolExecutor | None = None
+
+    def submit(item) -> cf.Future:
+        path, label, place, copy, fmt = item
+        assert pool is not None
+        with _without_main():  # a submit may start a worker process
+            return pool.submit(_prepare_one, path, label, place, copy, fmt, spec, storage)
+
+    def failed(item, why: str) -> dict:
+        row = _blank(item[3], item[1], f"unreadable: cannot prepare {storage.name(item[0])}: {why}")
+        return dict(row, source=item[0], spec=_spec_text(spec))
+
+    try:
+        pool = _pool(min(workers, max(1, len(todo))), _ignore_sigint)
+        while queue or pending:
+            while queue and len(pending) < workers * _IN_FLIGHT:
+                item = queue.popleft()
+                pending.append((item, submit(item)))
+            item, fut = pending[0]  # left in pending while it runs: a stop removes its temporary file
+            try:
+                row = fut.result(timeout=timeout)
+            except cf.TimeoutError:
+                row = failed(item, f"took over {timeout:g} s (timeout)")
+            except cf.process.BrokenProcessPool:
+                # One process died and took the pool with it: every file in flight is lost, not
+                # only the one that died. This one again, alone, in a new pool; then the rest.
+                _kill(pool)
+                pool = _pool(1, _ignore_sigint)
+                try:
+                    row = submit(item).result(timeout=timeout)
+                except cf.TimeoutError:
+                    row = failed(item, f"took over {timeout:g} s (timeout)")
+                except cf.process.BrokenProcessPool:
+                    row = failed(item, "its process died (a crash in the decoder or encoder)")
+            else:
+                pending.popleft()
+                rows[item[0]] = row
+                bar.update(1)
+                continue
+            # The pool cannot stop one file: a new pool, and the files in flight submitted again.
+            _kill(pool)
+            pool = _pool(workers, _ignore_sigint)
+            pending.popleft()
+            _remove_temporaries([item])
+            queue.extendleft(reversed([it for it, _ in pending]))
+            pending.clear()
+            _remove_temporaries(queue)
+            rows[item[0]] = row
+            bar.update(1)
+    finally:
+        if pool is not None:
+            _kill(pool)
+        _remove_temporaries([it for it, _ in pending])
+
+
+def _remove_temporaries(items: Iterable[tuple]) -> None:
+    for item in items:
+        tmp = _temporary(item[3])
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _write(manifest: str, listed: list[tuple], rows: dict, earlier: dict) -> None:
+    """The manifest, rewritten whole (a temporary file, renamed): this run's rows, and an earlier
+    run's for the files this run did not reach."""
+    tmp = manifest + ".writing"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, PREPARE_COLUMNS, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        for path, *_ in listed:
+            row = rows.get(path, earlier.get(path))
+            if row is not None:  # paths below DST relative to it: the folder can move
+                writer.writerow(dict(row, path=os.path.relpath(row["path"], os.path.dirname(manifest))))
+    os.replace(tmp, manifest)
+
+
+def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], out: str | os.PathLike[str], *,
+            short_side: int | None = None, size: tuple[int, int] | None = None, gop: int = 16, crf: int = 23,
+            workers: int | None = None, timeout: float | None = _TIMEOUT, fail_on: Iterable[str] | str = (),
+            progress: bool = False, storage_options: dict | None = None) -> str:
+    """Copies of the videos ``sources`` name, made for reading random clips fast, in the folder
+    ``out``; returns the path of their manifest, ``out/manifest.csv``, for
+    ``VideoClips.from_csv``.
+
+    Each copy has its source's frames as the loader reads them (frame ``i`` is frame ``i``,
+    with its presentation time; rotation applied, 8-bit 4:2:0 H.264), scaled to ``short_side``
+    (keeping the aspect ratio) or to ``size=(height, width)`` (both None: the source's size;
+    4:2:0 sides are even, an odd one is rounded up), with a keyframe every ``gop`` frames and
+    x264's quality ``crf`` (lower: better and larger). ``out`` mirrors the sources' relative
+    paths; it may not be inside a source folder. ``workers``: processes, one per CPU by
+    default. A run into an ``out`` prepared before keeps the copies whose sources are unchanged.
+    A file that takes over ``timeout`` seconds (None: no limit) is stopped and its row says so.
+
+    A file that cannot be prepared is a manifest row that says why (the others are prepared);
+    ValueError after the manifest is written when a row has a problem of a kind in ``fail_on``
+    (scan's kinds; ``()``: never)."""
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    summary = prepare_files(sources, out, short_side=short_side, size=size, gop=gop, crf=crf, workers=workers,
+                            timeout=timeout, fail_on=fail_on, progress=progress, storage_options=storage_options)
+    if summary["failed"]:
+        kinds = check_fail_on(fail_on)
+        with open(summary["manifest"], newline="") as f:
+            bad = [r for r in csv.DictReader(f) if fails(r["problem"], kinds)]
+        raise ValueError(f"{len(bad)} of {summary['rows']} rows of {summary['manifest']} have a problem of "
+                         f"fail_on {kinds}; the first: {bad[0]['source']}: {bad[0]['problem']}")
+    return summary["manifest"]

@@ -1,0 +1,228 @@
+"""One video made into a training copy (``shmloader prepare``'s per-file work, in a worker process).
+
+NOTE [ A copy's frame i is the source's frame i ]
+The copy is written from the frames the loader reads, numbered as the loader numbers them:
+the source is probed as the loader probes it (its timeline from every packet: presentation
+order, an edit list's dropped frames left out), then decoded once from the start; a decoded
+frame is frame ``i`` where its timestamp is the ``i``-th of that timeline (in containers PyAV
+does not seek by time, and in files without usable timestamps, the ``i``-th frame decoded, as
+``video.pyav`` counts them). A frame off the timeline (decoded only, never shown) is left
+out; a frame missing, repeated or out of order fails the file. Each frame is scaled, then
+turned as the container's rotation asks (upright, no rotation tag), in the YUV it was stored in
+(the colour matrix untouched, the range kept, 10 bits to 8), and encoded with the presentation
+time of source frame ``i`` measured from the first frame (in the source's own time base: a
+variable frame rate and timestamp gaps stay). The copy is probed afterwards and must count the
+source's frames. x264 gets a keyframe every ``gop`` frames exactly (``keyint = min-keyint``, no
+scene cuts, closed GOPs): a random clip decodes at most ``gop - 1`` frames before its first.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from .media import Media
+from .packets import index_of
+from .probe import probe
+from .pyav import PYAV_SEEKS
+from .storage import Storage
+
+__all__ = ["Spec", "container_of", "copy_size", "transcode"]
+
+# The time base of copies made from files without usable timestamps (frames counted, shown at
+# the stream's rate): fine enough for 23.976, 29.97 and 59.94 frames per second exactly.
+_COUNTED_TB = Fraction(1, 90000)
+
+# B-frames between references: what the measurements of prepared copies used (2 B-frames).
+_BFRAMES = 2
+
+# Containers a copy keeps (they hold H.264 with B-frames, per-frame timestamps and audio);
+# every other source extension gets an MP4 copy of the same name (``.mp4``).
+_KEEP_EXTENSIONS = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska"}
+
+# Audio codecs an MP4 or MOV copy takes as they are (copied packet for packet); Matroska takes any.
+_MP4_AUDIO = frozenset({"aac", "mp3", "ac3", "eac3", "opus", "flac", "alac"})
+_MOV_AUDIO = _MP4_AUDIO | {"pcm_s16le", "pcm_s16be", "pcm_s24le", "pcm_f32le", "pcm_mulaw", "pcm_alaw"}
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """What a copy is made at: ``short_side`` or ``size`` (None, None: the source's size),
+    a keyframe every ``gop`` frames, x264's ``crf``."""
+
+    short_side: int | None = None
+    size: tuple[int, int] | None = None
+    gop: int = 16
+    crf: int = 23
+
+
+def _even(x: float) -> int:
+    """``x`` rounded to an even whole number, at least 2: 4:2:0 video has even sides."""
+    return max(2, 2 * round(x / 2))
+
+
+def copy_size(height: int, width: int, spec: Spec) -> tuple[int, int]:
+    """(height, width) of the copy of a video shown at ``height`` x ``width``."""
+    if spec.size is not None:
+        return _even(spec.size[0] + spec.size[0] % 2), _even(spec.size[1] + spec.size[1] % 2)
+    if spec.short_side is None:
+        return _even(height - height % 2), _even(width - width % 2)
+    n = spec.short_side
+    if height <= width:
+        return _even(n), _even(width * n / height)
+    return _even(height * n / width), _even(n)
+
+
+def container_of(name: str) -> tuple[str, str]:
+    """(the copy's file name, libavformat's muxer) for a source named ``name``."""
+    stem, ext = os.path.splitext(name)
+    fmt = _KEEP_EXTENSIONS.get(ext.lower())
+    return (name, fmt) if fmt is not None else (stem + ".mp4", "mp4")
+
+
+def _audio_fits(codec: str, fmt: str) -> bool:
+    return fmt == "matroska" or codec in (_MOV_AUDIO if fmt == "mov" else _MP4_AUDIO)
+
+
+class _Turner:
+    """``scale,transpose/flip,format=yuv420p`` in a libavfilter graph: a frame at the copy's size,
+    upright, in 8-bit 4:2:0 with the source's range (the matrix is not converted). Rebuilt when a
+    frame's size or format changes (a stream that changes size mid-way)."""
+
+    def __init__(self, width: int, height: int, rotation: int, full_range: bool) -> None:
+        turns = rotation // 90 % 4
+        # Scaled before turning: a 90-degree turn swaps the sides the scaler must produce.
+        self._sw, self._sh = (height, width) if turns % 2 else (width, height)
+        # np.rot90's counter-clockwise turns (the loader's), as filters.
+        self._turn = {0: [], 1: [("transpose", "cclock")], 2: [("hflip", ""), ("vflip", "")],
+                      3: [("transpose", "clock")]}[turns]
+        self._range = "pc" if full_range else "tv"
+        self._key: tuple | None = None
+        self._graph: Any = None
+
+    def __call__(self, frame) -> Any:
+        key = (frame.width, frame.height, frame.format.name)
+        if key != self._key:
+            import av
+
+            g = av.filter.Graph()
+            chain = [g.add_buffer(width=frame.width, height=frame.height, format=frame.format,
+                                  time_base=Fraction(1, 1000)),
+                     g.add("scale", f"{self._sw}:{self._sh}:out_range={self._range}")]
+            chain += [g.add(name, args) if args else g.add(name) for name, args in self._turn]
+            chain += [g.add("format", "yuv420p"), g.add("buffersink")]
+            for a, b in itertools.pairwise(chain):
+                a.link_to(b)
+            g.configure()
+            self._graph, self._key = g, key
+        frame.pts = None
+        self._graph.push(frame)
+        return self._graph.pull()
+
+
+def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -> dict[str, Any]:
+    """Write the copy of ``media`` to ``dest`` (NOTE [ A copy's frame i is the source's frame i ]);
+    return what the row says of it: ``{"frames", "note"}``. Raises ValueError naming the frame
+    and the cause where the source cannot be read whole."""
+    import av
+
+    from ._av import open_input
+
+    info = probe(media, index=False, storage=storage)
+    h, w = copy_size(info.height, info.width, spec)
+    by_time = info.pts is not None and (not info.container or info.container in PYAV_SEEKS)
+    if by_time:
+        assert info.pts is not None
+        tb, times = info.time_base, info.pts - info.pts[0]
+        last = int(info.durations[-1]) if info.durations is not None and len(info.durations) else 0
+    else:
+        tb = _COUNTED_TB
+        times = np.round(np.arange(info.frames + 1) / info.fps / float(tb)).astype(np.int64)
+        times, last = times[:-1], int(times[-1] - times[-2])
+    if last <= 0 and len(times) > 1:  # a container that stores none (FLV): the usual step, as the probe's duration
+        last = int(np.median(np.diff(times)))
+    # Each packet's duration: to the next frame's time, the last frame's as the source's. An MP4
+    # stores the durations, and the frame rate a demuxer reports is counted from them.
+    lasts = dict(zip(times.tolist(), np.diff(times, append=times[-1] + max(last, 1)).tolist()))
+    rate = Fraction(info.fps).limit_denominator(1001) if info.fps > 0 else Fraction(25)
+    note = ""
+    n = 0  # frames written; the next one wanted
+    with open_input(storage.media(media)) as c, av.open(dest, "w", format=fmt) as o:
+        src = c.streams.video[0]
+        src.codec_context.thread_count = 1  # one core per worker
+        out = o.add_stream("libx264", rate=rate)
+        out.width, out.height, out.pix_fmt = w, h, "yuv420p"
+        out.time_base = out.codec_context.time_base = tb
+        out.codec_context.thread_count = 1
+        out.options = {"preset": "veryfast", "crf": str(spec.crf),
+                       "x264-params": f"keyint={spec.gop}:min-keyint={spec.gop}:scenecut=0:open-gop=0:"
+                                      f"bframes={_BFRAMES}"}
+        streams = [src]
+        audio = c.streams.audio[0] if c.streams.audio else None
+        a_out = None
+        if audio is not None:
+            name = audio.codec_context.name
+            if _audio_fits(name, fmt):
+                a_out = o.add_stream_from_template(audio)
+                streams.append(audio)
+            else:
+                note = f"audio ({name}) left out: {fmt.upper()} cannot hold it as it is"
+        turner: _Turner | None = None
+        start = float(info.pts[0] * info.time_base) if by_time and info.pts is not None else 0.0
+        try:
+            for p in c.demux(*streams):
+                if p.stream.type == "audio":
+                    if p.dts is None or p.pts is None or a_out is None:
+                        continue
+                    shift = round(start / p.time_base)
+                    if shift and p.pts - shift + (p.duration or 0) <= 0:
+                        continue  # over before the first frame shown (an encoder's priming packet stays)
+                    p.pts, p.dts = p.pts - shift, p.dts - shift
+                    p.stream = a_out
+                    o.mux(p)
+                    continue
+                for frame in p.decode():
+                    i = index_of(info.pts, frame.pts) if by_time else n
+                    if i is None:
+                        continue  # decoded only, not shown (before an edit list's start)
+                    if i != n:
+                        raise ValueError(f"frame {n} is missing: the decoder gave frame {i} after frame {n - 1}")
+                    if n >= info.frames:
+                        raise ValueError(f"the stream holds more than the {info.frames} frames its probe counted")
+                    if frame.is_corrupt:
+                        raise ValueError(f"frame {n} is damaged")
+                    if turner is None:
+                        turner = _Turner(w, h, info.rotation, frame.color_range == 2)
+                        _tag(out.codec_context, frame)
+                    img = turner(frame)
+                    img.pts, img.time_base = int(times[n]), tb
+                    img.pict_type = av.video.frame.PictureType.NONE  # a source keyframe forces none here
+                    _mux(o, out.encode(img), lasts)
+                    n += 1
+        except av.error.FFmpegError as e:
+            raise ValueError(f"damaged or cut-off data: the decoder stopped with {n} of the {info.frames} frames "
+                             f"out: {e}") from e
+        if n < info.frames:
+            raise ValueError(f"the stream ends at frame {n} of the {info.frames} its probe counted "
+                             "(damaged or truncated?)")
+        _mux(o, out.encode(), lasts)
+    return {"frames": n, "note": note}
+
+
+def _mux(o, packets, durations: dict[int, int]) -> None:
+    for q in packets:
+        q.duration = durations.get(int(q.pts), 0)
+        o.mux(q)
+
+
+def _tag(cc, frame) -> None:
+    """The copy's colour matrix, range, primaries and transfer: the source's (its first frame's).
+    An RGB source's "matrix" (identity, 0) is not the copy's: its YUV is the scaler's default,
+    BT.601, which an unspecified matrix (2) means to decoders."""
+    cc.colorspace, cc.color_range = frame.colorspace or 2, frame.color_range
+    cc.color_primaries, cc.color_trc = frame.color_primaries, frame.color_trc
