@@ -24,12 +24,14 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec, check_choice, check_int
+from .arguments import (checked_labels, checked_paths, class_videos, columns, first_rows, native_size,
+                        path_list, read_only)
+from .audio import audio_samples, check_audio
 from .listing import SHARD_VIDEO_KEYS, csv_listing, shard_listing
-from .manifest import MANIFEST_INTS, URL, VIDEO_EXTENSIONS, class_folders, walk_folder
-from .media import is_remote, local_path
+from .manifest import MANIFEST_INTS, VIDEO_EXTENSIONS, class_folders
 from .probe import DECODERS
-from .reader import ClipReader
-from .sampling import check_clip_options, check_spans
+from .reader import ClipReader, sample_spec
+from .sampling import check_clip_options, check_spans, eval_changes
 from .storage import Storage
 from .tables import SharedClips
 
@@ -116,6 +118,9 @@ class VideoClips:
     :param manifest: a scan manifest's probe columns, one row per path (``from_csv``).
     :param members: tar members' ``offset`` and ``size`` per path, -1 where unknown (``from_shards``).
     :param classes: the class names, label ``i`` is ``classes[i]`` (``from_folder``).
+    :param audio_rate: Hz of each clip's audio (``audio``, ``audio_len``: ``video.audio``); None: none.
+    :param audio_channels: 1 (mono) or 2 (stereo), mixed as ``ffmpeg -ac`` mixes.
+    :param audio_seconds: the longest span a clip may have (``S``); None: from the clips.
     :raises ValueError: a bad argument, naming it.
 
     A ``VideoClips`` is a description and does not change once made (``with_options`` makes a
@@ -132,8 +137,9 @@ class VideoClips:
                  decode_threads: int = 1, decoder: str = "auto",
                  storage_options: dict[str, Any] | None = None, fetch: dict[str, Any] | None = None,
                  manifest: Mapping[str, np.ndarray] | None = None, members: Mapping[str, np.ndarray] | None = None,
-                 classes: Sequence[str] | None = None) -> None:
-        given = _path_list(paths)
+                 classes: Sequence[str] | None = None, audio_rate: int | None = None, audio_channels: int = 1,
+                 audio_seconds: float | None = None) -> None:
+        given = path_list(paths)
         if not given:
             raise ValueError("paths is empty")
         clip_len, fps, size, scale, crop = check_clip_options(
@@ -141,16 +147,18 @@ class VideoClips:
             clips_per_sample=clips_per_sample, sampling=sampling, fps=fps, short_video=short_video,
             size=size, scale=scale, crop=crop, crop_at=crop_at, max_frames=max_frames)
         times = check_spans(spans, len(given))
-        codes = None if labels is None else _checked_labels(labels, len(given))
+        codes = None if labels is None else checked_labels(labels, len(given))
         check_choice("decoder", decoder, _DECODER_CHOICES)
         check_int("decode_threads", decode_threads, 1)
+        self.audio_rate, self.audio_channels, self.audio_seconds = check_audio(
+            audio_rate, audio_channels, audio_seconds, sampling=sampling, max_frames=max_frames)
         if not isinstance(group_clips, bool):
             raise ValueError(f"group_clips must be True or False, got {group_clips!r}")
         self.fetch = dict(fetch or {})
         if set(self.fetch) - set(FETCH_OPTIONS):
             raise ValueError(f"fetch takes {FETCH_OPTIONS}, got {sorted(set(self.fetch) - set(FETCH_OPTIONS))}")
         self.storage = Storage(storage_options, **self.fetch)
-        resolved, remote = _checked_paths(given, allow_urls)
+        resolved, remote = checked_paths(given, allow_urls)
         if remote and decoder == "decord":
             raise ValueError("decoder='decord' reads local files only; remote paths are read by PyAV "
                              "(decoder='auto' or 'pyav')")
@@ -160,7 +168,7 @@ class VideoClips:
         self.spans = times  # [n, 2] seconds from each video's first frame, or None
         # Rows of one file (several spans of a video): the first row's index, so that a worker
         # handed several of them decodes the file once (read_many).
-        self.files = None if times is None else _first_rows(resolved)
+        self.files = None if times is None else first_rows(resolved)
         self.max_frames = None if max_frames is None else int(max_frames)
         self.clip_len = clip_len
         self.frame_step = int(frame_step)
@@ -179,11 +187,12 @@ class VideoClips:
         # without, every video must have the first one's size.
         self.native = size is None and scale is None
         if size is None and scale is None and crop is None:
-            size = _native_size(self.paths[0], self.storage)
+            size = native_size(self.paths[0], self.storage)
         self.size = size  # the size frames are decoded at, when it is fixed
-        _read_only(self.labels, self.spans, self.files)
-        self.manifest = _columns("manifest", manifest, MANIFEST_COLUMNS, len(resolved))
-        self.members = _columns("members", members, MEMBER_COLUMNS, len(resolved))
+        self.audio_samples = audio_samples(self)  # S, 0 without audio
+        read_only(self.labels, self.spans, self.files)
+        self.manifest = columns("manifest", manifest, MANIFEST_COLUMNS, len(resolved))
+        self.members = columns("members", members, MEMBER_COLUMNS, len(resolved))
         self.classes = None if classes is None else [str(c) for c in classes]
         # Encoded now, so that a loader over a million videos starts as fast as over eight (not
         # pickled: a loader over a copy encodes them when it starts).
@@ -208,7 +217,7 @@ class VideoClips:
                     **kwargs: Any) -> VideoClips:
         """Videos in class sub-folders ``root/<class>/*.mp4``, labelled in the sorted class names'
         order: ``clips.classes[i]`` names label ``i``."""
-        found = _class_videos(root := os.path.abspath(os.fspath(root)), extensions)
+        found = class_videos(root := os.path.abspath(os.fspath(root)), extensions)
         return cls([p for p, _ in found], [label for _, label in found], classes=class_folders(root), **kwargs)
 
     @classmethod
@@ -262,7 +271,8 @@ class VideoClips:
                     crop_at=self.crop_at, group_clips=self.group_clips, allow_urls=True,
                     decode_threads=self.decode_threads, decoder=self.decoder,
                     storage_options=self.storage.options, fetch=self.fetch, manifest=self.manifest,
-                    members=self.members, classes=self.classes)
+                    members=self.members, classes=self.classes, audio_rate=self.audio_rate,
+                    audio_channels=self.audio_channels, audio_seconds=self.audio_seconds)
 
     def with_options(self, **changes: Any) -> VideoClips:
         """A copy with some constructor arguments changed, e.g. ``sampling="uniform"`` for evaluation."""
@@ -275,13 +285,7 @@ class VideoClips:
         random starts (``"segments_uniform"`` instead of ``"segments"``: each segment's centre),
         the short side ``S_min`` of a ``scale`` range, ``crop_at="center"`` instead of random
         windows (``"three"`` stays)."""
-        changes: dict[str, Any] = {}
-        if self.sampling in ("random", "segments"):
-            changes["sampling"] = {"random": "uniform", "segments": "segments_uniform"}[self.sampling]
-        if self.scale is not None and self.scale[0] != self.scale[1]:
-            changes["scale"] = self.scale[0]
-        if self.crop_at == "random":
-            changes["crop_at"] = "center"
+        changes = eval_changes(self.sampling, self.scale, self.crop_at)
         return self.with_options(**changes) if changes else self
 
     def __len__(self) -> int:
@@ -319,18 +323,7 @@ class VideoClips:
         return np.repeat(dense.astype(np.int64), self.clips_per_video)
 
     def spec(self) -> Spec:
-        shape = self.crop or self.size
-        assert shape is not None, "the constructor fixes a crop or a size"
-        h, w = shape
-        k, t, v = self.clips_per_sample, self.clip_len, self.views
-        scalar = ((), np.dtype(np.int64))
-        lead = () if k == 1 else (k,)
-        spec: Spec = {"video": ((t, h, w, 3) if v == 1 else (v, t, h, w, 3), np.dtype(np.uint8)),
-                "label": scalar, "index": scalar, "start": (lead, np.dtype(np.int64)),
-                "frames": ((*lead, t), np.dtype(np.int64))}
-        if self.max_frames is not None:  # up to max_frames frames: which are real
-            spec["mask"] = ((t,), np.dtype(np.bool_))
-        return spec
+        return sample_spec(self)
 
     def describe(self, index: int) -> str:
         v, c = divmod(index, self.clips_per_video)
@@ -346,24 +339,6 @@ class VideoClips:
         """What one loader's workers run for these clips (its columns shared, its workers' probes
         shared): the loader that asks owns it (``video.tables``)."""
         return SharedClips(self, self._encoded)
-
-
-def _native_size(path: str, storage: Storage) -> tuple[int, int]:
-    """The first video's size as shown, read in the main process as a worker reads it."""
-    from .probe import probe
-
-    try:
-        info = probe(path, storage=storage)
-    except Exception as e:
-        raise ValueError(f"size=None: cannot read the native size of {storage.name(path)!r}: "
-                         f"{storage.redact(str(e))}") from e
-    return info.height, info.width
-
-
-def _first_rows(paths: list[str]) -> np.ndarray:
-    """For every row, the index of the first row with the same path."""
-    first: dict[str, int] = {}
-    return np.fromiter((first.setdefault(p, i) for i, p in enumerate(paths)), np.int64, len(paths))
 
 
 def digest(clips: VideoClips) -> str:
@@ -400,80 +375,3 @@ def _fingerprint(paths: list[str], labels: np.ndarray | None) -> str:
     h = hashlib.sha256("\0".join(paths).encode("utf-8", "surrogateescape"))
     h.update(b"" if labels is None else np.ascontiguousarray(labels, dtype=np.int64).tobytes())
     return h.hexdigest()[:16]
-
-
-def _class_videos(root: str, extensions: Sequence[str]) -> list[tuple[str, int]]:
-    """(path, label) of the videos in ``root``'s class folders; ValueError saying what is there
-    instead where there are none."""
-    if not os.path.isdir(root):
-        raise ValueError(f"{root!r} is not a folder")
-    found = list(walk_folder(root, extensions))
-    if found:
-        return found
-    loose = [p for p, _ in walk_folder(root, extensions, loose=True)]
-    if loose:
-        raise ValueError(f"{root!r} holds {len(loose)} videos but no class sub-folders: from_folder "
-                         "labels each video by its folder (root/<class>/<video>). For videos without "
-                         f"labels, VideoClips(paths) with the paths, e.g. sorted(glob.glob({os.path.join(root, '*')!r}))")
-    raise ValueError(f"no videos ({', '.join(extensions)}) in class folders under {root!r}")
-
-
-def _path_list(paths: Any) -> list[str]:
-    """``paths`` as a list of strings; TypeError for one path given alone (a string is iterable:
-    read as paths it would be one per character)."""
-    if isinstance(paths, (str, bytes, os.PathLike)):
-        raise TypeError(f"paths must be a list of paths, got one {type(paths).__name__}: "
-                        f"VideoClips([{os.fspath(paths)!r}]) for one video")
-    return [os.fspath(p) for p in paths]
-
-
-def _checked_paths(given: list[str], allow_urls: bool) -> tuple[list[str], bool]:
-    """The paths as the workers read them (local ones absolute, ``file://`` taken off), and
-    whether any is read through fsspec; a remote protocol's missing package is named now, not in
-    a worker."""
-    resolved: list[str] = []
-    for p in given:
-        p = local_path(p)
-        if is_remote(p):
-            resolved.append(p)
-            continue
-        if URL.match(p) and not allow_urls:
-            raise ValueError(f"{p!r} looks like an FFmpeg protocol, not a file or an fsspec URL; "
-                             "pass allow_urls=True to hand it to FFmpeg")
-        # An absolute path starts with '/', which FFmpeg never reads as a protocol prefix.
-        resolved.append(p if URL.match(p) else os.path.abspath(p))
-    protocols = {Storage.protocol(p) for p in resolved if is_remote(p)}
-    for protocol in protocols - {"file"}:
-        Storage.filesystem_class(protocol)
-    return resolved, bool(protocols)
-
-
-def _columns(name: str, given: Mapping[str, np.ndarray] | None, names: tuple[str, ...],
-             count: int) -> dict[str, np.ndarray] | None:
-    """``given`` as read-only arrays of one row per path; ValueError naming what is wrong."""
-    if given is None:
-        return None
-    if set(given) != set(names):
-        raise ValueError(f"{name} must have the columns {names}, got {sorted(given)}")
-    out = {}
-    for k in names:
-        out[k] = a = np.array(given[k], copy=True)
-        if a.shape[:1] != (count,):
-            raise ValueError(f"{name}[{k!r}] has shape {a.shape}: one row per path ({count})")
-        _read_only(a)
-    return out
-
-
-def _read_only(*arrays: np.ndarray | None) -> None:
-    for a in arrays:
-        if a is not None:
-            a.flags.writeable = False
-
-
-def _checked_labels(labels: Sequence[int], count: int) -> np.ndarray:
-    codes = np.asarray(labels)
-    if codes.shape != (count,):
-        raise ValueError(f"labels has shape {codes.shape}, expected ({count},): one per path")
-    if codes.dtype.kind not in "iub":
-        raise ValueError(f"labels must be integers, got dtype {codes.dtype}")
-    return codes.astype(np.int64)

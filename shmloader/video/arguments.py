@@ -1,0 +1,112 @@
+"""What a ``VideoClips`` is given, checked: the paths (local, remote or FFmpeg protocols), the
+labels, the columns of a manifest or a shard listing, a class folder's videos, and the one
+thing the main process reads from a video (the first one's native size)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .manifest import URL, walk_folder
+from .media import is_remote, local_path
+from .storage import Storage
+
+__all__ = ["native_size", "first_rows", "class_videos", "path_list", "checked_paths", "columns",
+           "read_only", "checked_labels"]
+
+
+def native_size(path: str, storage: Storage) -> tuple[int, int]:
+    """The first video's size as shown, read in the main process as a worker reads it."""
+    from .probe import probe
+
+    try:
+        info = probe(path, storage=storage)
+    except Exception as e:
+        raise ValueError(f"size=None: cannot read the native size of {storage.name(path)!r}: "
+                         f"{storage.redact(str(e))}") from e
+    return info.height, info.width
+
+
+def first_rows(paths: list[str]) -> np.ndarray:
+    """For every row, the index of the first row with the same path."""
+    first: dict[str, int] = {}
+    return np.fromiter((first.setdefault(p, i) for i, p in enumerate(paths)), np.int64, len(paths))
+
+
+def class_videos(root: str, extensions: Sequence[str]) -> list[tuple[str, int]]:
+    """(path, label) of the videos in ``root``'s class folders; ValueError saying what is there
+    instead where there are none."""
+    if not os.path.isdir(root):
+        raise ValueError(f"{root!r} is not a folder")
+    found = list(walk_folder(root, extensions))
+    if found:
+        return found
+    loose = [p for p, _ in walk_folder(root, extensions, loose=True)]
+    if loose:
+        raise ValueError(f"{root!r} holds {len(loose)} videos but no class sub-folders: from_folder "
+                         "labels each video by its folder (root/<class>/<video>). For videos without "
+                         f"labels, VideoClips(paths) with the paths, e.g. sorted(glob.glob({os.path.join(root, '*')!r}))")
+    raise ValueError(f"no videos ({', '.join(extensions)}) in class folders under {root!r}")
+
+
+def path_list(paths: Any) -> list[str]:
+    """``paths`` as a list of strings; TypeError for one path given alone (a string is iterable:
+    read as paths it would be one per character)."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError(f"paths must be a list of paths, got one {type(paths).__name__}: "
+                        f"VideoClips([{os.fspath(paths)!r}]) for one video")
+    return [os.fspath(p) for p in paths]
+
+
+def checked_paths(given: list[str], allow_urls: bool) -> tuple[list[str], bool]:
+    """The paths as the workers read them (local ones absolute, ``file://`` taken off), and
+    whether any is read through fsspec; a remote protocol's missing package is named now, not in
+    a worker."""
+    resolved: list[str] = []
+    for p in given:
+        p = local_path(p)
+        if is_remote(p):
+            resolved.append(p)
+            continue
+        if URL.match(p) and not allow_urls:
+            raise ValueError(f"{p!r} looks like an FFmpeg protocol, not a file or an fsspec URL; "
+                             "pass allow_urls=True to hand it to FFmpeg")
+        # An absolute path starts with '/', which FFmpeg never reads as a protocol prefix.
+        resolved.append(p if URL.match(p) else os.path.abspath(p))
+    protocols = {Storage.protocol(p) for p in resolved if is_remote(p)}
+    for protocol in protocols - {"file"}:
+        Storage.filesystem_class(protocol)
+    return resolved, bool(protocols)
+
+
+def columns(name: str, given: Mapping[str, np.ndarray] | None, names: tuple[str, ...],
+             count: int) -> dict[str, np.ndarray] | None:
+    """``given`` as read-only arrays of one row per path; ValueError naming what is wrong."""
+    if given is None:
+        return None
+    if set(given) != set(names):
+        raise ValueError(f"{name} must have the columns {names}, got {sorted(given)}")
+    out = {}
+    for k in names:
+        out[k] = a = np.array(given[k], copy=True)
+        if a.shape[:1] != (count,):
+            raise ValueError(f"{name}[{k!r}] has shape {a.shape}: one row per path ({count})")
+        read_only(a)
+    return out
+
+
+def read_only(*arrays: np.ndarray | None) -> None:
+    for a in arrays:
+        if a is not None:
+            a.flags.writeable = False
+
+
+def checked_labels(labels: Sequence[int], count: int) -> np.ndarray:
+    codes = np.asarray(labels)
+    if codes.shape != (count,):
+        raise ValueError(f"labels has shape {codes.shape}, expected ({count},): one per path")
+    if codes.dtype.kind not in "iub":
+        raise ValueError(f"labels must be integers, got dtype {codes.dtype}")
+    return codes.astype(np.int64)

@@ -1,0 +1,265 @@
+"""A clip's sound: the audio of the instants its frames show, resampled, mixed and placed.
+
+With ``VideoClips(audio_rate=R)`` every clip of a sample gets the audio of its span, read by
+PyAV (libavformat + libavcodec, whichever decoder gives the frames) from the same file, and
+converted to float32 at ``R`` Hz and ``audio_channels`` channels by libswresample
+(``av.AudioResampler``, as ``ffmpeg -ar R -ac C`` converts).
+
+NOTE [ Where a clip's audio lies ]
+
+A clip's span starts at the presentation time of its first frame and ends where its latest
+frame stops being shown (that frame's time plus its duration; with ``short_video="wrap"`` the
+latest frame, not the last delivered). Times are the container's own: the video's frame times
+as the probe reads them and the audio's sample times (packet timestamps in the audio stream's
+time base, after the decoder drops the encoder's priming samples, as FFmpeg's does), one
+timeline for both. Sample ``n`` of the clip's audio is the sound at ``start + n / R``;
+``audio_len`` counts the samples from the start to the span's end or the end of the audio
+track, whichever comes first: silence before the track starts (audio that starts later than
+the video) is zeros inside ``audio_len``, past it the buffer is zeros. A file without an audio
+stream gives zeros and ``audio_len`` 0. A gap in the timestamps (a packet later than the samples
+before it end) stays silent; each stretch of contiguous audio is resampled on its own, from
+``_PREROLL_S`` before the clip (a decoder such as AAC's needs the packet before to decode a
+packet whole, a resampler's filter some samples before its first output).
+
+Every sample holds ``S = audio_samples`` samples per clip, the longest span a clip may have:
+``ceil(audio_seconds * R)``, where ``audio_seconds`` is given, or ``(clip_len + 1) / fps`` for
+``fps=`` clips (``clip_len`` instants ``1/fps`` apart, the first frame starting up to one
+frame before the first instant and the last ending up to one after the last), or for
+``clip_len``/``frame_step`` clips ``((clip_len - 1) * frame_step + 1)`` frame durations at the
+first video's frame rate (probed when the description is made). A clip whose span is longer (a
+video slower than that) is an error naming the file: ``audio_seconds`` sets it for a dataset of
+several frame rates. Segments and ``max_frames`` samples span the whole video, whose length
+varies: no audio for them.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ..engine.source import Spec, check_int
+
+__all__ = ["AUDIO_CHANNELS", "check_audio", "audio_samples", "audio_spec", "clip_spans", "read_audio"]
+
+AUDIO_CHANNELS = (1, 2)
+_LAYOUTS = {1: "mono", 2: "stereo"}
+
+# Decoding starts this long before a clip: an AAC or MP3 packet decodes whole only after the one
+# before it (overlapping transforms), Opus asks for 80 ms of pre-roll, and the resampler's filter
+# reaches back some samples; what is decoded before the clip is dropped.
+_PREROLL_S = 0.2
+# A seek that lands later than this before the clip is tried again this many times, each
+# twice as far back, then from the start (byte-based seeking, as in MPEG-TS, can overshoot).
+_SEEK_RETRIES = 3
+# Decoded past the span's end by this much, for the resampler's filter to see past it.
+_TAIL_S = 0.05
+
+
+def check_audio(audio_rate: Any, audio_channels: Any, audio_seconds: Any, *, sampling: str,
+                max_frames: int | None) -> tuple[int | None, int, float | None]:
+    """``VideoClips``' audio arguments: (rate, channels, seconds) checked, or a ValueError naming
+    the argument and why."""
+    if audio_rate is None:
+        if audio_seconds is not None:
+            raise ValueError("audio_seconds needs audio_rate=: the audio's sample rate in Hz")
+        _check_channels(audio_channels)
+        return None, int(audio_channels), None
+    check_int("audio_rate", audio_rate, 1)
+    _check_channels(audio_channels)
+    if audio_seconds is not None and (isinstance(audio_seconds, bool) or not isinstance(audio_seconds, (int, float))
+                                      or not math.isfinite(audio_seconds) or audio_seconds <= 0):
+        raise ValueError(f"audio_seconds must be a positive number of seconds, got {audio_seconds!r}")
+    if sampling in ("segments", "segments_uniform"):
+        raise ValueError(f"audio_rate with sampling={sampling!r}: a sample's frames spread over the whole "
+                         "video, whose length varies; audio is read for clips (clip_len or fps=) only")
+    if max_frames is not None:
+        raise ValueError("audio_rate with max_frames: a sample spans the whole video, whose length "
+                         "varies; audio is read for clips (clip_len or fps=) only")
+    return int(audio_rate), int(audio_channels), None if audio_seconds is None else float(audio_seconds)
+
+
+def _check_channels(channels: Any) -> None:
+    if isinstance(channels, bool) or channels not in AUDIO_CHANNELS:
+        raise ValueError(f"audio_channels must be 1 (mono) or 2 (stereo), got {channels!r}: every file's "
+                         "sound is mixed to it (down or up) as ffmpeg -ac mixes")
+
+
+def audio_samples(clips: Any) -> int:
+    """``S``, the samples every clip's audio has room for (NOTE [ Where a clip's audio lies ]);
+    0 without audio. Clips by index and no ``audio_seconds``: the first video is probed here."""
+    if clips.audio_rate is None:
+        return 0
+    seconds = clips.audio_seconds
+    if seconds is None and clips.fps is not None:
+        seconds = (clips.clip_len + 1) / clips.fps
+    elif seconds is None:
+        from .probe import probe
+
+        path = clips.paths[0]
+        try:
+            rate = probe(path, storage=clips.storage).fps
+        except Exception as e:
+            raise ValueError(f"audio_rate: cannot read the frame rate of {clips.storage.name(path)!r} "
+                             f"that sets the audio's length (or pass audio_seconds=): "
+                             f"{clips.storage.redact(str(e))}") from e
+        if not rate > 0:
+            raise ValueError(f"audio_rate: {clips.storage.name(path)!r} has no frame rate to set the "
+                             "audio's length by: pass audio_seconds=")
+        seconds = ((clips.clip_len - 1) * clips.frame_step + 1) / rate
+    # A span of exactly `seconds` at a rate that rounds is not one sample longer.
+    return max(1, math.ceil(seconds * clips.audio_rate - 1e-6))
+
+
+def audio_spec(clips_per_sample: int, samples: int, channels: int) -> Spec:
+    """The fields audio adds to a sample: ``audio`` float32 ``[S, C]`` (``[K, S, C]``) and
+    ``audio_len`` int32 (``[K]``)."""
+    lead = () if clips_per_sample == 1 else (clips_per_sample,)
+    return {"audio": ((*lead, samples, channels), np.dtype(np.float32)),
+            "audio_len": (lead, np.dtype(np.int32))}
+
+
+def clip_spans(times: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """``[K, 2]`` seconds each clip of ``frames [K, T]`` spans, from the ``[n, 2]`` (start, end)
+    ``times`` of the video's frames (NOTE [ Where a clip's audio lies ])."""
+    first = times[frames[:, 0], 0]
+    last = times[frames.max(axis=1), 1]
+    return np.stack([first, np.maximum(last, first)], axis=1)
+
+
+def read_audio(container: Any, spans: np.ndarray, rate: int, audio: np.ndarray, lens: np.ndarray) -> None:
+    """The audio of each span ``spans[k]`` (seconds on the container's timeline) at ``rate`` Hz
+    into ``audio[k]`` (``[S, C]``, zeros past the span) and its length into ``lens[k]``. A
+    container without audio gives zeros and length 0; the audio stream's damage raises a
+    ValueError saying the time."""
+    import av
+
+    audio[...] = 0
+    lens[...] = 0
+    for t0, t1 in spans.tolist():  # the clips' spans, whether the file has sound or not
+        n = round((t1 - t0) * rate)
+        if n > audio.shape[-2]:
+            raise ValueError(f"a clip spans {t1 - t0:.3f} s ({n} audio samples at {rate} Hz), more than "
+                             f"the {audio.shape[-2]} a sample holds; pass audio_seconds={t1 - t0:.3f} or more")
+    if not container.streams.audio:
+        return
+    stream = container.streams.audio[0]
+    layout = _LAYOUTS[audio.shape[-1]]
+    for k, (t0, t1) in enumerate(spans.tolist()):
+        n = round((t1 - t0) * rate)
+        try:
+            end = _read_span(container, stream, t0, t1, rate, layout, audio[k, :n])
+        except av.error.FFmpegError as e:
+            raise ValueError(f"damaged audio between {t0:.3f} s and {t1:.3f} s: {e}") from e
+        lens[k] = n if end is None else min(n, max(0, round((end - t0) * rate)))
+
+
+def _read_span(c: Any, s: Any, t0: float, t1: float, rate: int, layout: str, out: np.ndarray) -> float | None:
+    """Decode ``s`` around ``[t0, t1)`` and place its samples, resampled, into ``out``; the time
+    the track ends at when it ends before ``t1``, else None."""
+    tb = Fraction(s.time_base)
+    start = None if s.start_time is None else float(s.start_time * tb)
+    back = _PREROLL_S
+    for attempt in range(_SEEK_RETRIES + 2):
+        from_start = attempt > _SEEK_RETRIES or (start is not None and t0 - back <= start)
+        c.seek(_ticks(min(start or 0.0, 0.0) - 1.0 if from_start else t0 - back, tb), stream=s, backward=True)
+        out[...] = 0
+        run = _Run(rate, layout, t0, out, start or 0.0)
+        first, last_end, late = None, None, False
+        for frame in _decoded(c, s):
+            if frame.pts is None or frame.samples == 0:
+                continue
+            ft = float(frame.pts * tb)
+            if first is None:
+                first = ft
+                late = ft > t0 - _PREROLL_S / 2 and not from_start and (start is None or ft > start + 1e-3)
+                if late:
+                    break  # the seek landed too late: go further back
+            if ft >= t1 + _TAIL_S:
+                run.close()
+                return None  # the track goes on past the span
+            run.push(frame, ft)
+            last_end = ft + frame.samples / frame.sample_rate
+        if not late:
+            run.close()
+            if last_end is None:
+                return t0  # nothing from the span on: the track ended before it
+            return last_end if last_end < t1 else None
+        back *= 2
+    raise AssertionError("unreachable: the last attempt decodes from the start")
+
+
+class _Run:
+    """Contiguous audio resampled in one go, its output placed by the time of its first frame;
+    a gap in the timestamps or a change of format starts another."""
+
+    def __init__(self, rate: int, layout: str, t0: float, out: np.ndarray, anchor: float) -> None:
+        self.rate, self.layout, self.t0, self.out = rate, layout, t0, out
+        self.anchor = anchor  # the track's first sample: output samples lie on its grid
+        self._resampler: Any = None
+        self._key: tuple | None = None
+        self._begin = 0.0  # time of the run's first input sample
+        self._expected = 0.0  # time the next contiguous frame starts at
+        self._written = 0  # output samples of this run so far
+
+    def push(self, frame: Any, ft: float) -> None:
+        key = (frame.format.name, frame.layout.name, frame.sample_rate)
+        # Contiguous within a tick of the stream's clock (MKV's 1 ms) or two samples.
+        slack = max(float(frame.time_base or 0) * 1.5, 2.0 / frame.sample_rate)
+        if self._resampler is None or key != self._key or abs(ft - self._expected) > slack:
+            self.close()
+            import av
+
+            frame, ft = self._on_grid(frame, ft)
+            self._resampler = av.AudioResampler(format="fltp", layout=self.layout, rate=self.rate)
+            self._key, self._begin, self._written = key, ft, 0
+            self._expected = ft
+        self._expected += frame.samples / frame.sample_rate
+        self._place(self._resampler.resample(frame))
+
+    def _on_grid(self, frame: Any, ft: float) -> tuple[Any, float]:
+        """``frame`` without its first samples, so that the run starts where the input's and
+        the output's sample grids from the track's start meet: the output samples are then
+        those of a decode of the whole track (not half a sample off). Only before the clip:
+        a run that starts inside it keeps all its samples."""
+        sr = frame.sample_rate
+        step = 1.0 / math.gcd(sr, self.rate)  # the grids meet every `step` seconds
+        target = self.anchor + math.ceil((ft - self.anchor) / step - 1e-9) * step
+        drop = round((target - ft) * sr)
+        if drop <= 0 or drop >= frame.samples or target > self.t0:
+            return frame, ft
+        import av
+
+        data = frame.to_ndarray()
+        cut = data[:, drop:] if frame.format.is_planar else data[:, drop * len(frame.layout.channels):]
+        out = av.AudioFrame.from_ndarray(np.ascontiguousarray(cut), format=frame.format.name,
+                                         layout=frame.layout.name)
+        out.sample_rate, out.time_base = sr, frame.time_base
+        out.pts = None if frame.pts is None else frame.pts + round(drop / sr / float(frame.time_base))
+        return out, target
+
+    def close(self) -> None:
+        if self._resampler is not None:
+            self._place(self._resampler.resample(None))
+            self._resampler = None
+
+    def _place(self, frames: list) -> None:
+        for f in frames:
+            data = f.to_ndarray()  # [C, m], planar float
+            m = data.shape[1]
+            at = round((self._begin - self.t0) * self.rate) + self._written
+            self._written += m
+            lo, hi = max(at, 0), min(at + m, len(self.out))
+            if lo < hi:
+                self.out[lo:hi] = data[:, lo - at : hi - at].T
+
+
+def _decoded(c: Any, s: Any):
+    for packet in c.demux(s):
+        yield from packet.decode()
+
+
+def _ticks(seconds: float, tb: Fraction) -> int:
+    return math.floor(seconds / tb)

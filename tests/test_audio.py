@@ -1,0 +1,329 @@
+"""Audio beside video (``VideoClips(audio_rate=...)``): every clip with the sound of the instants
+its frames show, resampled and mixed as FFmpeg does, checked against a decode of the whole track.
+
+The test videos carry a 441 Hz tone whose amplitude changes at every video frame (frame ``i``:
+``_level(i)``), so that audio placed one frame off shows in the levels, and audio half a sample
+off shows against the reference decode."""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction
+
+import av
+import numpy as np
+import pytest
+
+import shmloader
+from shmloader.video.samples import frame_image, make_videos, read_codes
+
+pytestmark = pytest.mark.timeout(180)
+
+FPS = 25
+FRAMES = 50
+RATE = 16000  # what the loader delivers
+_TONE = 441.0
+
+
+def _level(i: np.ndarray | int) -> np.ndarray:
+    """Frame ``i``'s amplitude: consecutive frames differ by at least 0.1 (a ratio of 1.2 or more)."""
+    return 0.05 + 0.05 * ((7 * np.asarray(i)) % 11)
+
+
+def _signal(t: np.ndarray, channels: int) -> np.ndarray:
+    """``[channels, n]`` samples at times ``t``: the tone at the level of the frame on screen;
+    the right channel at half the left's amplitude."""
+    x = _level(np.floor(t * FPS + 1e-9).astype(np.int64)) * np.sin(2 * np.pi * _TONE * t)
+    return np.stack([x, 0.5 * x][:channels]).astype(np.float32)
+
+
+_FORMATS = {"aac": "fltp", "libmp3lame": "fltp", "libopus": "flt", "pcm_s16le": "s16"}
+
+
+def write_av(path, codec: str = "aac", rate: int = 44100, channels: int = 2, frames: int = FRAMES,
+             audio_from: float = 0.0, audio_to: float | None = None) -> str:
+    """H.264 frames 0..frames-1 (frame codes of video 1) and ``codec`` audio from ``audio_from``
+    to ``audio_to`` seconds (the video's end), written with PyAV."""
+    path = os.fspath(path)
+    end = frames / FPS if audio_to is None else audio_to
+    fmt = _FORMATS[codec]
+    with av.open(path, "w") as c:
+        v = c.add_stream("libx264", rate=FPS)
+        v.width, v.height, v.pix_fmt = 64, 48, "yuv420p"
+        v.options = {"crf": "18", "preset": "veryfast"}
+        a = c.add_stream(codec, rate=rate)
+        a.layout = "stereo" if channels == 2 else "mono"
+        if codec == "aac":  # noise substitution: random noise in any decoder, other after a seek
+            a.options = {"aac_pns": "0"}
+        first, total, chunk = round(audio_from * rate), round((end - audio_from) * rate), 1000
+        done, shown = 0, 0
+        while done < total or shown < frames:
+            if done < total:
+                m = min(chunk, total - done)
+                x = _signal((first + done + np.arange(m)) / rate, channels)
+                arr = x if fmt == "fltp" else x.T.reshape(1, -1)
+                if fmt == "s16":
+                    arr = (arr * 32767).astype(np.int16)
+                f = av.AudioFrame.from_ndarray(np.ascontiguousarray(arr), format=fmt, layout=a.layout.name)
+                f.sample_rate, f.time_base, f.pts = rate, Fraction(1, rate), first + done
+                for p in a.encode(f):
+                    c.mux(p)
+                done += m
+            reached = (first + done) / rate if done < total else float("inf")
+            while shown < frames and shown / FPS <= reached:
+                img = av.VideoFrame.from_ndarray(frame_image(1, shown, 48, 64), format="rgb24")
+                for p in v.encode(img):
+                    c.mux(p)
+                shown += 1
+        for p in a.encode():
+            c.mux(p)
+        for p in v.encode():
+            c.mux(p)
+    return path
+
+
+def reference(path, rate: int = RATE, channels: int = 1) -> tuple[float, np.ndarray]:
+    """(time of its first sample, ``[n, C]`` samples): the whole audio track decoded by PyAV from
+    its start and converted by one ``av.AudioResampler``, as ``ffmpeg -ar R -ac C`` converts it."""
+    with av.open(os.fspath(path)) as c:
+        s = c.streams.audio[0]
+        r = av.AudioResampler(format="fltp", layout="mono" if channels == 1 else "stereo", rate=rate)
+        out, t0 = [], None
+        for frame in c.decode(s):
+            t0 = float(frame.pts * s.time_base) if t0 is None else t0
+            out += [o.to_ndarray() for o in r.resample(frame)]
+        out += [o.to_ndarray() for o in r.resample(None)]
+    assert t0 is not None
+    return t0, np.concatenate(out, axis=1).T
+
+
+def expected(ref: tuple[float, np.ndarray], start: float, n: int, rate: int = RATE) -> np.ndarray:
+    """The reference's ``n`` samples from ``start`` seconds, zeros where it has none."""
+    t_ref, samples = ref
+    at = round((start - t_ref) * rate)
+    out = np.zeros((n, samples.shape[1]), np.float32)
+    lo, hi = max(at, 0), min(at + n, len(samples))
+    if lo < hi:
+        out[lo - at : hi - at] = samples[lo:hi]
+    return out
+
+
+def best_lag(got: np.ndarray, want_at, n: int, slack: int) -> tuple[int, float]:
+    """The shift (samples) within ``slack`` that makes ``got`` closest to the reference, and the
+    largest difference there."""
+    tries = [(lag, float(np.abs(got[:n] - want_at(lag)).max())) for lag in range(-slack, slack + 1)]
+    return min(tries, key=lambda t: t[1])
+
+
+def frame_levels(audio: np.ndarray, frames: np.ndarray, first: int, rate: int = RATE) -> np.ndarray:
+    """RMS of the first channel over each frame of ``frames`` (video frame numbers), 2 ms from
+    its edges, the clip's audio starting at frame ``first``."""
+    out = []
+    for f in frames:
+        lo = round((f - first) / FPS * rate + 0.002 * rate)
+        hi = round((f - first + 1) / FPS * rate - 0.002 * rate)
+        out.append(np.sqrt(np.mean(audio[lo:hi, 0] ** 2)))
+    return np.array(out)
+
+
+def assert_levels_follow_frames(audio: np.ndarray, frames: np.ndarray, first: int) -> None:
+    """The tone's level over each frame is that frame's (to a common gain: the mix): a clip's
+    audio one frame early or late fails."""
+    ratio = frame_levels(audio, frames, first) / _level(frames)
+    # Lossy codecs move a frame's level by up to ~8 %; neighbouring frames differ by 30 % or more.
+    assert np.abs(ratio / np.median(ratio) - 1).max() < 0.15, ratio
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("audio")
+    return {(codec, ext): write_av(folder / f"{codec}.{ext}", codec, 48000 if codec == "libopus" else 44100)
+            for codec, ext in [("aac", "mp4"), ("pcm_s16le", "mov"), ("pcm_s16le", "mkv"),
+                               ("libopus", "mkv"), ("libmp3lame", "mp4")]}
+
+
+# Samples a clip's audio may lie off the whole-track decode: none where the audio's time base is
+# its sample rate (MP4, MOV); Matroska stamps packets to the millisecond (half of it: 8 at 16 kHz),
+# and a fraction of a sample off leaves up to ~0.1 of difference on this tone.
+_SLACK = {"mp4": 0, "mov": 0, "mkv": 9}
+_ATOL = {"mp4": 0.02, "mov": 0.02, "mkv": 0.15}
+
+
+@pytest.mark.parametrize("codec,ext", [("aac", "mp4"), ("pcm_s16le", "mov"), ("pcm_s16le", "mkv"),
+                                       ("libopus", "mkv"), ("libmp3lame", "mp4")])
+def test_clip_audio_is_the_whole_track_sliced_at_the_first_frame(files, codec, ext):
+    path = files[(codec, ext)]
+    clips = shmloader.VideoClips([path], clip_len=4, frame_step=3, clips_per_video=5, sampling="uniform",
+                                 audio_rate=RATE)
+    span = (3 * 3 + 1) / FPS  # (clip_len - 1) * frame_step + 1 frames
+    assert clips.spec()["audio"] == ((round(span * RATE), 1), np.dtype(np.float32))
+    got = clips.reader().read(range(5))
+    ref = reference(path)
+    n = round(span * RATE)
+    for audio, length, frames, video in zip(got["audio"], got["audio_len"], got["frames"], got["video"]):
+        assert list(read_codes(video)[1]) == list(frames)
+        assert abs(length - n) <= _SLACK[ext]  # inside the track (its end as stamped, in Matroska)
+        t0 = frames[0] / FPS
+        lag, diff = best_lag(audio, lambda k: expected(ref, t0 + k / RATE, n), n, _SLACK[ext])
+        assert diff < _ATOL[ext], (frames, lag, diff)
+        if ext != "mkv":
+            assert lag == 0
+        assert_levels_follow_frames(audio, np.arange(frames[0], frames[-1] + 1), frames[0])
+
+
+def test_loader_workers_deliver_the_readers_audio_stereo_and_several_clips(files):
+    """Through ``Loader`` with two workers, frames by decord (audio still by PyAV), two clips per
+    sample, stereo: what ``reader().read`` gives, the right channel half the left."""
+    paths = [files[("aac", "mp4")], files[("pcm_s16le", "mov")]]
+    clips = shmloader.VideoClips(paths, [0, 1], clip_len=5, frame_step=2, clips_per_video=3,
+                                 clips_per_sample=2, audio_rate=22050, audio_channels=2, decoder="decord")
+    n = round((4 * 2 + 1) / FPS * 22050)
+    assert clips.spec()["audio"] == ((2, n, 2), np.dtype(np.float32))
+    assert clips.spec()["audio_len"] == ((2,), np.dtype(np.int32))
+    with shmloader.Loader(clips, batch_size=4, workers=2, seed=3, shuffle=True, timeout=60) as loader:
+        batches = [{k: np.array(v) for k, v in b.items()} for b in loader]
+        assert loader.stats()["decord"] > 0
+    rows = [(b, j) for b in batches for j in range(len(b["index"]))]
+    assert len(rows) == len(clips)
+    refs = [reference(p, 22050, 2) for p in paths]
+    for b, j in rows:
+        for k in range(2):
+            audio, frames = b["audio"][j, k], b["frames"][j, k]
+            assert b["audio_len"][j, k] == n
+            want = expected(refs[b["index"][j]], frames[0] / FPS, n, 22050)
+            np.testing.assert_allclose(audio[:n], want, atol=0.02)
+            if b["index"][j] == 1:  # PCM: the channels as written (AAC codes them jointly)
+                np.testing.assert_allclose(audio[:n, 1], 0.5 * audio[:n, 0], atol=0.01)
+
+
+def test_loader_and_reader_agree(files):
+    paths = [files[("pcm_s16le", "mkv")], files[("libopus", "mkv")]]
+    clips = shmloader.VideoClips(paths, clip_len=3, frame_step=4, clips_per_video=2, audio_rate=RATE)
+    with shmloader.Loader(clips, batch_size=2, workers=2, seed=5, timeout=60) as loader:
+        batches = [{k: np.array(v) for k, v in b.items()} for b in loader]
+    got = np.concatenate([b["audio"] for b in batches])
+    ids = [int(i) for b in batches for i in b["index"]]
+    starts = [int(s) for b in batches for s in b["start"]]
+    again = clips.reader().read(range(len(clips)), seed=5)
+    mine = {(int(i), int(s)): a for i, s, a in zip(again["index"], again["start"], again["audio"])}
+    for i, s, a in zip(ids, starts, got):
+        np.testing.assert_array_equal(a, mine[(i, s)])
+
+
+def test_a_file_without_audio_gives_zeros_and_length_0(tmp_path):
+    (path,), _ = make_videos(tmp_path, count=1, frames=30, size=(48, 64))
+    clips = shmloader.VideoClips([path], clip_len=4, clips_per_video=2, audio_rate=RATE)
+    got = clips.reader().read([0, 1])
+    assert got["audio"].shape == (2, round(4 / FPS * RATE), 1)
+    assert not got["audio"].any() and list(got["audio_len"]) == [0, 0]
+
+
+@pytest.mark.parametrize("ext", ["mp4", "mkv"])
+def test_audio_that_starts_after_the_video_is_silence_then_sound(tmp_path, ext):
+    path = write_av(tmp_path / f"late.{ext}", "pcm_s16le" if ext == "mkv" else "aac", audio_from=0.4)
+    clips = shmloader.VideoClips([path], clip_len=20, clips_per_video=1, sampling="uniform", audio_rate=RATE)
+    got = clips.reader().read([0])
+    frames = got["frames"][0]
+    assert frames[0] == 15  # uniform: the middle of 50 frames
+    early = clips.with_options(sampling="random")
+    reader = early.reader()
+    for seed in range(40):  # a clip that starts at frame 0
+        first = reader.read([0], seed=seed)
+        if first["frames"][0][0] < 6:
+            break
+    else:
+        pytest.fail("no clip drawn before the audio starts")
+    f0 = int(first["frames"][0][0])
+    n = round(20 / FPS * RATE)
+    audio, length = first["audio"][0], int(first["audio_len"][0])
+    assert length == n  # the silence before the track is part of the clip
+    ref = reference(path)
+    # MP4: the track starts with the encoder's priming, which FFmpeg keeps here (an empty edit
+    # before the track's edit): 1024 samples before 0.4 s.
+    assert ref[0] == pytest.approx(0.4, abs=0.03)
+    quiet = round((ref[0] - f0 / FPS) * RATE)
+    assert not audio[: quiet - 20].any() and np.abs(audio[quiet + 800 : quiet + 2000]).max() > 0.02
+    lag, diff = best_lag(audio, lambda k: expected(ref, f0 / FPS + k / RATE, n), n, _SLACK[ext])
+    assert diff < _ATOL[ext], (lag, diff)
+    sounding = np.arange(11, f0 + 20)
+    assert_levels_follow_frames(audio, sounding, f0)
+
+
+def test_audio_that_ends_before_the_clip_is_cut_there(tmp_path):
+    path = write_av(tmp_path / "short.mov", "pcm_s16le", audio_to=1.0)  # 25 frames of 50
+    clips = shmloader.VideoClips([path], clip_len=10, clips_per_video=3, sampling="uniform", audio_rate=RATE)
+    got = clips.reader().read([0, 1, 2])
+    n = round(10 / FPS * RATE)
+    starts = [int(s) for s in got["start"]]
+    for start, audio, length in zip(starts, got["audio"], got["audio_len"]):
+        want = min(n, max(0, round((1.0 - start / FPS) * RATE)))
+        assert length == want, (start, length, want)
+        assert not audio[length:].any()
+        if length:
+            assert np.abs(audio[:length]).max() > 0.02
+    assert starts[-1] == 40 and got["audio_len"][-1] == 0
+
+
+def test_a_slower_video_than_the_first_raises_naming_it_or_is_skipped(files, tmp_path):
+    """Room for audio is set by the first video's frame rate: a clip of a slower one spans more
+    and is refused, naming the file and the ``audio_seconds`` that would hold it."""
+    (slow,), _ = make_videos(tmp_path, count=1, frames=30, size=(48, 64), fps=10)
+    clips = shmloader.VideoClips([files[("aac", "mp4")], slow], clip_len=8, audio_rate=RATE)
+    assert clips.audio_samples == round(8 / FPS * RATE)
+    with shmloader.Loader(clips, batch_size=2, workers=1, timeout=60) as loader:
+        with pytest.raises(shmloader.SampleError, match=r"10fps\.mp4.*0\.800 s.*audio_seconds=0\.800"):
+            next(iter(loader))
+    with shmloader.Loader(clips, batch_size=1, workers=1, timeout=60, on_error="skip") as loader:
+        assert [int(b["index"][0]) for b in loader] == [0]
+        assert len(loader.skipped) == 1
+    assert shmloader.VideoClips([files[("aac", "mp4")], slow], clip_len=8, audio_rate=RATE,
+                                audio_seconds=0.8).reader().read([1])["audio_len"][0] == 0
+
+
+def test_fps_clips_have_room_for_their_span(files):
+    path = files[("aac", "mp4")]
+    clips = shmloader.VideoClips([path], clip_len=4, fps=12.5, clips_per_video=3, sampling="uniform",
+                                 audio_rate=RATE)
+    assert clips.audio_samples == round(5 / 12.5 * RATE)
+    got = clips.reader().read([0, 1, 2])
+    ref = reference(path)
+    for audio, length, frames in zip(got["audio"], got["audio_len"], got["frames"]):
+        assert list(np.diff(frames)) == [2, 2, 2]
+        n = round((frames[-1] - frames[0] + 1) / FPS * RATE)
+        assert length == n
+        np.testing.assert_allclose(audio[:n], expected(ref, frames[0] / FPS, n), atol=0.02)
+        assert not audio[n:].any()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(audio_rate=0), "audio_rate"),
+    (dict(audio_rate=16000.5), "audio_rate"),
+    (dict(audio_rate="16k"), "audio_rate"),
+    (dict(audio_rate=16000, audio_channels=6), "audio_channels must be 1 .mono. or 2"),
+    (dict(audio_rate=16000, audio_channels=True), "audio_channels"),
+    (dict(audio_seconds=1.0), "audio_seconds needs audio_rate"),
+    (dict(audio_rate=16000, audio_seconds=0), "audio_seconds"),
+    (dict(audio_rate=16000, sampling="segments", clip_len=4), "segments"),
+    (dict(audio_rate=16000, fps=5.0, max_frames=8), "max_frames"),
+])
+def test_bad_audio_arguments_are_refused_in_words(files, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        shmloader.VideoClips([files[("aac", "mp4")]], **kwargs)
+
+
+def test_audio_survives_with_options_and_options(files):
+    clips = shmloader.VideoClips([files[("aac", "mp4")]], clip_len=4, audio_rate=RATE, audio_channels=2)
+    copy = clips.with_options(clip_len=8)
+    assert (copy.audio_rate, copy.audio_channels, copy.audio_samples) == (RATE, 2, round(8 / FPS * RATE))
+    assert "audio" not in clips.with_options(audio_rate=None).spec()
+
+
+def test_torch_batches_carry_the_audio(files):
+    torch = pytest.importorskip("torch")
+
+    clips = shmloader.VideoClips([files[("pcm_s16le", "mov")]], clip_len=4, clips_per_video=2, audio_rate=RATE)
+    with shmloader.Loader(clips, batch_size=2, workers=1, timeout=60) as loader:
+        batch = next(iter(loader.as_torch()))
+        assert batch["audio"].dtype == torch.float32 and tuple(batch["audio"].shape) == (2, 2560, 1)
+        assert batch["audio_len"].tolist() == [2560, 2560]
+        assert float(batch["audio"].abs().max()) > 0.02
