@@ -327,3 +327,32 @@ def test_torch_batches_carry_the_audio(files):
         assert batch["audio"].dtype == torch.float32 and tuple(batch["audio"].shape) == (2, 2560, 1)
         assert batch["audio_len"].tolist() == [2560, 2560]
         assert float(batch["audio"].abs().max()) > 0.02
+
+
+def _damage_audio(path: str, start: float, end: float) -> None:
+    """Overwrite the audio packets stamped in ``[start, end)`` seconds with noise."""
+    with av.open(path) as c:
+        s = c.streams.audio[0]
+        spots = [(p.pos, p.size) for p in c.demux(s)
+                 if p.pts is not None and start <= float(p.pts * s.time_base) < end]
+    rng = np.random.default_rng(0)
+    with open(path, "r+b") as f:
+        for pos, size in spots:
+            f.seek(pos)
+            f.write(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+
+
+def test_damaged_audio_follows_on_error_naming_the_file_and_time(tmp_path):
+    """Packets the AAC decoder refuses, in a clip's span or just before it (whose transform
+    overlaps it): the loader's ``on_error``, naming the file and the time; clips whose audio
+    is whole are delivered."""
+    path = write_av(tmp_path / "damaged.mp4", "aac")
+    _damage_audio(path, 0.8, 1.0)
+    clips = shmloader.VideoClips([path], clip_len=4, clips_per_video=10, sampling="uniform", audio_rate=RATE)
+    with shmloader.Loader(clips, batch_size=10, workers=1, timeout=60) as loader:
+        with pytest.raises(shmloader.SampleError, match=r"damaged\.mp4.*damaged audio at 0\.8\d\d s"):
+            next(iter(loader))
+    with shmloader.Loader(clips, batch_size=1, workers=2, timeout=60, on_error="skip") as loader:
+        starts = sorted(int(b["start"][0]) for b in loader)
+        assert len(loader.skipped) == 2
+    assert starts == [0, 5, 10, 15, 31, 36, 41, 46]  # 20 (0.8 s) and 25 (1.0 s) lost their sound

@@ -151,8 +151,8 @@ def read_audio(container: Any, spans: np.ndarray, rate: int, audio: np.ndarray, 
         n = round((t1 - t0) * rate)
         try:
             end = _read_span(container, stream, t0, t1, rate, layout, audio[k, :n])
-        except av.error.FFmpegError as e:
-            raise ValueError(f"damaged audio between {t0:.3f} s and {t1:.3f} s: {e}") from e
+        except av.error.FFmpegError as e:  # the demuxer's, or the resampler's
+            raise ValueError(f"unreadable audio between {t0:.3f} s and {t1:.3f} s: {e}") from e
         lens[k] = n if end is None else min(n, max(0, round((end - t0) * rate)))
 
 
@@ -169,6 +169,19 @@ def _read_span(c: Any, s: Any, t0: float, t1: float, rate: int, layout: str, out
         run = _Run(rate, layout, t0, out, start or 0.0)
         first, last_end, late = None, None, False
         for frame in _decoded(c, s):
+            if isinstance(frame, _Damage):
+                at = None if frame.pts is None else float(frame.pts * tb)
+                if at is not None and at >= t1:
+                    run.close()
+                    return None
+                # The packet after a damaged one decodes wrong too (its transform overlaps it).
+                reach = _PREROLL_S / 2 if not frame.duration else 2 * float(frame.duration * tb) + 0.005
+                if at is None or at + reach > t0:  # a packet the clip's samples come from
+                    where = "" if at is None else f" at {at:.3f} s"
+                    raise ValueError(f"damaged audio{where}, in the clip's span {t0:.3f}-{t1:.3f} s: "
+                                     f"{frame.error}") from frame.error
+                run.close()  # before the clip: its samples are not needed, the next start a run
+                continue
             if frame.pts is None or frame.samples == 0:
                 continue
             ft = float(frame.pts * tb)
@@ -256,9 +269,25 @@ class _Run:
                 self.out[lo:hi] = data[:, lo - at : hi - at].T
 
 
+class _Damage:
+    """A packet the decoder refused, at ``pts`` for ``duration`` (the stream's time base, or None)."""
+
+    def __init__(self, pts: int | None, duration: int | None, error: Exception) -> None:
+        self.pts, self.duration, self.error = pts, duration, error
+
+
 def _decoded(c: Any, s: Any):
+    """The frames of ``s`` from where ``c`` stands, and a :class:`_Damage` for each packet the
+    decoder refuses (the decoding goes on after it)."""
+    import av
+
     for packet in c.demux(s):
-        yield from packet.decode()
+        try:
+            frames = packet.decode()
+        except av.error.FFmpegError as e:
+            yield _Damage(packet.pts, packet.duration, e)
+            continue
+        yield from frames
 
 
 def _ticks(seconds: float, tb: Fraction) -> int:
