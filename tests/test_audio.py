@@ -82,19 +82,41 @@ def write_av(path, codec: str = "aac", rate: int = 44100, channels: int = 2, fra
     return path
 
 
+def _convert(frames: list, rate: int, channels: int) -> np.ndarray:
+    """``frames`` as one stretch through libswresample (``aresample=osr=R:rematrix_maxval=1``, as
+    ``ffmpeg -ar R -ac C`` into 16-bit PCM mixes), ``[n, C]`` float."""
+    first = frames[0]
+    g = av.filter.Graph()
+    chain = [g.add("abuffer", sample_rate=str(first.sample_rate), sample_fmt=first.format.name,
+                   channel_layout=first.layout.name, time_base=f"1/{first.sample_rate}"),
+             g.add("aresample", osr=str(rate), rematrix_maxval="1"),
+             g.add("aformat", sample_fmts="fltp", sample_rates=str(rate),
+                   channel_layouts="mono" if channels == 1 else "stereo"),
+             g.add("abuffersink")]
+    for a, b in zip(chain, chain[1:]):
+        a.link_to(b)
+    g.configure()
+    out = []
+    for f in [*frames, None]:
+        if f is not None:
+            f.pts = None
+        g.push(f)
+        while True:
+            try:
+                out.append(g.pull().to_ndarray())
+            except (av.error.BlockingIOError, av.error.EOFError, EOFError):
+                break
+    return np.concatenate(out, axis=1).T
+
+
 def reference(path, rate: int = RATE, channels: int = 1) -> tuple[float, np.ndarray]:
     """(time of its first sample, ``[n, C]`` samples): the whole audio track decoded by PyAV from
-    its start and converted by one ``av.AudioResampler``, as ``ffmpeg -ar R -ac C`` converts it."""
+    its start and converted in one go."""
     with av.open(os.fspath(path)) as c:
         s = c.streams.audio[0]
-        r = av.AudioResampler(format="fltp", layout="mono" if channels == 1 else "stereo", rate=rate)
-        out, t0 = [], None
-        for frame in c.decode(s):
-            t0 = float(frame.pts * s.time_base) if t0 is None else t0
-            out += [o.to_ndarray() for o in r.resample(frame)]
-        out += [o.to_ndarray() for o in r.resample(None)]
-    assert t0 is not None
-    return t0, np.concatenate(out, axis=1).T
+        frames = list(c.decode(s))
+        t0 = float(frames[0].pts * s.time_base)
+    return t0, _convert(frames, rate, channels)
 
 
 def expected(ref: tuple[float, np.ndarray], start: float, n: int, rate: int = RATE) -> np.ndarray:
@@ -169,6 +191,12 @@ def test_clip_audio_is_the_whole_track_sliced_at_the_first_frame(files, codec, e
         if ext != "mkv":
             assert lag == 0
         assert_levels_follow_frames(audio, np.arange(frames[0], frames[-1] + 1), frames[0])
+        if codec == "pcm_s16le" and ext == "mov":  # lossless, to the sample: the tone as written,
+            # the two channels mixed to their mean
+            times = t0 + np.arange(n) / RATE
+            inside = np.abs((times * FPS + 0.5) % 1 - 0.5) > 0.05  # 2 ms from a frame's edges
+            written = 0.75 * _signal(times, 1)[0]
+            np.testing.assert_allclose(audio[:n, 0][inside], written[inside], atol=0.005)
 
 
 def test_loader_workers_deliver_the_readers_audio_stereo_and_several_clips(files):
@@ -311,6 +339,18 @@ def test_bad_audio_arguments_are_refused_in_words(files, kwargs, message):
         shmloader.VideoClips([files[("aac", "mp4")]], **kwargs)
 
 
+def test_mono_is_copied_to_both_channels_of_stereo(tmp_path):
+    path = write_av(tmp_path / "mono.mov", "pcm_s16le", channels=1)
+    clips = shmloader.VideoClips([path], clip_len=5, clips_per_video=2, sampling="uniform", audio_rate=RATE,
+                                 audio_channels=2)
+    got = clips.reader().read([0, 1])
+    for audio, length, start in zip(got["audio"], got["audio_len"], got["start"]):
+        times = start / FPS + np.arange(length) / RATE
+        inside = np.abs((times * FPS + 0.5) % 1 - 0.5) > 0.05
+        np.testing.assert_array_equal(audio[:, 0], audio[:, 1])
+        np.testing.assert_allclose(audio[:length, 0][inside], _signal(times, 1)[0][inside], atol=0.005)
+
+
 def test_audio_survives_with_options_and_options(files):
     clips = shmloader.VideoClips([files[("aac", "mp4")]], clip_len=4, audio_rate=RATE, audio_channels=2)
     copy = clips.with_options(clip_len=8)
@@ -356,3 +396,14 @@ def test_damaged_audio_follows_on_error_naming_the_file_and_time(tmp_path):
         starts = sorted(int(b["start"][0]) for b in loader)
         assert len(loader.skipped) == 2
     assert starts == [0, 5, 10, 15, 31, 36, 41, 46]  # 20 (0.8 s) and 25 (1.0 s) lost their sound
+
+
+def test_the_guides_example_runs(files):
+    from ._examples import doc_example
+
+    paths = [files[("aac", "mp4")], files[("pcm_s16le", "mkv")]] * 4
+    namespace = {"paths": paths, "labels": list(range(8))}
+    exec(doc_example("audio-clips"), namespace)
+    n = round(31 / FPS * 16000)
+    assert namespace["audio"].shape == (8, n, 1) and namespace["audio"].dtype == np.float32
+    assert namespace["audio_len"].shape == (8,) and namespace["video"].shape[:2] == (8, 16)

@@ -2,8 +2,9 @@
 
 With ``VideoClips(audio_rate=R)`` every clip of a sample gets the audio of its span, read by
 PyAV (libavformat + libavcodec, whichever decoder gives the frames) from the same file, and
-converted to float32 at ``R`` Hz and ``audio_channels`` channels by libswresample
-(``av.AudioResampler``, as ``ffmpeg -ar R -ac C`` converts).
+converted to float32 at ``R`` Hz and ``audio_channels`` channels by libswresample (as
+``ffmpeg -ar R -ac C`` converts into 16-bit PCM: stereo to mono is the mean, no mix sums past
+1; mono is copied to both channels of stereo).
 
 NOTE [ Where a clip's audio lies ]
 
@@ -11,15 +12,25 @@ A clip's span starts at the presentation time of its first frame and ends where 
 frame stops being shown (that frame's time plus its duration; with ``short_video="wrap"`` the
 latest frame, not the last delivered). Times are the container's own: the video's frame times
 as the probe reads them and the audio's sample times (packet timestamps in the audio stream's
-time base, after the decoder drops the encoder's priming samples, as FFmpeg's does), one
-timeline for both. Sample ``n`` of the clip's audio is the sound at ``start + n / R``;
-``audio_len`` counts the samples from the start to the span's end or the end of the audio
-track, whichever comes first: silence before the track starts (audio that starts later than
-the video) is zeros inside ``audio_len``, past it the buffer is zeros. A file without an audio
-stream gives zeros and ``audio_len`` 0. A gap in the timestamps (a packet later than the samples
-before it end) stays silent; each stretch of contiguous audio is resampled on its own, from
-``_PREROLL_S`` before the clip (a decoder such as AAC's needs the packet before to decode a
-packet whole, a resampler's filter some samples before its first output).
+time base, after the decoder drops the encoder's priming samples where the file says so, as
+FFmpeg's does), one timeline for both. Sample ``n`` of the clip's audio is the sound at
+``start + n / R``, on the grid of a decode of the whole track (the run of audio is cut where
+the input's and output's sample grids meet before the clip, so that the resampler's phase is
+the whole track's). ``audio_len`` counts the samples from the start to the span's end or the
+end of the audio track, whichever comes first: silence before the track starts (audio that
+starts later than the video) is zeros inside ``audio_len``, past it the buffer is zeros. A file
+without an audio stream gives zeros and ``audio_len`` 0. A gap in the timestamps (a packet
+later than the samples before it end) stays silent; each stretch of contiguous audio is
+resampled on its own, decoded from ``_PREROLL_S`` before the clip (a decoder such as AAC's needs
+the packet before to decode a packet whole, a resampler's filter some samples before its first
+output). A packet the decoder refuses inside the span, or the one before it, is an error naming
+its time (``on_error``); one further before only starts a new stretch.
+
+Placement is as exact as the file's timestamps: to the sample where the audio's time base is
+its sample rate (MP4, MOV), to half a millisecond in Matroska/WebM, which stamps packets to the
+millisecond (FFmpeg seeking there knows no better; only a decode from the track's start counts
+the samples). Bands an AAC encoder coded as noise (PNS) are random noise in every decoder, and
+differ between two decodes.
 
 Every sample holds ``S = audio_samples`` samples per clip, the longest span a clip may have:
 ``ceil(audio_seconds * R)``, where ``audio_seconds`` is given, or ``(clip_len + 1) / fps`` for
@@ -223,14 +234,12 @@ class _Run:
         slack = max(float(frame.time_base or 0) * 1.5, 2.0 / frame.sample_rate)
         if self._resampler is None or key != self._key or abs(ft - self._expected) > slack:
             self.close()
-            import av
-
             frame, ft = self._on_grid(frame, ft)
-            self._resampler = av.AudioResampler(format="fltp", layout=self.layout, rate=self.rate)
+            self._resampler = _Converter(frame, self.rate, self.layout)
             self._key, self._begin, self._written = key, ft, 0
             self._expected = ft
         self._expected += frame.samples / frame.sample_rate
-        self._place(self._resampler.resample(frame))
+        self._place(self._resampler(frame))
 
     def _on_grid(self, frame: Any, ft: float) -> tuple[Any, float]:
         """``frame`` without its first samples, so that the run starts where the input's and
@@ -255,12 +264,11 @@ class _Run:
 
     def close(self) -> None:
         if self._resampler is not None:
-            self._place(self._resampler.resample(None))
+            self._place(self._resampler(None))
             self._resampler = None
 
-    def _place(self, frames: list) -> None:
-        for f in frames:
-            data = f.to_ndarray()  # [C, m], planar float
+    def _place(self, arrays: list[np.ndarray]) -> None:
+        for data in arrays:  # [C, m]: one channel is copied to both of stereo
             m = data.shape[1]
             at = round((self._begin - self.t0) * self.rate) + self._written
             self._written += m
@@ -274,6 +282,42 @@ class _Damage:
 
     def __init__(self, pts: int | None, duration: int | None, error: Exception) -> None:
         self.pts, self.duration, self.error = pts, duration, error
+
+
+class _Converter:
+    """``aresample`` then ``aformat`` in a libavfilter graph: a frame's rate, format and layout
+    to float planar at ``rate`` Hz in ``layout``, mixed by libswresample's matrix normalised so
+    that no output sums its inputs past 1 (stereo to mono: the mean, as ``ffmpeg -ac 1`` mixes
+    into an integer format); one channel is kept one (``_place`` copies it to both of stereo:
+    libswresample would lower it 3 dB). Frames in, ``[C, m]`` arrays out; None flushes."""
+
+    def __init__(self, frame: Any, rate: int, layout: str) -> None:
+        import av
+
+        one = len(frame.layout.channels) == 1
+        g = av.filter.Graph()
+        chain = [g.add("abuffer", sample_rate=str(frame.sample_rate), sample_fmt=frame.format.name,
+                       channel_layout=frame.layout.name, time_base=f"1/{frame.sample_rate}"),
+                 g.add("aresample", osr=str(rate), rematrix_maxval="1"),
+                 g.add("aformat", sample_fmts="fltp", sample_rates=str(rate),
+                       channel_layouts="mono" if one else layout),
+                 g.add("abuffersink")]
+        for a, b in zip(chain, chain[1:]):
+            a.link_to(b)
+        g.configure()
+        self._graph = g
+        self._done = (av.error.BlockingIOError, av.error.EOFError, EOFError)
+
+    def __call__(self, frame: Any) -> list[np.ndarray]:
+        if frame is not None:
+            frame.pts = None  # placed by the run's sample count, not by the filter's clock
+        self._graph.push(frame)
+        out = []
+        while True:
+            try:
+                out.append(self._graph.pull().to_ndarray())
+            except self._done:
+                return out
 
 
 def _decoded(c: Any, s: Any):

@@ -119,7 +119,7 @@ class VideoClips:
     :param members: tar members' ``offset`` and ``size`` per path, -1 where unknown (``from_shards``).
     :param classes: the class names, label ``i`` is ``classes[i]`` (``from_folder``).
     :param audio_rate: Hz of each clip's audio (``audio``, ``audio_len``: ``video.audio``); None: none.
-    :param audio_channels: 1 (mono) or 2 (stereo), mixed as ``ffmpeg -ac`` mixes.
+    :param audio_channels: 1 (mono: stereo's mean) or 2 (stereo: mono copied to both).
     :param audio_seconds: the longest span a clip may have (``S``); None: from the clips.
     :raises ValueError: a bad argument, naming it.
 
