@@ -175,106 +175,119 @@ def _read_span(c: Any, s: Any, t0: float, t1: float, rate: int, layout: str, out
     back = _PREROLL_S
     for attempt in range(_SEEK_RETRIES + 2):
         from_start = attempt > _SEEK_RETRIES or (start is not None and t0 - back <= start)
-        c.seek(_ticks(min(start or 0.0, 0.0) - 1.0 if from_start else t0 - back, tb), stream=s, backward=True)
-        out[...] = 0
-        run = _Run(rate, layout, t0, out, start or 0.0)
-        first, last_end, late = None, None, False
-        for frame in _decoded(c, s):
-            if isinstance(frame, _Damage):
-                at = None if frame.pts is None else float(frame.pts * tb)
-                if at is not None and at >= t1:
-                    run.close()
-                    return None
-                # The packet after a damaged one decodes wrong too (its transform overlaps it).
-                reach = _PREROLL_S / 2 if not frame.duration else 2 * float(frame.duration * tb) + 0.005
-                if at is None or at + reach > t0:  # a packet the clip's samples come from
-                    where = "" if at is None else f" at {at:.3f} s"
-                    raise ValueError(f"damaged audio{where}, in the clip's span {t0:.3f}-{t1:.3f} s: "
-                                     f"{frame.error}") from frame.error
-                run.close()  # before the clip: its samples are not needed, the next start a run
-                continue
-            if frame.pts is None or frame.samples == 0:
-                continue
-            ft = float(frame.pts * tb)
-            if first is None:
-                first = ft
-                late = ft > t0 - _PREROLL_S / 2 and not from_start and (start is None or ft > start + 1e-3)
-                if late:
-                    break  # the seek landed too late: go further back
-            if ft >= t1 + _TAIL_S:
-                run.close()
-                return None  # the track goes on past the span
-            run.push(frame, ft)
-            last_end = ft + frame.samples / frame.sample_rate
-        if not late:
-            run.close()
-            if last_end is None:
-                return t0  # nothing from the span on: the track ended before it
-            return last_end if last_end < t1 else None
-        back *= 2
+        if from_start:
+            _seek_start(c, s)
+        else:
+            c.seek(_ticks(t0 - back, tb), stream=s, backward=True)
+        got = _stretches(c, s, tb, t0, t1, None if from_start else start)
+        if got is not None:
+            stretches, end = got
+            out[...] = 0
+            for stretch in stretches:
+                _place(stretch, tb, rate, layout, t0, start or 0.0, out)
+            return end
+        back *= 2  # the seek landed too late: go further back
     raise AssertionError("unreachable: the last attempt decodes from the start")
 
 
-class _Run:
-    """Contiguous audio resampled in one go, its output placed by the time of its first frame;
-    a gap in the timestamps or a change of format starts another."""
-
-    def __init__(self, rate: int, layout: str, t0: float, out: np.ndarray, anchor: float) -> None:
-        self.rate, self.layout, self.t0, self.out = rate, layout, t0, out
-        self.anchor = anchor  # the track's first sample: output samples lie on its grid
-        self._resampler: Any = None
-        self._key: tuple | None = None
-        self._begin = 0.0  # time of the run's first input sample
-        self._expected = 0.0  # time the next contiguous frame starts at
-        self._written = 0  # output samples of this run so far
-
-    def push(self, frame: Any, ft: float) -> None:
-        key = (frame.format.name, frame.layout.name, frame.sample_rate)
-        # Contiguous within a tick of the stream's clock (MKV's 1 ms) or two samples.
-        slack = max(float(frame.time_base or 0) * 1.5, 2.0 / frame.sample_rate)
-        if self._resampler is None or key != self._key or abs(ft - self._expected) > slack:
-            self.close()
-            frame, ft = self._on_grid(frame, ft)
-            self._resampler = _Converter(frame, self.rate, self.layout)
-            self._key, self._begin, self._written = key, ft, 0
-            self._expected = ft
-        self._expected += frame.samples / frame.sample_rate
-        self._place(self._resampler(frame))
-
-    def _on_grid(self, frame: Any, ft: float) -> tuple[Any, float]:
-        """``frame`` without its first samples, so that the run starts where the input's and
-        the output's sample grids from the track's start meet: the output samples are then
-        those of a decode of the whole track (not half a sample off). Only before the clip:
-        a run that starts inside it keeps all its samples."""
+def _stretches(c: Any, s: Any, tb: Fraction, t0: float, t1: float,
+               start: float | None) -> tuple[list[list[tuple[Any, float]]], float | None] | None:
+    """The frames decoded from where ``c`` stands to past ``t1``, as stretches of contiguous
+    audio ``[(frame, time)...]`` (a gap in the timestamps, a change of format or a damaged packet
+    starts another), and the time the track ends at when before ``t1``; None when the first
+    frame comes too late for the clip (not at the stream's ``start``: seek further back)."""
+    stretches: list[list[tuple[Any, float]]] = []
+    key, expected, last_end = None, 0.0, None
+    for frame in _decoded(c, s):
+        if isinstance(frame, _Damage):
+            at = None if frame.pts is None else float(frame.pts * tb)
+            if at is not None and at >= t1:
+                return stretches, None
+            # The packet after a damaged one decodes wrong too (its transform overlaps it).
+            reach = _PREROLL_S / 2 if not frame.duration else 2 * float(frame.duration * tb) + 0.005
+            if at is None or at + reach > t0:  # a packet the clip's samples come from
+                where = "" if at is None else f" at {at:.3f} s"
+                raise ValueError(f"damaged audio{where}, in the clip's span {t0:.3f}-{t1:.3f} s: "
+                                 f"{frame.error}") from frame.error
+            key = None  # before the clip: the next frame starts a stretch
+            continue
+        if frame.pts is None or frame.samples == 0:
+            continue
+        ft = float(frame.pts * tb)
+        if not stretches and ft > t0 - _PREROLL_S / 2 and start is not None and ft > start + 1e-3:
+            return None
+        if ft >= t1 + _TAIL_S:
+            return stretches, None  # the track goes on past the span
         sr = frame.sample_rate
-        step = 1.0 / math.gcd(sr, self.rate)  # the grids meet every `step` seconds
-        target = self.anchor + math.ceil((ft - self.anchor) / step - 1e-9) * step
-        drop = round((target - ft) * sr)
-        if drop <= 0 or drop >= frame.samples or target > self.t0:
-            return frame, ft
-        import av
+        # Contiguous within a tick of the stream's clock (Matroska's 1 ms) or two samples.
+        slack = max(float(tb) * 1.5, 2.0 / sr)
+        now = (frame.format.name, frame.layout.name, sr)
+        if now != key or abs(ft - expected) > slack:
+            stretches.append([])
+            key, expected = now, ft
+        stretches[-1].append((frame, ft))
+        expected += frame.samples / sr
+        last_end = ft + frame.samples / sr
+    if last_end is None:
+        return stretches, t0  # nothing from the span on: the track ended before it
+    return stretches, last_end if last_end < t1 else None
 
-        data = frame.to_ndarray()
-        cut = data[:, drop:] if frame.format.is_planar else data[:, drop * len(frame.layout.channels):]
-        out = av.AudioFrame.from_ndarray(np.ascontiguousarray(cut), format=frame.format.name,
+
+def _begin(stretch: list[tuple[Any, float]], tb: Fraction) -> float:
+    """When a stretch's first sample plays. Each frame's timestamp, less the samples before it,
+    says so to within half a tick of the stream's clock; where the clock is coarser than the
+    samples (Matroska's milliseconds) the frames together narrow it down. The first frame is
+    left out where others speak: after a seek the decoder may drop its first samples (Opus's
+    pre-skip) and move its timestamp by a rounded amount."""
+    sr = stretch[0][0].sample_rate
+    before = np.cumsum([0] + [f.samples for f, _ in stretch[:-1]]) / sr
+    says = np.array([ft for _, ft in stretch]) - before
+    if len(says) > 1:
+        says = says[1:]
+    half = float(tb) / 2
+    lo, hi = float((says - half).max()), float((says + half).min())
+    return (lo + hi) / 2 if lo <= hi else float(np.median(says))
+
+
+def _place(stretch: list[tuple[Any, float]], tb: Fraction, rate: int, layout: str, t0: float,
+           anchor: float, out: np.ndarray) -> None:
+    """A stretch of contiguous audio resampled in one go into ``out`` (sample 0 at ``t0``), its
+    output on the grid of a decode of the whole track, which starts at ``anchor``."""
+    begin = _begin(stretch, tb)
+    first = _on_grid(stretch[0][0], begin, rate, anchor, t0)
+    if first is not None:
+        stretch = [first, *stretch[1:]]
+    convert = _Converter(stretch[0][0], rate, layout)
+    written = 0
+    begin = stretch[0][1] if first is not None else begin
+    for data in [a for f, _ in stretch for a in convert(f)] + convert(None):
+        m = data.shape[1]  # [C, m]: one channel is copied to both of stereo
+        at = round((begin - t0) * rate) + written
+        written += m
+        lo, hi = max(at, 0), min(at + m, len(out))
+        if lo < hi:
+            out[lo:hi] = data[:, lo - at : hi - at].T
+
+
+def _on_grid(frame: Any, begin: float, rate: int, anchor: float, t0: float) -> tuple[Any, float] | None:
+    """``frame`` (playing from ``begin``) without its first samples, and its new start, so that
+    the stretch starts where the input's and output's sample grids from the track's start meet:
+    the output samples are then those of a decode of the whole track (not half a sample off).
+    None to keep it whole: a stretch that starts inside the clip keeps all its samples."""
+    sr = frame.sample_rate
+    step = 1.0 / math.gcd(sr, rate)  # the grids meet every `step` seconds
+    target = anchor + math.ceil((begin - anchor) / step - 1e-9) * step
+    drop = round((target - begin) * sr)
+    if drop <= 0 or drop >= frame.samples or target > t0:
+        return None
+    import av
+
+    data = frame.to_ndarray()
+    cut = data[:, drop:] if frame.format.is_planar else data[:, drop * len(frame.layout.channels):]
+    trimmed = av.AudioFrame.from_ndarray(np.ascontiguousarray(cut), format=frame.format.name,
                                          layout=frame.layout.name)
-        out.sample_rate, out.time_base = sr, frame.time_base
-        out.pts = None if frame.pts is None else frame.pts + round(drop / sr / float(frame.time_base))
-        return out, target
-
-    def close(self) -> None:
-        if self._resampler is not None:
-            self._place(self._resampler(None))
-            self._resampler = None
-
-    def _place(self, arrays: list[np.ndarray]) -> None:
-        for data in arrays:  # [C, m]: one channel is copied to both of stereo
-            m = data.shape[1]
-            at = round((self._begin - self.t0) * self.rate) + self._written
-            self._written += m
-            lo, hi = max(at, 0), min(at + m, len(self.out))
-            if lo < hi:
-                self.out[lo:hi] = data[:, lo - at : hi - at].T
+    trimmed.sample_rate = sr
+    return trimmed, target
 
 
 class _Damage:
@@ -332,6 +345,18 @@ def _decoded(c: Any, s: Any):
             yield _Damage(packet.pts, packet.duration, e)
             continue
         yield from frames
+
+
+def _seek_start(c: Any, s: Any) -> None:
+    """To the stream's start: below its first timestamp (seeking to the first one itself can
+    land late where seeking is byte-based, MPEG-TS), or to 0 where the demuxer refuses a time
+    before the start (AVI)."""
+    import av
+
+    try:
+        c.seek(min(0, (s.start_time or 0) - 1), stream=s, backward=True)
+    except av.error.FFmpegError:
+        c.seek(0, stream=s, backward=True)
 
 
 def _ticks(seconds: float, tb: Fraction) -> int:
