@@ -23,13 +23,18 @@ without an audio stream gives zeros and ``audio_len`` 0. A gap in the timestamps
 later than the samples before it end) stays silent; each stretch of contiguous audio is
 resampled on its own, decoded from ``_PREROLL_S`` before the clip (a decoder such as AAC's needs
 the packet before to decode a packet whole, a resampler's filter some samples before its first
-output). A packet the decoder refuses inside the span, or the one before it, is an error naming
-its time (``on_error``); one further before only starts a new stretch.
+output). The clips of one video read together (a sample's ``K`` clips, the samples decoded in one
+pass) whose spans lie within ``_MERGE_S`` of each other are decoded and converted in one window
+on the track's sample grid and sliced: each clip's samples are those it would get alone. A
+packet the decoder refuses inside the span, or the one before it, is an error naming its time
+(``on_error``); one further before only starts a new stretch.
 
-Placement is as exact as the file's timestamps: to the sample where the audio's time base is
-its sample rate (MP4, MOV), to half a millisecond in Matroska/WebM, which stamps packets to the
-millisecond (FFmpeg seeking there knows no better; only a decode from the track's start counts
-the samples). Bands an AAC encoder coded as noise (PNS) are random noise in every decoder, and
+Placement is as exact as the file's timestamps: to the sample where the audio's clock is as
+fine as its samples (MP4 and MOV, MPEG-TS's 90 kHz, AVI), to half a millisecond in
+Matroska/WebM, which stamps packets to the millisecond (FFmpeg seeking there knows no better;
+only a decode from the track's start counts the samples). A stretch's start is timed by all its
+frames (``_begin``: each frame's timestamp less the samples before it), which narrows it below
+a tick where frame lengths are not whole ticks. Bands an AAC encoder coded as noise (PNS) are random noise in every decoder, and
 differ between two decodes.
 
 Every sample holds ``S = audio_samples`` samples per clip, the longest span a clip may have:
@@ -67,6 +72,9 @@ _PREROLL_S = 0.2
 _SEEK_RETRIES = 3
 # Decoded past the span's end by this much, for the resampler's filter to see past it.
 _TAIL_S = 0.05
+# Spans this close are decoded together: a second of audio decodes and converts in ~1-2 ms, about
+# what a seek, a new decoder state and a new converter cost.
+_MERGE_S = 1.0
 
 
 def check_audio(audio_rate: Any, audio_channels: Any, audio_seconds: Any, *, sampling: str,
@@ -140,34 +148,60 @@ def clip_spans(times: np.ndarray, frames: np.ndarray) -> np.ndarray:
     return np.stack([first, np.maximum(last, first)], axis=1)
 
 
-def read_audio(container: Any, spans: np.ndarray, rate: int, audio: np.ndarray, lens: np.ndarray) -> None:
+def read_audio(container: Any, spans: np.ndarray, rate: int, outs: list[tuple[np.ndarray, np.ndarray]]) -> None:
     """The audio of each span ``spans[k]`` (seconds on the container's timeline) at ``rate`` Hz
-    into ``audio[k]`` (``[S, C]``, zeros past the span) and its length into ``lens[k]``. A
-    container without audio gives zeros and length 0; the audio stream's damage raises a
-    ValueError saying the time."""
+    into ``outs[k] = (audio [S, C], length)``: zeros past the span, the samples that are real.
+    Spans less than ``_MERGE_S`` apart (the clips of a sample, or of a video's samples decoded
+    together) are decoded and converted in one go. A container without audio gives zeros and
+    length 0; the audio stream's damage raises a ValueError saying the time."""
     import av
 
-    audio[...] = 0
-    lens[...] = 0
-    for t0, t1 in spans.tolist():  # the clips' spans, whether the file has sound or not
-        n = round((t1 - t0) * rate)
-        if n > audio.shape[-2]:
+    room = outs[0][0].shape[0] if outs else 0
+    for (audio, length), (t0, t1) in zip(outs, spans.tolist()):
+        audio[...] = 0
+        length[...] = 0
+        n = round((t1 - t0) * rate)  # the clips' spans, whether the file has sound or not
+        if n > room:
             raise ValueError(f"a clip spans {t1 - t0:.3f} s ({n} audio samples at {rate} Hz), more than "
-                             f"the {audio.shape[-2]} a sample holds; pass audio_seconds={t1 - t0:.3f} or more")
-    if not container.streams.audio:
+                             f"the {room} a sample holds; pass audio_seconds={t1 - t0:.3f} or more")
+    if not container.streams.audio or not outs:
         return
     stream = container.streams.audio[0]
-    layout = _LAYOUTS[audio.shape[-1]]
-    for k, (t0, t1) in enumerate(spans.tolist()):
-        n = round((t1 - t0) * rate)
+    anchor = 0.0 if stream.start_time is None else float(stream.start_time * Fraction(stream.time_base))
+    layout = _LAYOUTS[outs[0][0].shape[-1]]
+    for group in _windows(spans):
+        # On the track's sample grid, so that slicing a clip out rounds once (as decoding it alone).
+        w0 = anchor + math.floor((float(spans[group, 0].min()) - anchor) * rate + 1e-6) / rate
+        w1 = float(spans[group, 1].max())
+        at = [round((spans[k, 0] - w0) * rate) for k in group]
+        lengths = [round((spans[k, 1] - spans[k, 0]) * rate) for k in group]
+        buf = np.zeros((max(a + n for a, n in zip(at, lengths)), outs[0][0].shape[-1]), np.float32)
         try:
-            end = _read_span(container, stream, t0, t1, rate, layout, audio[k, :n])
-        except av.error.FFmpegError as e:  # the demuxer's, or the resampler's
-            raise ValueError(f"unreadable audio between {t0:.3f} s and {t1:.3f} s: {e}") from e
-        lens[k] = n if end is None else min(n, max(0, round((end - t0) * rate)))
+            end = _read_span(container, stream, w0, w1, rate, layout, buf, anchor)
+        except av.error.FFmpegError as e:  # the demuxer's, or the converter's
+            raise ValueError(f"unreadable audio between {w0:.3f} s and {w1:.3f} s: {e}") from e
+        for k, a, n in zip(group, at, lengths):
+            audio, length = outs[k]
+            audio[:n] = buf[a : a + n]
+            length[...] = n if end is None else min(n, max(0, round((end - spans[k, 0]) * rate)))
 
 
-def _read_span(c: Any, s: Any, t0: float, t1: float, rate: int, layout: str, out: np.ndarray) -> float | None:
+def _windows(spans: np.ndarray) -> list[list[int]]:
+    """The spans' indices in groups decoded together: sorted by start, each less than
+    ``_MERGE_S`` after the end of the group before."""
+    groups: list[list[int]] = []
+    end = -math.inf
+    for k in np.argsort(spans[:, 0], kind="stable").tolist():
+        if not groups or spans[k, 0] - end > _MERGE_S:
+            groups.append([])
+            end = -math.inf
+        groups[-1].append(k)
+        end = max(end, float(spans[k, 1]))
+    return groups
+
+
+def _read_span(c: Any, s: Any, t0: float, t1: float, rate: int, layout: str, out: np.ndarray,
+               anchor: float) -> float | None:
     """Decode ``s`` around ``[t0, t1)`` and place its samples, resampled, into ``out``; the time
     the track ends at when it ends before ``t1``, else None."""
     tb = Fraction(s.time_base)
@@ -184,7 +218,7 @@ def _read_span(c: Any, s: Any, t0: float, t1: float, rate: int, layout: str, out
             stretches, end = got
             out[...] = 0
             for stretch in stretches:
-                _place(stretch, tb, rate, layout, t0, start or 0.0, out)
+                _place(stretch, tb, rate, layout, t0, anchor, out)
             return end
         back *= 2  # the seek landed too late: go further back
     raise AssertionError("unreachable: the last attempt decodes from the start")

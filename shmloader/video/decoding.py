@@ -128,12 +128,12 @@ class Decoding:
             raise ValueError(f"no timestamps or frame rate to place the audio by ({info.problem})")
         return times, cast(PyAV, self.decoder("pyav")).video_start(info)
 
-    def audio(self, info: VideoInfo, spans: np.ndarray, rate: int, out: np.ndarray, lens: np.ndarray) -> None:
+    def audio(self, info: VideoInfo, spans: np.ndarray, rate: int, outs: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """The audio of ``spans`` (``[K, 2]`` seconds on the container's timeline) read by PyAV
         from the file's first audio stream, whichever decoder gave the frames (``video.audio``)."""
         pyav = cast(PyAV, self.decoder("pyav"))
         try:
-            read_audio(pyav.container(info), spans, rate, out, lens)
+            read_audio(pyav.container(info), spans, rate, outs)
         except Exception:
             pyav.forget(info.path)  # its demuxer may be left anywhere
             raise

@@ -214,18 +214,23 @@ class ClipReader:
                     self._count(union, info.keyframes, sum(g[2].size for g in group))
                 for out, row, frames, _, rng in group:
                     _fill(self.clips, out, row, frames, union, decoded, rng, done=decoded is direct)
-                    if vc.audio_rate is not None:
-                        self._audio(info, frames, out)
+                if vc.audio_rate is not None:
+                    self._audio(info, [(g[2], g[0]) for g in group])
 
-    def _audio(self, info: VideoInfo, frames: np.ndarray, out: dict[str, np.ndarray]) -> None:
-        """The audio of each clip of ``frames [K, T]`` (NOTE [ Where a clip's audio lies ])."""
+    def _audio(self, info: VideoInfo, samples: list[tuple[np.ndarray, dict[str, np.ndarray]]]) -> None:
+        """The audio of every clip of ``samples`` = [(frames [K, T], out)...] of one video, read
+        together (NOTE [ Where a clip's audio lies ])."""
         vc = self.clips
         assert vc.audio_rate is not None, "read with audio only"
-        k = frames.shape[0]
-        audio = _view(out["audio"], (k, vc.audio_samples, vc.audio_channels))
-        lens = _view(out["audio_len"], (k,))
         times, at = self.decoding.timeline(info)
-        self.decoding.audio(info, clip_spans(times, frames) + at, vc.audio_rate, audio, lens)
+        spans, outs = [], []
+        for frames, out in samples:
+            k = frames.shape[0]
+            audio = _view(out["audio"], (k, vc.audio_samples, vc.audio_channels))
+            lens = _view(out["audio_len"], (k,))
+            spans.append(clip_spans(times, frames) + at)
+            outs += [(audio[j], lens[j, ...]) for j in range(k)]
+        self.decoding.audio(info, np.concatenate(spans), vc.audio_rate, outs)
 
     def _count(self, union: np.ndarray, keyframes: np.ndarray, delivered: int) -> None:
         decoded, head = decode_cost(union, keyframes)
