@@ -435,3 +435,20 @@ def test_the_guides_example_runs(files):
     n = round(31 / FPS * 16000)
     assert namespace["audio"].shape == (8, n, 1) and namespace["audio"].dtype == np.float32
     assert namespace["audio_len"].shape == (8,) and namespace["video"].shape[:2] == (8, 16)
+
+
+def test_a_remote_files_audio_is_the_local_files(files):
+    """Over HTTP by byte range (the clip's bytes prefetched for its frames, the audio's read as
+    the demuxer asks): the same samples as from the local file."""
+    from ._needs import need
+    from ._servers import RangeServer
+
+    need("aiohttp", reason="the http filesystem of fsspec")
+    path = files[("aac", "mp4")]
+    kw = dict(clip_len=4, frame_step=2, clips_per_video=3, sampling="uniform", audio_rate=RATE)
+    local = shmloader.VideoClips([path], **kw).reader().read(range(3))
+    with RangeServer(os.path.dirname(path)) as srv:
+        remote = shmloader.VideoClips([srv.url(os.path.basename(path))], **kw).reader().read(range(3))
+    np.testing.assert_array_equal(remote["audio_len"], local["audio_len"])
+    np.testing.assert_array_equal(remote["audio"], local["audio"])
+    assert remote["audio"].any()

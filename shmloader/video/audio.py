@@ -72,8 +72,8 @@ _PREROLL_S = 0.2
 _SEEK_RETRIES = 3
 # Decoded past the span's end by this much, for the resampler's filter to see past it.
 _TAIL_S = 0.05
-# Spans this close are decoded together: a second of audio decodes and converts in ~1-2 ms, about
-# what a seek, a new decoder state and a new converter cost.
+# Spans this close are decoded together: decoding and converting the second between them costs
+# about what a seek, a fresh decoder state and a new converter cost.
 _MERGE_S = 1.0
 
 
