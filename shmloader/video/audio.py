@@ -67,8 +67,8 @@ _LAYOUTS = {1: "mono", 2: "stereo"}
 # before it (overlapping transforms), Opus asks for 80 ms of pre-roll, and the resampler's filter
 # reaches back some samples; what is decoded before the clip is dropped.
 _PREROLL_S = 0.2
-# A seek that lands later than this before the clip is tried again this many times, each
-# twice as far back, then from the start (byte-based seeking, as in MPEG-TS, can overshoot).
+# A seek that lands less than half the pre-roll before the clip is tried again this many times,
+# each twice as far back, then from the start (byte-based seeking, as in MPEG-TS, can overshoot).
 _SEEK_RETRIES = 3
 # Decoded past the span's end by this much, for the resampler's filter to see past it.
 _TAIL_S = 0.05
@@ -103,7 +103,8 @@ def check_audio(audio_rate: Any, audio_channels: Any, audio_seconds: Any, *, sam
 def _check_channels(channels: Any) -> None:
     if isinstance(channels, bool) or channels not in AUDIO_CHANNELS:
         raise ValueError(f"audio_channels must be 1 (mono) or 2 (stereo), got {channels!r}: every file's "
-                         "sound is mixed to it (down or up) as ffmpeg -ac mixes")
+                         "sound is mixed to it (stereo to its mean, mono copied to both channels, other "
+                         "layouts by FFmpeg's matrix)")
 
 
 def audio_samples(clips: Any) -> int:
@@ -213,7 +214,7 @@ def _read_span(c: Any, s: Any, t0: float, t1: float, rate: int, layout: str, out
             _seek_start(c, s)
         else:
             c.seek(_ticks(t0 - back, tb), stream=s, backward=True)
-        got = _stretches(c, s, tb, t0, t1, None if from_start else start)
+        got = _stretches(c, s, tb, t0, t1, None if from_start else -math.inf if start is None else start)
         if got is not None:
             stretches, end = got
             out[...] = 0
@@ -229,7 +230,8 @@ def _stretches(c: Any, s: Any, tb: Fraction, t0: float, t1: float,
     """The frames decoded from where ``c`` stands to past ``t1``, as stretches of contiguous
     audio ``[(frame, time)...]`` (a gap in the timestamps, a change of format or a damaged packet
     starts another), and the time the track ends at when before ``t1``; None when the first
-    frame comes too late for the clip (not at the stream's ``start``: seek further back)."""
+    frame comes too late for the clip and later than the stream's ``start`` (None: decoding
+    from the start): seek further back."""
     stretches: list[list[tuple[Any, float]]] = []
     key, expected, last_end = None, 0.0, None
     for frame in _decoded(c, s):
