@@ -384,6 +384,9 @@ def test_audio_survives_with_options_and_options(files):
     copy = clips.with_options(clip_len=8)
     assert (copy.audio_rate, copy.audio_channels, copy.audio_samples) == (RATE, 2, round(8 / FPS * RATE))
     assert "audio" not in clips.with_options(audio_rate=None).spec()
+    timed = clips.with_options(audio_seconds=0.5)
+    assert timed.audio_samples == 8000 and timed.with_options(clip_len=2).audio_samples == 8000
+    assert "audio" not in timed.with_options(audio_rate=None).spec()
 
 
 def test_torch_batches_carry_the_audio(files):

@@ -277,6 +277,8 @@ class VideoClips:
     def with_options(self, **changes: Any) -> VideoClips:
         """A copy with some constructor arguments changed, e.g. ``sampling="uniform"`` for evaluation."""
         kwargs = self.options()
+        if "audio_rate" in changes and changes["audio_rate"] is None:
+            kwargs["audio_seconds"] = None  # no audio: no room for it
         kwargs.update(changes)
         return type(self)(self.paths, **kwargs)
 
