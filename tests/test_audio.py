@@ -455,3 +455,17 @@ def test_a_remote_files_audio_is_the_local_files(files):
     np.testing.assert_array_equal(remote["audio_len"], local["audio_len"])
     np.testing.assert_array_equal(remote["audio"], local["audio"])
     assert remote["audio"].any()
+
+
+@pytest.mark.parametrize("short_video", ["repeat_last", "wrap"])
+def test_a_clip_longer_than_its_video_spans_the_video(tmp_path, short_video):
+    """A clip of a short video repeats frames (or wraps to the start): its audio spans from its
+    first frame to the end of its latest, here the whole video, and is zeros after."""
+    path = write_av(tmp_path / "short.mov", "pcm_s16le", frames=10)
+    clips = shmloader.VideoClips([path], clip_len=16, audio_rate=RATE, short_video=short_video)
+    got = clips.reader().read([0])
+    frames, audio, length = got["frames"][0], got["audio"][0], int(got["audio_len"][0])
+    assert frames[0] == 0 and frames.max() == 9 and len(audio) == round(16 / FPS * RATE)
+    assert length == round(10 / FPS * RATE)
+    assert np.abs(audio[:length]).max() > 0.02 and not audio[length:].any()
+    assert_levels_follow_frames(audio, np.arange(10), 0)
