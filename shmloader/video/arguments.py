@@ -1,4 +1,6 @@
-"""``VideoClips``' arguments checked, in words that name what is wrong, and made read-only."""
+"""What a ``VideoClips`` is given, checked: the paths (local, remote or FFmpeg protocols), the
+labels, the columns of a manifest or a shard listing, a class folder's videos, and the one
+thing the main process reads from a video (the first one's native size)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,26 @@ from .manifest import URL, walk_folder
 from .media import is_remote, local_path
 from .storage import Storage
 
-__all__ = ["class_videos", "path_list", "checked_paths", "columns", "read_only", "checked_labels"]
+__all__ = ["native_size", "first_rows", "class_videos", "path_list", "checked_paths", "columns",
+           "read_only", "checked_labels"]
+
+
+def native_size(path: str, storage: Storage) -> tuple[int, int]:
+    """The first video's size as shown, read in the main process as a worker reads it."""
+    from .probe import probe
+
+    try:
+        info = probe(path, storage=storage)
+    except Exception as e:
+        raise ValueError(f"size=None: cannot read the native size of {storage.name(path)!r}: "
+                         f"{storage.redact(str(e))}") from e
+    return info.height, info.width
+
+
+def first_rows(paths: list[str]) -> np.ndarray:
+    """For every row, the index of the first row with the same path."""
+    first: dict[str, int] = {}
+    return np.fromiter((first.setdefault(p, i) for i, p in enumerate(paths)), np.int64, len(paths))
 
 
 def class_videos(root: str, extensions: Sequence[str]) -> list[tuple[str, int]]:

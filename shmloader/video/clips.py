@@ -24,13 +24,15 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec, check_choice, check_int
+from .arguments import (checked_labels, checked_paths, class_videos, columns, first_rows, native_size,
+                        path_list, read_only)
+from .audio import audio_samples, check_audio
 from .listing import SHARD_VIDEO_KEYS, csv_listing, shard_listing
 from .manifest import MANIFEST_INTS, VIDEO_EXTENSIONS, class_folders
 from .probe import DECODERS
-from .reader import ClipReader
-from .sampling import check_clip_options, check_spans
+from .reader import ClipReader, sample_spec
+from .sampling import check_clip_options, check_spans, eval_changes
 from .storage import Storage
-from .arguments import checked_labels, checked_paths, class_videos, columns, path_list, read_only
 from .tables import SharedClips
 
 __all__ = ["VideoClips", "digest"]
@@ -115,6 +117,9 @@ class VideoClips:
     :param manifest: a scan manifest's probe columns, one row per path (``from_csv``).
     :param members: tar members' ``offset`` and ``size`` per path, -1 where unknown (``from_shards``).
     :param classes: the class names, label ``i`` is ``classes[i]`` (``from_folder``).
+    :param audio_rate: Hz of each clip's audio (``audio``, ``audio_len``: ``video.audio``); None: none.
+    :param audio_channels: 1 (mono: stereo's mean) or 2 (stereo: mono copied to both).
+    :param audio_seconds: the longest span a clip may have (``S``); None: from the clips.
     :raises ValueError: a bad argument, naming it.
 
     A ``VideoClips`` is a description and does not change once made (``with_options`` makes a
@@ -131,7 +136,8 @@ class VideoClips:
                  decode_threads: int = 1, decoder: str = "auto",
                  storage_options: dict[str, Any] | None = None, fetch: dict[str, Any] | None = None,
                  manifest: Mapping[str, np.ndarray] | None = None, members: Mapping[str, np.ndarray] | None = None,
-                 classes: Sequence[str] | None = None) -> None:
+                 classes: Sequence[str] | None = None, audio_rate: int | None = None, audio_channels: int = 1,
+                 audio_seconds: float | None = None) -> None:
         given = path_list(paths)
         if not given:
             raise ValueError("paths is empty")
@@ -143,6 +149,8 @@ class VideoClips:
         codes = None if labels is None else checked_labels(labels, len(given))
         check_choice("decoder", decoder, _DECODER_CHOICES)
         check_int("decode_threads", decode_threads, 1)
+        self.audio_rate, self.audio_channels, self.audio_seconds = check_audio(
+            audio_rate, audio_channels, audio_seconds, sampling=sampling, max_frames=max_frames)
         if not isinstance(group_clips, bool):
             raise ValueError(f"group_clips must be True or False, got {group_clips!r}")
         self.fetch = dict(fetch or {})
@@ -159,7 +167,7 @@ class VideoClips:
         self.spans = times  # [n, 2] seconds from each video's first frame, or None
         # Rows of one file (several spans of a video): the first row's index, so that a worker
         # handed several of them decodes the file once (read_many).
-        self.files = None if times is None else _first_rows(resolved)
+        self.files = None if times is None else first_rows(resolved)
         self.max_frames = None if max_frames is None else int(max_frames)
         self.clip_len, self.frame_step = clip_len, int(frame_step)
         self.clips_per_video, self.clips_per_sample = int(clips_per_video), int(clips_per_sample)
@@ -170,8 +178,9 @@ class VideoClips:
         # without, every video must have the first one's size.
         self.native = size is None and scale is None
         if size is None and scale is None and crop is None:
-            size = _native_size(self.paths[0], self.storage)
+            size = native_size(self.paths[0], self.storage)
         self.size = size  # the size frames are decoded at, when it is fixed
+        self.audio_samples = audio_samples(self)  # S, 0 without audio
         read_only(self.labels, self.spans, self.files)
         self.manifest = columns("manifest", manifest, MANIFEST_COLUMNS, len(resolved))
         self.members = columns("members", members, MEMBER_COLUMNS, len(resolved))
@@ -253,11 +262,14 @@ class VideoClips:
                     crop_at=self.crop_at, group_clips=self.group_clips, allow_urls=True,
                     decode_threads=self.decode_threads, decoder=self.decoder,
                     storage_options=self.storage.options, fetch=self.fetch, manifest=self.manifest,
-                    members=self.members, classes=self.classes)
+                    members=self.members, classes=self.classes, audio_rate=self.audio_rate,
+                    audio_channels=self.audio_channels, audio_seconds=self.audio_seconds)
 
     def with_options(self, **changes: Any) -> VideoClips:
         """A copy with some constructor arguments changed, e.g. ``sampling="uniform"`` for evaluation."""
         kwargs = self.options()
+        if "audio_rate" in changes and changes["audio_rate"] is None:
+            kwargs["audio_seconds"] = None  # no audio: no room for it
         kwargs.update(changes)
         return type(self)(self.paths, **kwargs)
 
@@ -266,13 +278,7 @@ class VideoClips:
         random starts (``"segments_uniform"`` instead of ``"segments"``: each segment's centre),
         the short side ``S_min`` of a ``scale`` range, ``crop_at="center"`` instead of random
         windows (``"three"`` stays)."""
-        changes: dict[str, Any] = {}
-        if self.sampling in ("random", "segments"):
-            changes["sampling"] = {"random": "uniform", "segments": "segments_uniform"}[self.sampling]
-        if self.scale is not None and self.scale[0] != self.scale[1]:
-            changes["scale"] = self.scale[0]
-        if self.crop_at == "random":
-            changes["crop_at"] = "center"
+        changes = eval_changes(self.sampling, self.scale, self.crop_at)
         return self.with_options(**changes) if changes else self
 
     def __len__(self) -> int:
@@ -310,18 +316,7 @@ class VideoClips:
         return np.repeat(dense.astype(np.int64), self.clips_per_video)
 
     def spec(self) -> Spec:
-        shape = self.crop or self.size
-        assert shape is not None, "the constructor fixes a crop or a size"
-        h, w = shape
-        k, t, v = self.clips_per_sample, self.clip_len, self.views
-        scalar = ((), np.dtype(np.int64))
-        lead = () if k == 1 else (k,)
-        spec: Spec = {"video": ((t, h, w, 3) if v == 1 else (v, t, h, w, 3), np.dtype(np.uint8)),
-                "label": scalar, "index": scalar, "start": (lead, np.dtype(np.int64)),
-                "frames": ((*lead, t), np.dtype(np.int64))}
-        if self.max_frames is not None:  # up to max_frames frames: which are real
-            spec["mask"] = ((t,), np.dtype(np.bool_))
-        return spec
+        return sample_spec(self)
 
     def describe(self, index: int) -> str:
         v, c = divmod(index, self.clips_per_video)
@@ -337,24 +332,6 @@ class VideoClips:
         """What one loader's workers run for these clips (its columns shared, its workers' probes
         shared): the loader that asks owns it (``video.tables``)."""
         return SharedClips(self, self._encoded)
-
-
-def _native_size(path: str, storage: Storage) -> tuple[int, int]:
-    """The first video's size as shown, read in the main process as a worker reads it."""
-    from .probe import probe
-
-    try:
-        info = probe(path, storage=storage)
-    except Exception as e:
-        raise ValueError(f"size=None: cannot read the native size of {storage.name(path)!r}: "
-                         f"{storage.redact(str(e))}") from e
-    return info.height, info.width
-
-
-def _first_rows(paths: list[str]) -> np.ndarray:
-    """For every row, the index of the first row with the same path."""
-    first: dict[str, int] = {}
-    return np.fromiter((first.setdefault(p, i) for i, p in enumerate(paths)), np.int64, len(paths))
 
 
 def digest(clips: VideoClips) -> str:

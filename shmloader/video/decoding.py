@@ -14,6 +14,7 @@ from typing import cast
 import numpy as np
 
 from ..engine.native_log import damage_seen
+from .audio import read_audio
 from .decoders import DecoderLimit
 from .decord import Decord
 from .probe import VideoInfo, probe
@@ -112,6 +113,30 @@ class Decoding:
         """Fetch the bytes that decoding ``frames`` of each remote video reads, all at once."""
         self.storage.prefetch_many([(info.media, byte_ranges(info, frames)) for info, frames in wanted
                                     if info.spans is not None and info.media is not None and len(frames)])
+
+    def timeline(self, info: VideoInfo) -> tuple[np.ndarray, float]:
+        """``([frames, 2]`` (start, end) seconds of every frame, the seconds to add to put them
+        on the container's timeline): the probe's timestamps, read from the file where ``info``
+        is a manifest row; a video timed by its frame rate (AVI in decode order) from its
+        stream's start."""
+        if info.pts is None:
+            info = self.info(info.path)
+        times = info.times()
+        if info.pts is not None and times is not None:
+            return times, 0.0
+        if times is None:
+            raise ValueError(f"no timestamps or frame rate to place the audio by ({info.problem})")
+        return times, cast(PyAV, self.decoder("pyav")).video_start(info)
+
+    def audio(self, info: VideoInfo, spans: np.ndarray, rate: int, outs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """The audio of ``spans`` (``[K, 2]`` seconds on the container's timeline) read by PyAV
+        from the file's first audio stream, whichever decoder gave the frames (``video.audio``)."""
+        pyav = cast(PyAV, self.decoder("pyav"))
+        try:
+            read_audio(pyav.container(info), spans, rate, outs)
+        except Exception:
+            pyav.forget(info.path)  # its demuxer may be left anywhere
+            raise
 
     def _forget(self, path: str) -> None:
         _, info = self._probes.pop(path)

@@ -117,6 +117,18 @@ class PyAV:
         if hit is not None:
             hit[1].close()
 
+    forget = _forget
+
+    def container(self, info: VideoInfo) -> Any:
+        """The file's open container, kept for the next clip (the audio of a clip is read
+        through the one its frames came from)."""
+        return self._container(self._media(info))
+
+    def video_start(self, info: VideoInfo) -> float:
+        """Seconds the video stream starts at on the container's timeline."""
+        s = self.container(info).streams.video[0]
+        return 0.0 if s.start_time is None else float(s.start_time * s.time_base)
+
     def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
                out: np.ndarray | None = None) -> np.ndarray:
         h, w = size if size is not None else (info.height, info.width)

@@ -27,6 +27,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from ..engine.source import Spec, seeded
+from .audio import audio_spec, clip_spans
 from .decoding import Decoding
 from .manifest import row_info
 from .media import split_member
@@ -35,7 +36,7 @@ from .probestore import ProbeStore
 from .sampling import SEGMENTS, clip_frames, crop_windows, rate_frames, scaled_size
 from .storage import Storage
 
-__all__ = ["ClipReader", "Clips"]
+__all__ = ["ClipReader", "Clips", "sample_spec"]
 
 # How long a worker waits for another that is probing the same remote file before it probes the
 # file itself (a probe's requests have their own deadlines; this only bounds the wait).
@@ -69,6 +70,9 @@ class Clips(Protocol):
     crop: tuple[int, int] | None
     crop_at: str
     group_clips: bool
+    audio_rate: int | None
+    audio_channels: int
+    audio_samples: int
 
     def __len__(self) -> int: ...
 
@@ -210,6 +214,23 @@ class ClipReader:
                     self._count(union, info.keyframes, sum(g[2].size for g in group))
                 for out, row, frames, _, rng in group:
                     _fill(self.clips, out, row, frames, union, decoded, rng, done=decoded is direct)
+                if vc.audio_rate is not None:
+                    self._audio(info, [(g[2], g[0]) for g in group])
+
+    def _audio(self, info: VideoInfo, samples: list[tuple[np.ndarray, dict[str, np.ndarray]]]) -> None:
+        """The audio of every clip of ``samples`` = [(frames [K, T], out)...] of one video, read
+        together (NOTE [ Where a clip's audio lies ])."""
+        vc = self.clips
+        assert vc.audio_rate is not None, "read with audio only"
+        times, at = self.decoding.timeline(info)
+        spans, outs = [], []
+        for frames, out in samples:
+            k = frames.shape[0]
+            audio = _view(out["audio"], (k, vc.audio_samples, vc.audio_channels))
+            lens = _view(out["audio_len"], (k,))
+            spans.append(clip_spans(times, frames) + at)
+            outs += [(audio[j], lens[j, ...]) for j in range(k)]
+        self.decoding.audio(info, np.concatenate(spans), vc.audio_rate, outs)
 
     def _count(self, union: np.ndarray, keyframes: np.ndarray, delivered: int) -> None:
         decoded, head = decode_cost(union, keyframes)
@@ -268,6 +289,24 @@ class ClipReader:
                 direct = group[0][0]["video"][: len(union)]
             passes.append((size, group, union, direct))
         return v, info, passes
+
+
+def sample_spec(clips: Clips) -> Spec:
+    """The fields of a sample of ``clips`` (``VideoClips.spec``): shapes and dtypes."""
+    shape = clips.crop or clips.size
+    assert shape is not None, "the constructor fixes a crop or a size"
+    h, w = shape
+    k, t, v = clips.clips_per_sample, clips.clip_len, clips.views
+    scalar = ((), np.dtype(np.int64))
+    lead = () if k == 1 else (k,)
+    spec: Spec = {"video": ((t, h, w, 3) if v == 1 else (v, t, h, w, 3), np.dtype(np.uint8)),
+                  "label": scalar, "index": scalar, "start": (lead, np.dtype(np.int64)),
+                  "frames": ((*lead, t), np.dtype(np.int64))}
+    if clips.max_frames is not None:  # up to max_frames frames: which are real
+        spec["mask"] = ((t,), np.dtype(np.bool_))
+    if clips.audio_rate is not None:
+        spec.update(audio_spec(k, clips.audio_samples, clips.audio_channels))
+    return spec
 
 
 def decode_cost(union: np.ndarray, keyframes: np.ndarray) -> tuple[int, int]:

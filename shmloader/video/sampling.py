@@ -40,7 +40,7 @@ import numpy as np
 from ..engine.source import check_choice, check_int
 
 __all__ = ["SAMPLINGS", "SEGMENTS", "SHORT_POLICIES", "CROP_AT", "check_clip_options", "check_spans",
-           "clip_frames", "rate_frames", "span_frames", "scaled_size", "crop_windows"]
+           "clip_frames", "rate_frames", "span_frames", "scaled_size", "crop_windows", "eval_changes"]
 
 SAMPLINGS = ("random", "uniform", "center", "segments", "segments_uniform")
 SEGMENTS = ("segments", "segments_uniform")
@@ -108,6 +108,18 @@ def check_clip_options(*, clip_len: int | None, frame_step: int, clips_per_video
     if crop is not None and size is not None and (crop[0] > size[0] or crop[1] > size[1]):
         raise ValueError(f"crop={crop} does not fit in size={size}")
     return int(clip_len), fps, size, scale, crop
+
+
+def eval_changes(sampling: str, scale: tuple[int, int] | None, crop_at: str) -> dict[str, Any]:
+    """The options that make clips deterministic for evaluation (``VideoClips.for_eval``)."""
+    changes: dict[str, Any] = {}
+    if sampling in ("random", "segments"):
+        changes["sampling"] = {"random": "uniform", "segments": "segments_uniform"}[sampling]
+    if scale is not None and scale[0] != scale[1]:
+        changes["scale"] = scale[0]
+    if crop_at == "random":
+        changes["crop_at"] = "center"
+    return changes
 
 
 def check_spans(spans: Any, count: int) -> np.ndarray | None:

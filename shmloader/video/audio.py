@@ -1,0 +1,399 @@
+"""A clip's sound: the audio of the instants its frames show, resampled, mixed and placed.
+
+With ``VideoClips(audio_rate=R)`` every clip of a sample gets the audio of its span, read by
+PyAV (libavformat + libavcodec, whichever decoder gives the frames) from the same file, and
+converted to float32 at ``R`` Hz and ``audio_channels`` channels by libswresample (as
+``ffmpeg -ar R -ac C`` converts into 16-bit PCM: stereo to mono is the mean, no mix sums past
+1; mono is copied to both channels of stereo).
+
+NOTE [ Where a clip's audio lies ]
+
+A clip's span starts at the presentation time of its first frame and ends where its latest
+frame stops being shown (that frame's time plus its duration; with ``short_video="wrap"`` the
+latest frame, not the last delivered). Times are the container's own: the video's frame times
+as the probe reads them and the audio's sample times (packet timestamps in the audio stream's
+time base, after the decoder drops the encoder's priming samples where the file says so, as
+FFmpeg's does), one timeline for both. Sample ``n`` of the clip's audio is the sound at
+``start + n / R``, on the grid of a decode of the whole track (the run of audio is cut where
+the input's and output's sample grids meet before the clip, so that the resampler's phase is
+the whole track's). ``audio_len`` counts the samples from the start to the span's end or the
+end of the audio track, whichever comes first: silence before the track starts (audio that
+starts later than the video) is zeros inside ``audio_len``, past it the buffer is zeros. A file
+without an audio stream gives zeros and ``audio_len`` 0. A gap in the timestamps (a packet
+later than the samples before it end) stays silent; each stretch of contiguous audio is
+resampled on its own, decoded from ``_PREROLL_S`` before the clip (a decoder such as AAC's needs
+the packet before to decode a packet whole, a resampler's filter some samples before its first
+output). The clips of one video read together (a sample's ``K`` clips, the samples decoded in one
+pass) whose spans lie within ``_MERGE_S`` of each other are decoded and converted in one window
+on the track's sample grid and sliced: each clip's samples are those it would get alone. A
+packet the decoder refuses inside the span, or the one before it, is an error naming its time
+(``on_error``); one further before only starts a new stretch.
+
+Placement is as exact as the file's timestamps: to the sample where the audio's clock is as
+fine as its samples (MP4 and MOV, MPEG-TS's 90 kHz, AVI), to half a millisecond in
+Matroska/WebM, which stamps packets to the millisecond (FFmpeg seeking there knows no better;
+only a decode from the track's start counts the samples). A stretch's start is timed by all its
+frames (``_begin``: each frame's timestamp less the samples before it), which narrows it below
+a tick where frame lengths are not whole ticks. Bands an AAC encoder coded as noise (PNS) are random noise in every decoder, and
+differ between two decodes.
+
+Every sample holds ``S = audio_samples`` samples per clip, the longest span a clip may have:
+``ceil(audio_seconds * R)``, where ``audio_seconds`` is given, or ``(clip_len + 1) / fps`` for
+``fps=`` clips (``clip_len`` instants ``1/fps`` apart, the first frame starting up to one
+frame before the first instant and the last ending up to one after the last), or for
+``clip_len``/``frame_step`` clips ``((clip_len - 1) * frame_step + 1)`` frame durations at the
+first video's frame rate (probed when the description is made). A clip whose span is longer (a
+video slower than that) is an error naming the file: ``audio_seconds`` sets it for a dataset of
+several frame rates. Segments and ``max_frames`` samples span the whole video, whose length
+varies: no audio for them.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ..engine.source import Spec, check_int
+
+__all__ = ["AUDIO_CHANNELS", "check_audio", "audio_samples", "audio_spec", "clip_spans", "read_audio"]
+
+AUDIO_CHANNELS = (1, 2)
+_LAYOUTS = {1: "mono", 2: "stereo"}
+
+# Decoding starts this long before a clip: an AAC or MP3 packet decodes whole only after the one
+# before it (overlapping transforms), Opus asks for 80 ms of pre-roll, and the resampler's filter
+# reaches back some samples; what is decoded before the clip is dropped.
+_PREROLL_S = 0.2
+# A seek that lands less than half the pre-roll before the clip is tried again this many times,
+# each twice as far back, then from the start (byte-based seeking, as in MPEG-TS, can overshoot).
+_SEEK_RETRIES = 3
+# Decoded past the span's end by this much, for the resampler's filter to see past it.
+_TAIL_S = 0.05
+# Spans this close are decoded together: decoding and converting the second between them costs
+# about what a seek, a fresh decoder state and a new converter cost.
+_MERGE_S = 1.0
+
+
+def check_audio(audio_rate: Any, audio_channels: Any, audio_seconds: Any, *, sampling: str,
+                max_frames: int | None) -> tuple[int | None, int, float | None]:
+    """``VideoClips``' audio arguments: (rate, channels, seconds) checked, or a ValueError naming
+    the argument and why."""
+    if audio_rate is None:
+        if audio_seconds is not None:
+            raise ValueError("audio_seconds needs audio_rate=: the audio's sample rate in Hz")
+        _check_channels(audio_channels)
+        return None, int(audio_channels), None
+    check_int("audio_rate", audio_rate, 1)
+    _check_channels(audio_channels)
+    if audio_seconds is not None and (isinstance(audio_seconds, bool) or not isinstance(audio_seconds, (int, float))
+                                      or not math.isfinite(audio_seconds) or audio_seconds <= 0):
+        raise ValueError(f"audio_seconds must be a positive number of seconds, got {audio_seconds!r}")
+    if sampling in ("segments", "segments_uniform"):
+        raise ValueError(f"audio_rate with sampling={sampling!r}: a sample's frames spread over the whole "
+                         "video, whose length varies; audio is read for clips (clip_len or fps=) only")
+    if max_frames is not None:
+        raise ValueError("audio_rate with max_frames: a sample spans the whole video, whose length "
+                         "varies; audio is read for clips (clip_len or fps=) only")
+    return int(audio_rate), int(audio_channels), None if audio_seconds is None else float(audio_seconds)
+
+
+def _check_channels(channels: Any) -> None:
+    if isinstance(channels, bool) or channels not in AUDIO_CHANNELS:
+        raise ValueError(f"audio_channels must be 1 (mono) or 2 (stereo), got {channels!r}: every file's "
+                         "sound is mixed to it (stereo to its mean, mono copied to both channels, other "
+                         "layouts by FFmpeg's matrix)")
+
+
+def audio_samples(clips: Any) -> int:
+    """``S``, the samples every clip's audio has room for (NOTE [ Where a clip's audio lies ]);
+    0 without audio. Clips by index and no ``audio_seconds``: the first video is probed here."""
+    if clips.audio_rate is None:
+        return 0
+    seconds = clips.audio_seconds
+    if seconds is None and clips.fps is not None:
+        seconds = (clips.clip_len + 1) / clips.fps
+    elif seconds is None:
+        from .probe import probe
+
+        path = clips.paths[0]
+        try:
+            rate = probe(path, storage=clips.storage).fps
+        except Exception as e:
+            raise ValueError(f"audio_rate: cannot read the frame rate of {clips.storage.name(path)!r} "
+                             f"that sets the audio's length (or pass audio_seconds=): "
+                             f"{clips.storage.redact(str(e))}") from e
+        if not rate > 0:
+            raise ValueError(f"audio_rate: {clips.storage.name(path)!r} has no frame rate to set the "
+                             "audio's length by: pass audio_seconds=")
+        seconds = ((clips.clip_len - 1) * clips.frame_step + 1) / rate
+    # A span of exactly `seconds` at a rate that rounds is not one sample longer.
+    return max(1, math.ceil(seconds * clips.audio_rate - 1e-6))
+
+
+def audio_spec(clips_per_sample: int, samples: int, channels: int) -> Spec:
+    """The fields audio adds to a sample: ``audio`` float32 ``[S, C]`` (``[K, S, C]``) and
+    ``audio_len`` int32 (``[K]``)."""
+    lead = () if clips_per_sample == 1 else (clips_per_sample,)
+    return {"audio": ((*lead, samples, channels), np.dtype(np.float32)),
+            "audio_len": (lead, np.dtype(np.int32))}
+
+
+def clip_spans(times: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """``[K, 2]`` seconds each clip of ``frames [K, T]`` spans, from the ``[n, 2]`` (start, end)
+    ``times`` of the video's frames (NOTE [ Where a clip's audio lies ])."""
+    first = times[frames[:, 0], 0]
+    last = times[frames.max(axis=1), 1]
+    return np.stack([first, np.maximum(last, first)], axis=1)
+
+
+def read_audio(container: Any, spans: np.ndarray, rate: int, outs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """The audio of each span ``spans[k]`` (seconds on the container's timeline) at ``rate`` Hz
+    into ``outs[k] = (audio [S, C], length)``: zeros past the span, the samples that are real.
+    Spans less than ``_MERGE_S`` apart (the clips of a sample, or of a video's samples decoded
+    together) are decoded and converted in one go. A container without audio gives zeros and
+    length 0; the audio stream's damage raises a ValueError saying the time."""
+    import av
+
+    room = outs[0][0].shape[0] if outs else 0
+    for (audio, length), (t0, t1) in zip(outs, spans.tolist()):
+        audio[...] = 0
+        length[...] = 0
+        n = round((t1 - t0) * rate)  # the clips' spans, whether the file has sound or not
+        if n > room:
+            raise ValueError(f"a clip spans {t1 - t0:.3f} s ({n} audio samples at {rate} Hz), more than "
+                             f"the {room} a sample holds; pass audio_seconds={t1 - t0:.3f} or more")
+    if not container.streams.audio or not outs:
+        return
+    stream = container.streams.audio[0]
+    anchor = 0.0 if stream.start_time is None else float(stream.start_time * Fraction(stream.time_base))
+    layout = _LAYOUTS[outs[0][0].shape[-1]]
+    for group in _windows(spans):
+        # On the track's sample grid, so that slicing a clip out rounds once (as decoding it alone).
+        w0 = anchor + math.floor((float(spans[group, 0].min()) - anchor) * rate + 1e-6) / rate
+        w1 = float(spans[group, 1].max())
+        at = [round((spans[k, 0] - w0) * rate) for k in group]
+        lengths = [round((spans[k, 1] - spans[k, 0]) * rate) for k in group]
+        buf = np.zeros((max(a + n for a, n in zip(at, lengths)), outs[0][0].shape[-1]), np.float32)
+        try:
+            end = _read_span(container, stream, w0, w1, rate, layout, buf, anchor)
+        except av.error.FFmpegError as e:  # the demuxer's, or the converter's
+            raise ValueError(f"unreadable audio between {w0:.3f} s and {w1:.3f} s: {e}") from e
+        for k, a, n in zip(group, at, lengths):
+            audio, length = outs[k]
+            audio[:n] = buf[a : a + n]
+            length[...] = n if end is None else min(n, max(0, round((end - spans[k, 0]) * rate)))
+
+
+def _windows(spans: np.ndarray) -> list[list[int]]:
+    """The spans' indices in groups decoded together: sorted by start, each less than
+    ``_MERGE_S`` after the end of the group before."""
+    groups: list[list[int]] = []
+    end = -math.inf
+    for k in np.argsort(spans[:, 0], kind="stable").tolist():
+        if not groups or spans[k, 0] - end > _MERGE_S:
+            groups.append([])
+            end = -math.inf
+        groups[-1].append(k)
+        end = max(end, float(spans[k, 1]))
+    return groups
+
+
+def _read_span(c: Any, s: Any, t0: float, t1: float, rate: int, layout: str, out: np.ndarray,
+               anchor: float) -> float | None:
+    """Decode ``s`` around ``[t0, t1)`` and place its samples, resampled, into ``out``; the time
+    the track ends at when it ends before ``t1``, else None."""
+    tb = Fraction(s.time_base)
+    start = None if s.start_time is None else float(s.start_time * tb)
+    back = _PREROLL_S
+    for attempt in range(_SEEK_RETRIES + 2):
+        from_start = attempt > _SEEK_RETRIES or (start is not None and t0 - back <= start)
+        if from_start:
+            _seek_start(c, s)
+        else:
+            c.seek(_ticks(t0 - back, tb), stream=s, backward=True)
+        got = _stretches(c, s, tb, t0, t1, None if from_start else -math.inf if start is None else start)
+        if got is not None:
+            stretches, end = got
+            out[...] = 0
+            for stretch in stretches:
+                _place(stretch, tb, rate, layout, t0, anchor, out)
+            return end
+        back *= 2  # the seek landed too late: go further back
+    raise AssertionError("unreachable: the last attempt decodes from the start")
+
+
+def _stretches(c: Any, s: Any, tb: Fraction, t0: float, t1: float,
+               start: float | None) -> tuple[list[list[tuple[Any, float]]], float | None] | None:
+    """The frames decoded from where ``c`` stands to past ``t1``, as stretches of contiguous
+    audio ``[(frame, time)...]`` (a gap in the timestamps, a change of format or a damaged packet
+    starts another), and the time the track ends at when before ``t1``; None when the first
+    frame comes too late for the clip and later than the stream's ``start`` (None: decoding
+    from the start): seek further back."""
+    stretches: list[list[tuple[Any, float]]] = []
+    key, expected, last_end = None, 0.0, None
+    for frame in _decoded(c, s):
+        if isinstance(frame, _Damage):
+            at = None if frame.pts is None else float(frame.pts * tb)
+            if at is not None and at >= t1:
+                return stretches, None
+            # The packet after a damaged one decodes wrong too (its transform overlaps it).
+            reach = _PREROLL_S / 2 if not frame.duration else 2 * float(frame.duration * tb) + 0.005
+            if at is None or at + reach > t0:  # a packet the clip's samples come from
+                where = "" if at is None else f" at {at:.3f} s"
+                raise ValueError(f"damaged audio{where}, in the clip's span {t0:.3f}-{t1:.3f} s: "
+                                 f"{frame.error}") from frame.error
+            key = None  # before the clip: the next frame starts a stretch
+            continue
+        if frame.pts is None or frame.samples == 0:
+            continue
+        ft = float(frame.pts * tb)
+        if not stretches and ft > t0 - _PREROLL_S / 2 and start is not None and ft > start + 1e-3:
+            return None
+        if ft >= t1 + _TAIL_S:
+            return stretches, None  # the track goes on past the span
+        sr = frame.sample_rate
+        # Contiguous within a tick of the stream's clock (Matroska's 1 ms) or two samples.
+        slack = max(float(tb) * 1.5, 2.0 / sr)
+        now = (frame.format.name, frame.layout.name, sr)
+        if now != key or abs(ft - expected) > slack:
+            stretches.append([])
+            key, expected = now, ft
+        stretches[-1].append((frame, ft))
+        expected += frame.samples / sr
+        last_end = ft + frame.samples / sr
+    if last_end is None:
+        return stretches, t0  # nothing from the span on: the track ended before it
+    return stretches, last_end if last_end < t1 else None
+
+
+def _begin(stretch: list[tuple[Any, float]], tb: Fraction) -> float:
+    """When a stretch's first sample plays. Each frame's timestamp, less the samples before it,
+    says so to within half a tick of the stream's clock; where the clock is coarser than the
+    samples (Matroska's milliseconds) the frames together narrow it down. The first frame is
+    left out where others speak: after a seek the decoder may drop its first samples (Opus's
+    pre-skip) and move its timestamp by a rounded amount."""
+    sr = stretch[0][0].sample_rate
+    before = np.cumsum([0] + [f.samples for f, _ in stretch[:-1]]) / sr
+    says = np.array([ft for _, ft in stretch]) - before
+    if len(says) > 1:
+        says = says[1:]
+    half = float(tb) / 2
+    lo, hi = float((says - half).max()), float((says + half).min())
+    return (lo + hi) / 2 if lo <= hi else float(np.median(says))
+
+
+def _place(stretch: list[tuple[Any, float]], tb: Fraction, rate: int, layout: str, t0: float,
+           anchor: float, out: np.ndarray) -> None:
+    """A stretch of contiguous audio resampled in one go into ``out`` (sample 0 at ``t0``), its
+    output on the grid of a decode of the whole track, which starts at ``anchor``."""
+    begin = _begin(stretch, tb)
+    first = _on_grid(stretch[0][0], begin, rate, anchor, t0)
+    if first is not None:
+        stretch = [first, *stretch[1:]]
+    convert = _Converter(stretch[0][0], rate, layout)
+    written = 0
+    begin = stretch[0][1] if first is not None else begin
+    for data in [a for f, _ in stretch for a in convert(f)] + convert(None):
+        m = data.shape[1]  # [C, m]: one channel is copied to both of stereo
+        at = round((begin - t0) * rate) + written
+        written += m
+        lo, hi = max(at, 0), min(at + m, len(out))
+        if lo < hi:
+            out[lo:hi] = data[:, lo - at : hi - at].T
+
+
+def _on_grid(frame: Any, begin: float, rate: int, anchor: float, t0: float) -> tuple[Any, float] | None:
+    """``frame`` (playing from ``begin``) without its first samples, and its new start, so that
+    the stretch starts where the input's and output's sample grids from the track's start meet:
+    the output samples are then those of a decode of the whole track (not half a sample off).
+    None to keep it whole: a stretch that starts inside the clip keeps all its samples."""
+    sr = frame.sample_rate
+    step = 1.0 / math.gcd(sr, rate)  # the grids meet every `step` seconds
+    target = anchor + math.ceil((begin - anchor) / step - 1e-9) * step
+    drop = round((target - begin) * sr)
+    if drop <= 0 or drop >= frame.samples or target > t0:
+        return None
+    import av
+
+    data = frame.to_ndarray()
+    cut = data[:, drop:] if frame.format.is_planar else data[:, drop * len(frame.layout.channels):]
+    trimmed = av.AudioFrame.from_ndarray(np.ascontiguousarray(cut), format=frame.format.name,
+                                         layout=frame.layout.name)
+    trimmed.sample_rate = sr
+    return trimmed, target
+
+
+class _Damage:
+    """A packet the decoder refused, at ``pts`` for ``duration`` (the stream's time base, or None)."""
+
+    def __init__(self, pts: int | None, duration: int | None, error: Exception) -> None:
+        self.pts, self.duration, self.error = pts, duration, error
+
+
+class _Converter:
+    """``aresample`` then ``aformat`` in a libavfilter graph: a frame's rate, format and layout
+    to float planar at ``rate`` Hz in ``layout``, mixed by libswresample's matrix normalised so
+    that no output sums its inputs past 1 (stereo to mono: the mean, as ``ffmpeg -ac 1`` mixes
+    into an integer format); one channel is kept one (``_place`` copies it to both of stereo:
+    libswresample would lower it 3 dB). Frames in, ``[C, m]`` arrays out; None flushes."""
+
+    def __init__(self, frame: Any, rate: int, layout: str) -> None:
+        import av
+
+        one = len(frame.layout.channels) == 1
+        g = av.filter.Graph()
+        chain = [g.add("abuffer", sample_rate=str(frame.sample_rate), sample_fmt=frame.format.name,
+                       channel_layout=frame.layout.name, time_base=f"1/{frame.sample_rate}"),
+                 g.add("aresample", osr=str(rate), rematrix_maxval="1"),
+                 g.add("aformat", sample_fmts="fltp", sample_rates=str(rate),
+                       channel_layouts="mono" if one else layout),
+                 g.add("abuffersink")]
+        for a, b in zip(chain, chain[1:]):
+            a.link_to(b)
+        g.configure()
+        self._graph = g
+        self._done = (av.error.BlockingIOError, av.error.EOFError, EOFError)
+
+    def __call__(self, frame: Any) -> list[np.ndarray]:
+        if frame is not None:
+            frame.pts = None  # placed by the run's sample count, not by the filter's clock
+        self._graph.push(frame)
+        out = []
+        while True:
+            try:
+                out.append(self._graph.pull().to_ndarray())
+            except self._done:
+                return out
+
+
+def _decoded(c: Any, s: Any):
+    """The frames of ``s`` from where ``c`` stands, and a :class:`_Damage` for each packet the
+    decoder refuses (the decoding goes on after it)."""
+    import av
+
+    for packet in c.demux(s):
+        try:
+            frames = packet.decode()
+        except av.error.FFmpegError as e:
+            yield _Damage(packet.pts, packet.duration, e)
+            continue
+        yield from frames
+
+
+def _seek_start(c: Any, s: Any) -> None:
+    """To the stream's start: below its first timestamp (seeking to the first one itself can
+    land late where seeking is byte-based, MPEG-TS), or to 0 where the demuxer refuses a time
+    before the start (AVI)."""
+    import av
+
+    try:
+        c.seek(min(0, (s.start_time or 0) - 1), stream=s, backward=True)
+    except av.error.FFmpegError:
+        c.seek(0, stream=s, backward=True)
+
+
+def _ticks(seconds: float, tb: Fraction) -> int:
+    return math.floor(seconds / tb)
