@@ -736,3 +736,25 @@ def test_a_scan_run_again_counts_every_row_and_probes_what_changed(tmp_path):
     assert "5 probed again (no check recorded: 4, earlier probe timed out or crashed: 1)" in redo.stderr
     assert list(rows_of(out)[0]) == list(COLUMNS) and rows_of(out)[0]["problem"] == ""
     assert not os.path.exists(f"{out}.scanning")
+
+
+def test_a_script_that_scans_at_its_top_level_runs_once(tmp_path):
+    """scan's probing workers never run the caller's script (multiprocessing would, in every
+    child): a script without ``if __name__ == "__main__"`` gets its rows, and runs once."""
+    from shmloader.samples import write_video
+
+    for i in range(3):
+        write_video(tmp_path / f"v{i}.mp4", i, frames=12)
+    script = tmp_path / "scan_here.py"
+    script.write_text(f"""import os
+from shmloader.video.scan import scan
+with open({str(tmp_path / "runs.txt")!r}, "a") as f:
+    f.write(f"{{os.getpid()}}\\n")
+scan([{str(tmp_path)!r}], {str(tmp_path / "manifest.csv")!r}, workers=2)
+""")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=150, check=False,
+                       env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(shmloader.__file__))})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert len((tmp_path / "runs.txt").read_text().split()) == 1
+    with open(tmp_path / "manifest.csv", newline="") as f:
+        assert [row["frames"] for row in csv.DictReader(f)] == ["12"] * 3

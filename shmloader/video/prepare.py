@@ -33,13 +33,10 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
-import contextlib
 import csv
 import os
 import signal
-import sys
 import time
-import types
 from collections.abc import Iterable
 from typing import Any
 
@@ -128,21 +125,6 @@ def _temporary(copy: str) -> str:
 def _ignore_sigint() -> None:
     """Workers leave Ctrl-C to the main process, which stops them (NOTE [ Preparing safely, again ])."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-@contextlib.contextmanager
-def _without_main():
-    """Worker processes started inside import shmloader's modules, not the caller's script:
-    multiprocessing's spawn and forkserver run ``__main__`` again in every child, so a script
-    that calls ``prepare`` at its top level would call it again in each (and a training script's
-    TensorFlow import would be paid per worker). A child finds no main module to run while the
-    placeholder stands; what it runs is named by module (``_prepare_one``)."""
-    main = sys.modules["__main__"]
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        sys.modules["__main__"] = main
 
 
 def _prepare_one(path: str, label: int, place, copy: str, fmt: str, spec: Spec, storage: Storage) -> dict:
@@ -285,8 +267,7 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, timeout:
     def submit(item) -> cf.Future:
         path, label, place, copy, fmt = item
         assert pool is not None
-        with _without_main():  # a submit may start a worker process
-            return pool.submit(_prepare_one, path, label, place, copy, fmt, spec, storage)
+        return pool.submit(_prepare_one, path, label, place, copy, fmt, spec, storage)
 
     def failed(item, why: str) -> dict:
         row = _blank(item[3], item[1], f"unreadable: cannot prepare {storage.name(item[0])}: {why}")

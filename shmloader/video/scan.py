@@ -46,7 +46,9 @@ import csv
 import itertools
 import multiprocessing
 import os
-from typing import Any, Iterable, Iterator
+import sys
+import types
+from typing import Any, Callable, Iterable, Iterator
 
 from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
 from ..engine.source import check_choice, check_int, check_seconds, usable_cpus
@@ -382,10 +384,25 @@ def _total(inputs: list[str]) -> int | None:
         return None  # the scan itself reports it
 
 
-def _pool(workers: int, initializer=None) -> cf.ProcessPoolExecutor:
+class _Pool(cf.ProcessPoolExecutor):
+    """Worker processes that never run the caller's script: a submit may start one, and
+    multiprocessing's spawn and forkserver run ``__main__`` again in every child, so a script that
+    calls ``scan`` or ``prepare`` at its top level (no ``if __name__ == "__main__"``) would call
+    it again in each, and its imports (TensorFlow...) would be paid per worker. While a submit
+    runs, ``__main__`` is a placeholder: what a worker runs is named by module."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            return super().submit(fn, *args, **kwargs)
+        finally:
+            sys.modules["__main__"] = main
+
+
+def _pool(workers: int, initializer: Callable[[], None] | None = None) -> cf.ProcessPoolExecutor:
     # forkserver: probes run in clean processes whatever the caller has imported (TensorFlow...)
-    return cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"),
-                                  initializer=initializer)
+    return _Pool(workers, mp_context=multiprocessing.get_context("forkserver"), initializer=initializer)
 
 
 def _answer(fut: cf.Future, timeout: float) -> tuple[dict[str, Any] | None, str | None]:
