@@ -17,6 +17,8 @@ import pytest
 import shmloader
 from shmloader.video.samples import frame_image, make_videos, read_codes
 
+from ._needs import need
+
 pytestmark = pytest.mark.timeout(180)
 
 FPS = 25
@@ -390,7 +392,7 @@ def test_audio_survives_with_options_and_options(files):
 
 
 def test_torch_batches_carry_the_audio(files):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
 
     clips = shmloader.VideoClips([files[("pcm_s16le", "mov")]], clip_len=4, clips_per_video=2, audio_rate=RATE)
     with shmloader.Loader(clips, batch_size=2, workers=1, timeout=60) as loader:
