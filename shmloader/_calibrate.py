@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ._diagnosis import PREPARE_FROM, prepare_hint
 from ._loader import Loader
 from .engine.source import usable_cpus
 from .engine.stats import cpu_seconds
@@ -249,5 +250,9 @@ def calibration_table(result: Calibration) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines) + (f"\n({result.workers} workers on {result.cpus} CPUs; the step takes "
+    text = "\n".join(lines) + (f"\n({result.workers} workers on {result.cpus} CPUs; the step takes "
                                f"{1e3 * result.step_cpu_s:.2f} ms of CPU per sample, counted in 'with step')")
+    per = result.one_clip.decoded_per_frame
+    if per is not None and per >= PREPARE_FROM:
+        text += f"\none clip per sample decodes {per:.1f} frames per delivered frame; {prepare_hint()}"
+    return text

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["grouped_decode_estimate", "stats_line"]
+__all__ = ["PREPARE_FROM", "grouped_decode_estimate", "prepare_hint", "stats_line"]
 
 # Clips per video the line prices grouped decode at (``clips_per_video=K, group_clips=True``).
 _GROUPINGS = (4, 8)
+
+# From this many frames decoded per delivered frame, one clip per sample is told of prepared
+# copies: a clip of every 2nd frame decodes ~2 per delivered frame from a keyframe every 16
+# frames (what ``shmloader prepare`` writes), more only when its keyframes are further apart.
+PREPARE_FROM = 3.0
+
+
+def prepare_hint() -> str:
+    """What ``stats_line`` and ``calibrate`` suggest when one clip per sample decodes
+    ``PREPARE_FROM`` frames or more per delivered frame: the ``prepare`` command, to fill in."""
+    return ("copies at the training size with a keyframe every 16 frames read random clips faster: "
+            "shmloader prepare SRC... --out DST --short-side 128 --gop 16 (the guide's 'Preparing a dataset')")
 
 
 def grouped_decode_estimate(s: dict[str, Any], k: int) -> float | None:
@@ -40,5 +52,7 @@ def stats_line(s: dict[str, Any], group: int) -> str:
             saved = [(k, grouped_decode_estimate(s, k)) for k in _GROUPINGS]
             advice += " (clips_per_video=K, group_clips=True would decode ~" + ", ".join(
                 f"{e:.1f} at K={k}" for k, e in saved if e is not None) + " per delivered frame)"
+            if per >= PREPARE_FROM:
+                advice += f"; or {prepare_hint()}"
         parts.append(advice)
     return "; ".join(parts)

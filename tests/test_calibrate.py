@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader._calibrate import measure_loader, measure_steps, predict
+from shmloader._calibrate import calibration_table, measure_loader, measure_steps, predict
 from shmloader.samples import make_videos
 
 from ._needs import need
@@ -148,6 +148,12 @@ def test_calibrate_returns_a_row_for_the_clips_and_each_grouping(long_gop_clips,
     assert lines[2].startswith("synthetic (the model's ceiling)") and lines[3].startswith("loader, one clip per sample")
     assert lines[4].startswith("loader, clips_per_video=2, group_clips=True")
     assert lines[5].startswith("loader, clips_per_video=8, group_clips=True")
+    # One keyframe every 60 frames: the one-clip row decodes several frames per delivered frame,
+    # and the table ends with the prepare command.
+    assert r.one_clip.decoded_per_frame >= 3
+    assert lines[-1].startswith(f"one clip per sample decodes {r.one_clip.decoded_per_frame:.1f} frames per "
+                                "delivered frame;"), table
+    assert "shmloader prepare SRC... --out DST --short-side 128 --gop 16" in lines[-1]
 
 
 def test_any_callable_and_any_source(capsys):
@@ -169,3 +175,16 @@ def test_any_callable_and_any_source(capsys):
     for bad in ((0,), (4, 4), (2.5,)):
         with pytest.raises(ValueError, match="groupings"):
             shmloader.calibrate(src, step, batch_size=8, groupings=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("decoded, told", [(None, False), (2.5, False), (2.99, False), (3.0, True), (7.2, True)])
+def test_the_table_names_prepare_from_3_frames_decoded_per_delivered_frame(decoded, told):
+    """On given measurements: the one-clip row's frames decoded per delivered frame decide; the
+    grouped rows' do not (grouped decode is not what a prepared copy replaces)."""
+    one = predict(figures(40, 0.05, 0.001, decoded), 100, 0.001, 2, 2)
+    grouped = predict(figures(80, 0.02, 0.001, 9.0), 100, 0.001, 2, 2)
+    result = shmloader.Calibration(ceiling=100, step_cpu_s=0.001, workers=2, cpus=2, one_clip=one,
+                                   grouped={8: grouped})
+    lines = calibration_table(result).splitlines()
+    assert lines[-1].startswith("(2 workers on 2 CPUs") != told, lines
+    assert any("shmloader prepare SRC... --out DST" in line for line in lines) == told, lines

@@ -87,3 +87,39 @@ def test_grouping_decodes_fewer_frames_per_delivered_frame_as_estimated(gop_vide
     estimate = grouped_decode_estimate(one, 4)
     assert grouped["decoded_per_frame"] < one["decoded_per_frame"]
     assert estimate is not None and estimate < one["decoded_per_frame"]
+
+
+def test_one_clip_per_sample_over_long_gops_is_told_to_prepare(two_cpus, tmp_path):
+    """Every CPU decoding and one keyframe in 96 frames: a clip of 8 every 2nd frame decodes from
+    frame 0 (~7 frames per delivered frame), and the line names `shmloader prepare` beside grouped
+    decode; a keyframe every 4 frames (~2 per delivered frame) gets grouped decode alone."""
+    lines, per = {}, {}
+    for gop in (96, 4):
+        paths, labels = make_videos(tmp_path / f"gop{gop}", count=4, frames=96, size=(64, 64), gop=gop)
+        clips = shmloader.VideoClips(paths, labels, clip_len=8, frame_step=2, size=(64, 64))
+        with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, epochs=4) as loader:
+            for _ in loader:
+                pass
+            s, lines[gop] = loader.stats(), loader.stats_line()
+        assert s["input_bound"], lines[gop]
+        per[gop] = s["decoded_per_frame"]
+    assert per[96] >= 3 > per[4], per
+    for gop in (96, 4):
+        assert "all 2 CPUs decode already" in lines[gop] and "group_clips=True" in lines[gop], lines[gop]
+    assert "shmloader prepare SRC... --out DST --short-side 128 --gop 16" in lines[96], lines[96]
+    assert "keyframe every 16 frames" in lines[96]
+    assert "prepare" not in lines[4], lines[4]
+
+
+def test_grouped_decode_is_not_told_to_prepare(gop_videos, two_cpus):
+    """Grouped decode shares each keyframe's lead-in: the line leaves prepare out (see 'When not to
+    prepare' in the guide), however many frames it decodes."""
+    paths, labels = gop_videos
+    clips = shmloader.VideoClips(paths, labels, clip_len=4, frame_step=8, size=(64, 64), clips_per_video=4,
+                                 group_clips=True)
+    with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, epochs=2) as loader:
+        for _ in loader:
+            pass
+        s, line = loader.stats(), loader.stats_line()
+    assert s["decoded_per_frame"] >= 3 and "all 2 CPUs decode already" in line, line
+    assert "prepare" not in line, line
