@@ -213,11 +213,11 @@ def scan_cmd(args) -> int:
         return 1
     pays = preparing_pays(summary)
     if pays:
-        why, options = pays
-        at = f" at short side {options[1]}" if options[0] == "--short-side" else ""
+        why, flags = pays
+        at = f" at short side {flags[1]}" if flags[0] == "--short-side" else ""
         say(f"one clip per sample over these files: {why}; copies{at} with a keyframe every 16 frames read "
             "random clips faster (the guide's 'Preparing a dataset'):\n  "
-            + _prepare_command(args.paths, options, args.storage_options))
+            + _prepare_command(args.paths, flags, args.storage_options))
     say(f"next: shmloader.VideoClips.from_csv({args.out!r}, ...) loads it"
         + (" (unreadable rows are left out)" if bad else ""))
     return 0
