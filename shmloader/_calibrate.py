@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ._diagnosis import PREPARE_FROM, prepare_hint
+from ._diagnosis import head_per_frame, prepare_hint, prepare_pays
 from ._loader import Loader
 from .engine.source import usable_cpus
 from .engine.stats import cpu_seconds
@@ -66,6 +66,8 @@ class CalibrationRow:
     #: suffice; None: the workers delivered nothing)
     more_cores: int | None
     decoded_per_frame: float | None  #: frames the workers decoded per delivered frame (``Loader.stats``)
+    #: of those, the frames before each clip's first (from its keyframe) per delivered frame
+    head_per_frame: float | None = None
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,8 @@ def predict(m: dict[str, Any], ceiling: float, step_cpu: float, workers: int, cp
                           fed_fraction=min(1.0, x / ceiling) if ceiling > 0 else 0.0,
                           most_fed=top / ceiling if ceiling > 0 else 0.0, samples_per_worker_s=per_worker,
                           workers_needed=needed, more_cores=short,
-                          decoded_per_frame=m["stats"].get("decoded_per_frame"))
+                          decoded_per_frame=m["stats"].get("decoded_per_frame"),
+                          head_per_frame=head_per_frame(m["stats"]))
 
 
 def calibration_table(result: Calibration) -> str:
@@ -252,7 +255,7 @@ def calibration_table(result: Calibration) -> str:
     lines.insert(1, "-" * len(lines[0]))
     text = "\n".join(lines) + (f"\n({result.workers} workers on {result.cpus} CPUs; the step takes "
                                f"{1e3 * result.step_cpu_s:.2f} ms of CPU per sample, counted in 'with step')")
-    per = result.one_clip.decoded_per_frame
-    if per is not None and per >= PREPARE_FROM:
-        text += f"\none clip per sample decodes {per:.1f} frames per delivered frame; {prepare_hint()}"
+    one = result.one_clip
+    if prepare_pays(one.decoded_per_frame, one.head_per_frame):
+        text += f"\none clip per sample decodes {one.decoded_per_frame:.1f} frames per delivered frame; {prepare_hint()}"
     return text
