@@ -172,7 +172,8 @@ def hint_of(stderr: str) -> list[str]:
 def test_scan_says_when_preparing_pays_with_a_command_that_runs(tmp_path):
     """Long-GOP files (one keyframe in 72 frames) and large ones (a short side of 272) get the
     `shmloader prepare` command of the scan's own inputs; small short-GOP files get no hint. The
-    command runs as printed, from where the scan ran, and writes copies with a keyframe every 16."""
+    command runs as printed, from where the scan ran, and writes copies with a keyframe every 16,
+    whose scan says nothing more."""
     from shmloader.samples import write_video
     from shmloader.video.probe import probe
 
@@ -205,3 +206,7 @@ def test_scan_says_when_preparing_pays_with_a_command_that_runs(tmp_path):
     copy = probe(str(tmp_path / "long-prepared" / "v0.mp4"), check="keyframes")
     assert copy.frames == 72 and copy.keyframes is not None
     assert copy.keyframes.tolist() == list(range(0, 72, 16))
+    again = subprocess.run([sys.executable, "-m", "shmloader", "scan", "long-prepared", "--out", "copies.csv",
+                            "--workers", "1", "--quiet"], capture_output=True, text=True, timeout=150, cwd=tmp_path)
+    assert again.returncode == 0 and "2 readable" in again.stderr, again.stderr
+    assert hint_of(again.stderr) == [], again.stderr  # the copies are what the hint asked for
