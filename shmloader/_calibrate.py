@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ._diagnosis import head_per_frame, prepare_hint, prepare_pays
 from ._loader import Loader
 from .engine.source import usable_cpus
 from .engine.stats import cpu_seconds
@@ -65,6 +66,8 @@ class CalibrationRow:
     #: suffice; None: the workers delivered nothing)
     more_cores: int | None
     decoded_per_frame: float | None  #: frames the workers decoded per delivered frame (``Loader.stats``)
+    #: of those, the frames before each clip's first (from its keyframe) per delivered frame
+    head_per_frame: float | None = None
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,8 @@ def predict(m: dict[str, Any], ceiling: float, step_cpu: float, workers: int, cp
                           fed_fraction=min(1.0, x / ceiling) if ceiling > 0 else 0.0,
                           most_fed=top / ceiling if ceiling > 0 else 0.0, samples_per_worker_s=per_worker,
                           workers_needed=needed, more_cores=short,
-                          decoded_per_frame=m["stats"].get("decoded_per_frame"))
+                          decoded_per_frame=m["stats"].get("decoded_per_frame"),
+                          head_per_frame=head_per_frame(m["stats"]))
 
 
 def calibration_table(result: Calibration) -> str:
@@ -249,5 +253,9 @@ def calibration_table(result: Calibration) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines) + (f"\n({result.workers} workers on {result.cpus} CPUs; the step takes "
+    text = "\n".join(lines) + (f"\n({result.workers} workers on {result.cpus} CPUs; the step takes "
                                f"{1e3 * result.step_cpu_s:.2f} ms of CPU per sample, counted in 'with step')")
+    one = result.one_clip
+    if prepare_pays(one.decoded_per_frame, one.head_per_frame):
+        text += f"\none clip per sample decodes {one.decoded_per_frame:.1f} frames per delivered frame; {prepare_hint()}"
+    return text

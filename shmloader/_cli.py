@@ -177,6 +177,7 @@ def _files(n: int) -> str:
 
 def scan_cmd(args) -> int:
     """``shmloader scan``: exit 0, or 1 when ``--fail-on`` kinds were found, 2 for bad input."""
+    from .video.rescan import preparing_pays
     from .video.scan import check_fail_on, scan
 
     try:
@@ -210,9 +211,32 @@ def scan_cmd(args) -> int:
     if summary["failed"]:
         say(f"shmloader scan: exit 1: {_files(summary['failed'])} with a problem of --fail-on {args.fail_on}")
         return 1
+    pays = preparing_pays(summary)
+    if pays:
+        why, flags = pays
+        at = f" at short side {flags[1]}" if flags[0] == "--short-side" else ""
+        say(f"one clip per sample over these files: {why}; copies{at} with a keyframe every 16 frames read "
+            "random clips faster (the guide's 'Preparing a dataset'):\n  "
+            + _prepare_command(args.paths, flags, args.storage_options))
     say(f"next: shmloader.VideoClips.from_csv({args.out!r}, ...) loads it"
         + (" (unreadable rows are left out)" if bad else ""))
     return 0
+
+
+def _prepare_command(inputs: list[str], options: list[str], storage_options: str | None) -> str:
+    """``shmloader prepare`` of a scan's inputs, the copies beside the outermost folder given
+    (``videos/`` -> ``videos-prepared``: never inside a folder given), else in ``prepared``."""
+    import shlex
+
+    folders = sorted((p for p in inputs if os.path.isdir(p)), key=lambda p: os.path.abspath(p).count(os.sep))
+    out = "prepared"
+    if folders:
+        out = os.path.abspath(folders[0]).rstrip(os.sep) + "-prepared"
+        out = out if os.path.isabs(folders[0]) else os.path.relpath(out)
+    words = ["shmloader", "prepare", *inputs, "--out", out, *options]
+    if storage_options:
+        words += ["--storage-options", storage_options]
+    return " ".join(map(shlex.quote, words))
 
 
 def _storage_options(text: str | None) -> dict | None:

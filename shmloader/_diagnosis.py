@@ -4,10 +4,39 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["grouped_decode_estimate", "stats_line"]
+__all__ = ["PREPARE_FROM", "grouped_decode_estimate", "head_per_frame", "prepare_hint", "prepare_pays",
+           "stats_line"]
 
 # Clips per video the line prices grouped decode at (``clips_per_video=K, group_clips=True``).
 _GROUPINGS = (4, 8)
+
+# From this many frames decoded per delivered frame, one clip per sample is told of prepared
+# copies: a clip of every 2nd frame decodes ~2 per delivered frame from a keyframe every 16
+# frames (what ``shmloader prepare`` writes), more only when its keyframes are further apart.
+PREPARE_FROM = 3.0
+
+
+def head_per_frame(s: dict[str, Any]) -> float | None:
+    """Frames decoded before each pass's first wanted frame (from its keyframe) per delivered
+    frame, from ``Loader.stats()``'s counters; None before any counted pass."""
+    delivered = s.get("frames_delivered", 0)
+    return s.get("frames_head", 0) / delivered if delivered else None
+
+
+def prepare_pays(decoded_per_frame: float | None, head: float | None) -> bool:
+    """Whether copies with a keyframe every 16 frames would decode fewer frames per delivered
+    frame: ``PREPARE_FROM`` or more now, and at least one of them before a clip's first frame
+    (a copy's clip has at most 15 there). Many frames between a clip's own (a large
+    ``frame_step``) are not the keyframes' doing: a copy would decode them too."""
+    return decoded_per_frame is not None and head is not None and decoded_per_frame >= PREPARE_FROM \
+        and head >= 1.0
+
+
+def prepare_hint() -> str:
+    """What ``stats_line`` and ``calibrate`` suggest where ``prepare_pays``: the ``prepare``
+    command, its sources and folder to fill in."""
+    return ("copies at the training size with a keyframe every 16 frames read random clips faster: "
+            "shmloader prepare SRC... --out DST --short-side 128 --gop 16 (the guide's 'Preparing a dataset')")
 
 
 def grouped_decode_estimate(s: dict[str, Any], k: int) -> float | None:
@@ -40,5 +69,7 @@ def stats_line(s: dict[str, Any], group: int) -> str:
             saved = [(k, grouped_decode_estimate(s, k)) for k in _GROUPINGS]
             advice += " (clips_per_video=K, group_clips=True would decode ~" + ", ".join(
                 f"{e:.1f} at K={k}" for k, e in saved if e is not None) + " per delivered frame)"
+            if prepare_pays(per, head_per_frame(s)):
+                advice += f"; or {prepare_hint()}"
         parts.append(advice)
     return "; ".join(parts)

@@ -235,7 +235,9 @@ class Loader:
         """One line for a log or a progress bar: is training input-bound, and what to do about it:
         the workers to use, or, when every CPU decodes already, how many frames the workers decode
         per delivered frame and what grouped decode (``clips_per_video=K, group_clips=True``)
-        would decode instead (an estimate from the workers' own counters)."""
+        would decode instead (an estimate from the workers' own counters); one clip per sample
+        from 3 frames per delivered frame (one or more of them before the clip's first), the
+        ``shmloader prepare`` command too."""
         from ._diagnosis import stats_line
 
         return stats_line(self.stats(), self._plan.group)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader._calibrate import measure_loader, measure_steps, predict
+from shmloader._calibrate import calibration_table, measure_loader, measure_steps, predict
 from shmloader.samples import make_videos
 
 from ._needs import need
@@ -148,6 +148,12 @@ def test_calibrate_returns_a_row_for_the_clips_and_each_grouping(long_gop_clips,
     assert lines[2].startswith("synthetic (the model's ceiling)") and lines[3].startswith("loader, one clip per sample")
     assert lines[4].startswith("loader, clips_per_video=2, group_clips=True")
     assert lines[5].startswith("loader, clips_per_video=8, group_clips=True")
+    # One keyframe every 60 frames: the one-clip row decodes several frames per delivered frame,
+    # and the table ends with the prepare command.
+    assert r.one_clip.decoded_per_frame >= 3
+    assert lines[-1].startswith(f"one clip per sample decodes {r.one_clip.decoded_per_frame:.1f} frames per "
+                                "delivered frame;"), table
+    assert "shmloader prepare SRC... --out DST --short-side 128 --gop 16" in lines[-1]
 
 
 def test_any_callable_and_any_source(capsys):
@@ -169,3 +175,28 @@ def test_any_callable_and_any_source(capsys):
     for bad in ((0,), (4, 4), (2.5,)):
         with pytest.raises(ValueError, match="groupings"):
             shmloader.calibrate(src, step, batch_size=8, groupings=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("decoded, head, told", [(None, None, False), (2.5, 1.5, False), (2.99, 2.0, False),
+                                                (3.0, 1.0, True), (7.2, 6.0, True), (6.0, 0.5, False)])
+def test_the_table_names_prepare_from_3_frames_decoded_per_delivered_frame(decoded, head, told):
+    """On given measurements: the one-clip row's frames decoded per delivered frame decide, where
+    at least one of them lies before a clip's first frame (else a large frame_step, not the
+    keyframes, is what decodes them); the grouped rows' do not."""
+    one = dataclasses.replace(predict(figures(40, 0.05, 0.001), 100, 0.001, 2, 2), decoded_per_frame=decoded,
+                              head_per_frame=head)
+    grouped = dataclasses.replace(predict(figures(80, 0.02, 0.001), 100, 0.001, 2, 2), decoded_per_frame=9.0,
+                                  head_per_frame=8.0)
+    result = shmloader.Calibration(ceiling=100, step_cpu_s=0.001, workers=2, cpus=2, one_clip=one,
+                                   grouped={8: grouped})
+    lines = calibration_table(result).splitlines()
+    assert lines[-1].startswith("(2 workers on 2 CPUs") != told, lines
+    assert any("shmloader prepare SRC... --out DST" in line for line in lines) == told, lines
+
+
+def test_a_row_counts_the_frames_before_each_clip():
+    """``head_per_frame``: the loader's ``frames_head`` over its ``frames_delivered``."""
+    m = figures(40, 0.05, 0.001)
+    m["stats"].update(frames_head=300, frames_delivered=100)
+    assert predict(m, 100, 0.001, 2, 2).head_per_frame == pytest.approx(3.0)
+    assert predict(figures(40, 0.05, 0.001), 100, 0.001, 2, 2).head_per_frame is None

@@ -160,3 +160,53 @@ def test_demo_without_tensorflow_names_the_extra(tmp_path):
     assert out.returncode == 2, out.stderr
     assert "needs tensorflow" in out.stderr and "[tf,samples]" in out.stderr and "Traceback" not in out.stderr
     assert not os.listdir(tmp_path)  # nothing written before the refusal
+
+
+def hint_of(stderr: str) -> list[str]:
+    """scan's lines that say preparing pays: the reason, then the command."""
+    lines = stderr.splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("one clip per sample over these files:")]
+    return lines[at[0]:at[0] + 2] if at else []
+
+
+def test_scan_says_when_preparing_pays_with_a_command_that_runs(tmp_path):
+    """Long-GOP files (one keyframe in 72 frames) and large ones (a short side of 272) get the
+    `shmloader prepare` command of the scan's own inputs; small short-GOP files get no hint. The
+    command runs as printed, from where the scan ran, and writes copies with a keyframe every 16,
+    whose scan says nothing more."""
+    from shmloader.samples import write_video
+    from shmloader.video.probe import probe
+
+    sets = {"long": ((64, 80), 72, 72), "short": ((64, 80), 8, 24), "large": ((272, 352), 8, 24)}
+    for name, (size, gop, frames) in sets.items():
+        (tmp_path / name).mkdir()
+        for i in range(2):
+            write_video(tmp_path / name / f"v{i}.mp4", i, frames=frames, size=size, gop=gop)
+    hints = {}
+    for name in sets:
+        out = subprocess.run([sys.executable, "-m", "shmloader", "scan", name, "--out", f"{name}.csv",
+                              "--workers", "1", "--quiet"], capture_output=True, text=True, timeout=150,
+                             cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert out.stderr.splitlines()[-1].startswith("next: "), out.stderr
+        hints[name] = hint_of(out.stderr)
+    assert hints["short"] == []
+    why, command = hints["long"]
+    assert "a keyframe every 72 frames (median): a random clip decodes from the keyframe before it" in why, why
+    assert "short side" not in why  # 64 pixels: a copy at short side 128 would be larger
+    assert command == "  shmloader prepare long --out long-prepared --gop 16", command
+    why, command = hints["large"]
+    assert "a short side of 272 pixels (median): 5x the pixels of a copy at short side 128" in why, why
+    assert "keyframe every 8" not in why
+    assert command == "  shmloader prepare large --out large-prepared --short-side 128 --gop 16", command
+    words = hints["long"][1].split()
+    ran = subprocess.run([sys.executable, "-m", *words[:2], *words[2:], "--workers", "1", "--quiet"],
+                         capture_output=True, text=True, timeout=150, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    copy = probe(str(tmp_path / "long-prepared" / "v0.mp4"), check="keyframes")
+    assert copy.frames == 72 and copy.keyframes is not None
+    assert copy.keyframes.tolist() == list(range(0, 72, 16))
+    again = subprocess.run([sys.executable, "-m", "shmloader", "scan", "long-prepared", "--out", "copies.csv",
+                            "--workers", "1", "--quiet"], capture_output=True, text=True, timeout=150, cwd=tmp_path)
+    assert again.returncode == 0 and "2 readable" in again.stderr, again.stderr
+    assert hint_of(again.stderr) == [], again.stderr  # the copies are what the hint asked for

@@ -87,3 +87,41 @@ def test_grouping_decodes_fewer_frames_per_delivered_frame_as_estimated(gop_vide
     estimate = grouped_decode_estimate(one, 4)
     assert grouped["decoded_per_frame"] < one["decoded_per_frame"]
     assert estimate is not None and estimate < one["decoded_per_frame"]
+
+
+def test_one_clip_per_sample_over_long_gops_is_told_to_prepare(two_cpus, tmp_path):
+    """Every CPU decoding and one keyframe in 96 frames: a clip of 8 every 2nd frame decodes from
+    frame 0 (~7 frames per delivered frame), and the line names `shmloader prepare` beside grouped
+    decode. Short GOPs get grouped decode alone: a keyframe every 4 frames, ~2 per delivered
+    frame; every 16 (a prepared copy's), ~4 for clips of 16 every 4th frame: the frames between a
+    clip's own, which a copy decodes too, not those before its first."""
+    cases = {"long": (96, 8, 2), "short": (4, 8, 2), "sparse": (16, 16, 4)}  # gop, clip_len, frame_step
+    lines, per = {}, {}
+    for name, (gop, clip_len, step) in cases.items():
+        paths, labels = make_videos(tmp_path / f"gop{gop}", count=4, frames=96, size=(64, 64), gop=gop)
+        clips = shmloader.VideoClips(paths, labels, clip_len=clip_len, frame_step=step, size=(64, 64))
+        with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, epochs=4) as loader:
+            for _ in loader:
+                pass
+            s, lines[name] = loader.stats(), loader.stats_line()
+        assert s["input_bound"], lines[name]
+        assert "all 2 CPUs decode already" in lines[name] and "group_clips=True" in lines[name], lines[name]
+        per[name] = s["decoded_per_frame"]
+    assert per["long"] >= 3 > per["short"] and per["sparse"] >= 3, per
+    assert "shmloader prepare SRC... --out DST --short-side 128 --gop 16" in lines["long"], lines["long"]
+    assert "keyframe every 16 frames" in lines["long"]
+    assert "prepare" not in lines["short"] and "prepare" not in lines["sparse"], lines
+
+
+def test_grouped_decode_is_not_told_to_prepare(gop_videos, two_cpus):
+    """Grouped decode shares each keyframe's lead-in: the line leaves prepare out (see 'When not to
+    prepare' in the guide), however many frames it decodes."""
+    paths, labels = gop_videos
+    clips = shmloader.VideoClips(paths, labels, clip_len=4, frame_step=8, size=(64, 64), clips_per_video=4,
+                                 group_clips=True)
+    with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, epochs=2) as loader:
+        for _ in loader:
+            pass
+        s, line = loader.stats(), loader.stats_line()
+    assert s["decoded_per_frame"] >= 3 and "all 2 CPUs decode already" in line, line
+    assert "prepare" not in line, line

@@ -10,10 +10,10 @@ import re
 from typing import Iterable, Iterator
 
 from .media import is_remote, local_path, split_member
-from .probe import CHECKS
+from .probe import _LONG_GOP, CHECKS
 
-__all__ = ["FAIL_KINDS", "RUN_PROBLEMS", "changed", "check_fail_on", "count", "earlier_rows", "fails",
-           "problem_kind", "stale"]
+__all__ = ["FAIL_KINDS", "PREPARED_SIDE", "RUN_PROBLEMS", "changed", "check_fail_on", "count", "earlier_rows",
+           "fails", "preparing_pays", "problem_kind", "stale"]
 
 # Problems that say how the probe ran, not what the file is: a later run probes such rows again.
 RUN_PROBLEMS = ("unreadable: probe took over", "unreadable: probe crashed")
@@ -104,7 +104,47 @@ def count(summary: dict, row: dict, fail_on: tuple[str, ...] = ()) -> None:
         summary["first"].setdefault("unreadable", (row["path"], problem[len("unreadable: "):]))
         return
     summary["decoders"][row["decoder"]] += 1
+    if "gops" in summary:  # scan's summary (for ``preparing_pays``), not prepare's
+        if row.get("_gop"):  # probed in this run (an earlier run's kept rows do not say)
+            summary["gops"][row["_gop"]] += 1
+        if row["width"] and row["height"]:
+            summary["short_sides"][min(int(row["width"]), int(row["height"]))] += 1
     for p in filter(None, problem.split("; ")):
         kind = problem_kind(p)
         summary["problems"][kind] += 1
         summary["first"].setdefault(kind, (row["path"], p))
+
+
+# The short side of the copies the summary suggests (``shmloader prepare --short-side``): what
+# R(2+1)D/C3D-style training (crops of 112) reads. Videos of twice that side have 4x its pixels.
+PREPARED_SIDE = 128
+
+
+def _median(counts: dict[int, int]) -> int | None:
+    """The median of the values ``counts`` counts (the lower one of an even count); None if none."""
+    n, seen = sum(counts.values()), 0
+    for value in sorted(counts):
+        seen += counts[value]
+        if 2 * seen >= n:
+            return value
+    return None
+
+
+def preparing_pays(summary: dict) -> tuple[str, list[str]] | None:
+    """Why prepared copies would read random clips faster than the scanned files, and the
+    ``shmloader prepare`` options that make them; None where they would not: the files' median
+    frames per keyframe is ``_LONG_GOP`` or more (a random clip decodes from the keyframe before
+    it), or their median short side is ``2 * PREPARED_SIDE`` or more (4x the copies' pixels or
+    more). The GOP is known for the rows probed in this run only; files no larger than the copies
+    would be are copied at their own size."""
+    gop, side = _median(summary.get("gops", {})), _median(summary.get("short_sides", {}))
+    why = []
+    if gop is not None and gop >= _LONG_GOP:
+        why.append(f"a keyframe every {gop} frames (median): a random clip decodes from the keyframe before it")
+    if side is not None and side >= 2 * PREPARED_SIDE:
+        why.append(f"a short side of {side} pixels (median): {(side / PREPARED_SIDE) ** 2:.0f}x the pixels of "
+                   f"a copy at short side {PREPARED_SIDE}")
+    if not why:
+        return None
+    scale = ["--short-side", str(PREPARED_SIDE)] if side is not None and side > PREPARED_SIDE else []
+    return "; ".join(why), [*scale, "--gop", "16"]

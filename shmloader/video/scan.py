@@ -218,6 +218,8 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
     row.update(frames=info.frames, width=info.width, height=info.height, fps=f"{info.fps:.6g}",
                duration=f"{info.duration:.6g}", codec=info.codec, pix_fmt=info.pix_fmt, rotation=info.rotation,
                decoder=info.decoder, problem=info.problem)
+    if info.keyframes is not None and len(info.keyframes):  # for the summary (not a column)
+        row["_gop"] = round(info.frames / len(info.keyframes))
     return row
 
 
@@ -232,7 +234,9 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     (``truncated at frame N of N``); ``first`` is the first row of each kind; ``unlabelled``
     counts rows labelled -1; ``failed`` counts the rows that have a problem of a kind in
     ``fail_on`` (see :func:`fails`); ``passed_over`` counts the files in the folders given
-    that have no video extension. ``storage_options``: for URLs, as ``VideoClips``'.
+    that have no video extension; ``gops`` and ``short_sides`` count the readable rows by
+    frames per keyframe (rows probed in this run) and by short side, for
+    :func:`~shmloader.video.rescan.preparing_pays`. ``storage_options``: for URLs, as ``VideoClips``'.
 
     Where ``out`` holds rows of an earlier run of the same inputs (``resumed`` of them), a row
     is kept (``kept``) unless its file's size or modification time changed, ``check`` is deeper
@@ -256,7 +260,8 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     earlier = earlier_rows(out, columns) if os.path.exists(out) and not overwrite else iter(())
     summary: dict[str, Any] = {"rows": 0, "resumed": 0, "kept": 0, "rechecked": collections.Counter(),
                "decoders": collections.Counter(), "problems": collections.Counter(), "unreadable": 0,
-               "passed_over": passed_over, "first": {}, "unlabelled": 0, "failed": 0}
+               "passed_over": passed_over, "first": {}, "unlabelled": 0, "failed": 0,
+               "gops": collections.Counter(), "short_sides": collections.Counter()}
     from tqdm import tqdm
 
     total = _total(inputs) if progress else None
@@ -368,7 +373,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     f.close()
     if target != out:
         os.replace(target, out)
-    for k in ("decoders", "problems", "passed_over", "rechecked"):
+    for k in ("decoders", "problems", "passed_over", "rechecked", "gops", "short_sides"):
         summary[k] = dict(summary[k])
     return summary
 
