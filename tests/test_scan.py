@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -859,3 +860,23 @@ def test_a_rerun_over_a_manifest_from_before_the_audio_columns_fills_them(tmp_pa
     r = scan([tmp_path], out)
     assert "3 probed again (no check recorded: 3)" in r.stderr, r.stderr
     assert rows_of(out) == fresh
+
+
+@pytest.mark.parametrize("check", ["headers", "keyframes"])
+def test_damaged_audio_is_a_problem_named_by_its_time(tmp_path, check):
+    """Audio packets the decoder refuses (0.8-1.0 s): ``damaged audio at T s`` where the scan
+    decodes the whole track (deeper than ``--check headers``, which reads its ends only), a
+    problem of the kind ``--fail-on damaged`` counts; the video's decoder and numbers stay."""
+    from .test_audio import _damage_audio, write_av
+
+    path = write_av(tmp_path / "a.mp4", "aac")
+    _damage_audio(path, 0.8, 1.0)
+    out = tmp_path / "m.csv"
+    r = scan([path], out, expect_ok=check == "headers", extra=["--check", check, "--fail-on", "damaged"])
+    (row,) = rows_of(out)
+    assert (row["frames"], row["decoder"], row["audio_codec"]) == ("50", "decord", "aac")
+    if check == "headers":
+        assert row["problem"] == ""
+    else:
+        assert re.fullmatch(r"damaged audio at 0\.8\d\d s", row["problem"]), row["problem"]
+        assert "exit 1: 1 file with a problem of --fail-on damaged" in r.stderr, r.stderr

@@ -9,14 +9,17 @@ the sound starts after the first frame (silence before it in the clips); negativ
 ``audio_seconds`` runs from that first sample to the end of the last decoded frame, where the
 loader's ``audio_len`` stops counting. Only the first few packets and the last second of the
 track are decoded: the end is found by seeking there, or by decoding the whole track where the
-container cannot seek or says no duration.
+container cannot seek or says no duration. A scan deeper than ``check="headers"`` decodes
+the whole track (every audio packet is a keyframe), and the first packet the decoder refuses is
+a problem, ``damaged audio at T s`` (T on the container's timeline, as the loader's error says
+it).
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any
+from typing import Any, Iterator
 
 from .media import Media
 from .probe import VideoInfo, probe
@@ -31,10 +34,11 @@ AUDIO_COLUMNS = ("audio_codec", "audio_rate", "audio_channels", "audio_start", "
 _TAIL_S = 1.0
 
 
-def audio_cells(media: Media, info: VideoInfo, storage: Storage) -> tuple[dict[str, Any], str]:
-    """(the audio columns of the file ``info`` was probed from, a problem: ``damaged audio:
-    ...`` where the track's packets cannot be read, else empty); every cell empty for a file
-    without an audio stream."""
+def audio_cells(media: Media, info: VideoInfo, storage: Storage,
+                whole: bool = False) -> tuple[dict[str, Any], str]:
+    """(the audio columns of the file ``info`` was probed from, a problem or ""); every cell
+    empty for a file without an audio stream. ``whole``: every packet decoded, not only the
+    track's ends, and a packet the decoder refuses is the problem ``damaged audio at T s``."""
     import av
 
     from ._av import open_input
@@ -47,14 +51,16 @@ def audio_cells(media: Media, info: VideoInfo, storage: Storage) -> tuple[dict[s
         cc = s.codec_context
         cells.update(audio_codec=getattr(cc.codec, "canonical_name", cc.name), audio_rate=cc.sample_rate,
                      audio_channels=len(cc.layout.channels))
+        damage: list[float] = []
         try:
-            span = _span(c, s)
-        except av.error.FFmpegError as e:
-            return cells, f"damaged audio: {' '.join(str(e).split())[:200]}"
+            span = _span(c, s, whole, damage)
+        except av.error.FFmpegError as e:  # the demuxer's: the track cannot be read to its end
+            why = storage.redact(" ".join(str(getattr(e, "strerror", None) or e).split()))
+            return cells, f"damaged audio: {why[:200]}"
         if span is not None:
             zero = _video_zero(c, info)
             cells.update(audio_start=_seconds(span[0] - zero), audio_seconds=_seconds(span[1] - span[0]))
-    return cells, ""
+    return cells, f"damaged audio at {min(damage):.3f} s" if damage and whole else ""
 
 
 def with_audio(row: dict, storage: Storage) -> dict:
@@ -81,24 +87,29 @@ def _video_zero(c: Any, info: VideoInfo) -> float:
     return 0.0 if v is None or v.start_time is None else float(v.start_time * Fraction(v.time_base))
 
 
-def _span(c: Any, s: Any) -> tuple[float, float] | None:
+def _span(c: Any, s: Any, whole: bool, damage: list[float]) -> tuple[float, float] | None:
     """(the first decoded sample's time, the end of the last decoded frame) of the stream ``s``,
-    in seconds; None where no frame decodes."""
-    first = next((t for t, _ in _frames(c, s)), None)
+    in seconds; None where no frame decodes. The times of the packets the decoder refuses go
+    into ``damage``; ``whole``: every packet is decoded."""
+    frames = _frames(c, s, damage)
+    first = next((t for t, _ in frames), None)
     if first is None:
         return None
+    if whole:
+        end = _last_end(frames)
+        return first, max(first, end if end is not None else first)
     tb = Fraction(s.time_base)
     stated = _stated_end(c, s, tb)
     end = None
     if stated is not None and stated - _TAIL_S > first:
         try:
             c.seek(math.floor((stated - _TAIL_S) / tb), stream=s, backward=True)
-            end = _last_end(c, s)
+            end = _last_end(_frames(c, s, damage))
         except Exception:
             end = None  # a container that cannot seek there: from the start
     if end is None:
         c.seek(min(0, (s.start_time or 0) - 1), stream=s, backward=True)
-        end = _last_end(c, s)
+        end = _last_end(_frames(c, s, damage))
     return first, max(first, end if end is not None else first)
 
 
@@ -110,16 +121,16 @@ def _stated_end(c: Any, s: Any, tb: Fraction) -> float | None:
     return c.duration / 1e6 if c.duration else None
 
 
-def _last_end(c: Any, s: Any) -> float | None:
+def _last_end(frames: Iterator[tuple[float, float]]) -> float | None:
     end = None
-    for t, seconds in _frames(c, s):
+    for t, seconds in frames:
         end = t + seconds
     return end
 
 
-def _frames(c: Any, s: Any):
+def _frames(c: Any, s: Any, damage: list[float]) -> Iterator[tuple[float, float]]:
     """(time, seconds) of each frame of ``s`` decoded from where ``c`` stands; a packet the
-    decoder refuses is passed over (the loader's clips hear silence there)."""
+    decoder refuses is passed over, its time put in ``damage``."""
     import av
 
     tb = Fraction(s.time_base)
@@ -127,6 +138,8 @@ def _frames(c: Any, s: Any):
         try:
             frames = packet.decode()
         except av.error.FFmpegError:
+            if packet.pts is not None:
+                damage.append(float(packet.pts * tb))
             continue
         for frame in frames:
             if frame.pts is not None and frame.samples:

@@ -215,7 +215,7 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
         media = storage.resolve(path)
         row["bytes"], row["mtime_ns"] = media.stamp
         info = probe_with_evidence(media, check=check, storage=storage)
-        audio, why = audio_cells(media, info, storage)
+        audio, why = audio_cells(media, info, storage, whole=check != "headers")
     except Exception as e:  # every file gets its row; the reason goes in it
         text = storage.redact(" ".join(str(e).split())) or type(e).__name__
         row["problem"] = f"unreadable: {text[:300]}"
