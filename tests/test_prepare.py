@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 import shmloader
+from shmloader.video.audioprobe import AUDIO_COLUMNS
 from shmloader.video.prepare import PREPARE_COLUMNS
 from shmloader.video.probe import probe
 from shmloader.video.pyav import PyAV
@@ -234,10 +235,15 @@ def test_audio_is_copied_or_left_out_with_a_note(zoo, prepared):
         want = [p.size for p in s.demux(s.streams.audio[0]) if p.size]
         got = [p.size for p in c.demux(c.streams.audio[0]) if p.size]
         assert got == want  # copied packet for packet
+    # The row's audio columns are the copy's: what was copied, or empty where it was left out.
+    assert [row[c] for c in AUDIO_COLUMNS[:3]] == ["aac", "48000", "1"]
+    assert float(row["audio_seconds"]) == pytest.approx(40 / 25, abs=0.05), row["audio_seconds"]
+    assert abs(float(row["audio_start"])) < 1024 / 48000, row["audio_start"]
     copy, row = copy_of(prepared, zoo[1]["pcm"])
     with av.open(copy) as c:
         assert not c.streams.audio
     assert row["note"] == "audio (pcm_s16le) left out: MP4 cannot hold it as it is", row["note"]
+    assert [row[c] for c in AUDIO_COLUMNS] == [""] * 5
 
 
 def test_a_file_that_cannot_be_prepared_is_a_row_and_the_rest_are_prepared(zoo, prepared):
@@ -554,6 +560,35 @@ def test_audio_stays_in_step_with_the_video_when_the_times_move(tmp_path):
 
     want = audio_after_first_frame(str(tmp_path / "src" / "a.ts"))
     assert len(want) > 50 and audio_after_first_frame(str(tmp_path / "dst" / "a.mp4")) == want
+    # The copy's row says where its sound starts after its first frame, as a decode of it places it.
+    (row,) = rows_of(tmp_path / "dst" / "manifest.csv")
+    with av.open(str(tmp_path / "dst" / "a.mp4")) as c:
+        first = float(next(c.decode(video=0)).time)
+        sound = next(f for f in c.decode(audio=0) if f.samples)
+    assert float(row["audio_start"]) == pytest.approx(float(sound.time) - first, abs=1e-6), row
+    assert row["audio_codec"] == "aac" and row["audio_channels"] == "1"
+
+
+def test_a_manifest_from_before_the_audio_columns_keeps_its_copies_and_gets_them(tmp_path):
+    """A DST prepared before the manifest had audio columns: its copies are kept (not made
+    again) and their rows get the copies' audio, as a fresh run writes them."""
+    (tmp_path / "src").mkdir()
+    with_audio(str(tmp_path / "src" / "a.mp4"), "aac", 3)
+    write_video(tmp_path / "src" / "b.mp4", 4, frames=12)
+    dst = tmp_path / "dst"
+    run_prepare(tmp_path / "src", "--out", dst, "--short-side", SHORT)
+    fresh = rows_of(dst / "manifest.csv")
+    assert fresh[0]["audio_codec"] == "aac" and fresh[1]["audio_codec"] == ""
+    before = os.stat(dst / "a.mp4").st_mtime_ns
+    with open(dst / "manifest.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, [c for c in PREPARE_COLUMNS if c not in AUDIO_COLUMNS], extrasaction="ignore")
+        w.writeheader()
+        w.writerows(fresh)
+    r = run_prepare(tmp_path / "src", "--out", dst, "--short-side", SHORT)
+    assert "0 prepared" in r.stderr and "2 kept from an earlier run" in r.stderr, r.stderr
+    assert os.stat(dst / "a.mp4").st_mtime_ns == before
+    assert list(rows_of(dst / "manifest.csv")[0]) == list(PREPARE_COLUMNS)
+    assert rows_of(dst / "manifest.csv") == fresh
 
 
 def test_a_script_that_calls_prepare_at_its_top_level_runs_once(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -758,3 +759,124 @@ scan([{str(tmp_path)!r}], {str(tmp_path / "manifest.csv")!r}, workers=2)
     assert len((tmp_path / "runs.txt").read_text().split()) == 1
     with open(tmp_path / "manifest.csv", newline="") as f:
         assert [row["frames"] for row in csv.DictReader(f)] == ["12"] * 3
+
+
+def _track(path) -> tuple[float, float]:
+    """(first sample's time after the video's first frame, seconds to the end of the last frame)
+    of ``path``'s audio, from a decode of the whole track (the loader's timeline: the video's
+    first timestamp is 0)."""
+    import av
+    from fractions import Fraction
+
+    with av.open(os.fspath(path)) as c:
+        v = c.streams.video[0]
+        zero = min(float(p.pts * Fraction(v.time_base)) for p in c.demux(v) if p.pts is not None)
+    with av.open(os.fspath(path)) as c:
+        s = c.streams.audio[0]
+        frames = [(float(f.pts * Fraction(s.time_base)), f.samples / f.sample_rate) for f in c.decode(s)]
+    return frames[0][0] - zero, frames[-1][0] + frames[-1][1] - frames[0][0]
+
+
+def test_scan_reports_each_files_audio_stream(tmp_path, monkeypatch):
+    """AAC in MP4 (44.1 kHz stereo), PCM in MOV (48 kHz mono), no audio, and audio that starts
+    0.4 s after the first frame: codec, rate, channels, where the sound starts after the first
+    frame and how long it lasts, as a decode of the whole track says; and the loader, reading
+    the manifest, hears silence up to that start."""
+    from shmloader.samples import write_video
+
+    from .test_audio import write_av
+
+    write_av(tmp_path / "a_aac.mp4", "aac", 44100, 2)
+    write_av(tmp_path / "b_pcm.mov", "pcm_s16le", 48000, 1)
+    write_video(tmp_path / "c_silent.mp4", 3, frames=20)
+    write_av(tmp_path / "d_late.mp4", "aac", 44100, 2, audio_from=0.4)
+    write_av(tmp_path / "e_late.mov", "pcm_s16le", 44100, 2, audio_from=0.4)
+    out = tmp_path / "manifest.csv"
+    scan([tmp_path], out)
+    rows = {os.path.basename(r["path"]): r for r in rows_of(out)}
+    assert list(rows_of(out)[0]) == list(COLUMNS) and COLUMNS[-5:] == (
+        "audio_codec", "audio_rate", "audio_channels", "audio_start", "audio_seconds")
+    audio = {name: tuple(row[c] for c in COLUMNS[-5:-2]) for name, row in rows.items()}
+    assert audio == {"a_aac.mp4": ("aac", "44100", "2"), "b_pcm.mov": ("pcm_s16le", "48000", "1"),
+                     "c_silent.mp4": ("", "", ""), "d_late.mp4": ("aac", "44100", "2"),
+                     "e_late.mov": ("pcm_s16le", "44100", "2")}
+    assert rows["c_silent.mp4"]["audio_start"] == rows["c_silent.mp4"]["audio_seconds"] == ""
+    assert (rows["b_pcm.mov"]["audio_start"], rows["b_pcm.mov"]["audio_seconds"]) == ("0", "2")  # 50 frames
+    assert (rows["e_late.mov"]["audio_start"], rows["e_late.mov"]["audio_seconds"]) == ("0.4", "1.6")
+    for name in ("a_aac.mp4", "d_late.mp4"):
+        start, seconds = _track(tmp_path / name)
+        assert float(rows[name]["audio_start"]) == pytest.approx(start, abs=1e-6), name
+        assert float(rows[name]["audio_seconds"]) == pytest.approx(seconds, abs=1e-6), name
+    # The AAC track that starts late begins with the encoder's priming, kept a little before 0.4 s.
+    assert 0.37 < float(rows["d_late.mp4"]["audio_start"]) < 0.4
+    assert all(r["problem"] == "" for r in rows.values())
+    from ._examples import doc_example
+
+    namespace: dict = {}
+    monkeypatch.chdir(tmp_path)  # the guide's example reads manifest.csv here
+    exec(doc_example("scan-audio"), namespace)
+    assert [os.path.basename(p) for p in namespace["silent"]] == ["c_silent.mp4"]
+    assert [os.path.basename(p) for p in namespace["late"]] == ["d_late.mp4", "e_late.mov"]
+
+    # The loader, from the manifest, places the late sound where the row says it starts.
+    clips = shmloader.VideoClips.from_csv(str(out), clip_len=20, clips_per_video=3, sampling="uniform",
+                                          audio_rate=16000)
+    v = clips.paths.index(str(tmp_path / "e_late.mov"))
+    got = clips.reader().read([3 * v])
+    assert got["frames"][0][0] == 0 and got["audio_len"][0] == round(20 / 25 * 16000)
+    sound = np.flatnonzero(np.abs(got["audio"][0, :, 0]) > 1e-3)
+    assert abs(int(sound[0]) - 0.4 * 16000) <= 2, sound[0]
+
+
+def test_a_rerun_over_a_manifest_from_before_the_audio_columns_fills_them(tmp_path):
+    """An earlier manifest without the audio columns is a scan of these inputs: its rows are
+    kept (not probed again: a changed cell stays) and get their audio cells; one without the
+    check column either is probed again whole."""
+    from .test_audio import write_av
+
+    write_av(tmp_path / "a.mp4", "aac", 44100, 2)
+    write_av(tmp_path / "b.mov", "pcm_s16le", 48000, 1, audio_from=0.4)
+    (tmp_path / "c.mp4").write_text("not a video\n")
+    out = tmp_path / "m.csv"
+    scan([tmp_path], out)
+    fresh = rows_of(out)
+    assert fresh[1]["audio_start"] == "0.4" and fresh[2]["problem"].startswith("unreadable")
+    old = [{k: v for k, v in r.items() if not k.startswith("audio_")} for r in fresh]
+    old[0]["pix_fmt"] = "kept"  # a kept row keeps it; a probe would write yuv420p
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, [c for c in COLUMNS if not c.startswith("audio_")])
+        w.writeheader()
+        w.writerows(old)
+    r = scan([tmp_path], out)
+    assert "3 rows from an earlier run: 3 kept, 0 probed again" in r.stderr, r.stderr
+    assert list(rows_of(out)[0]) == list(COLUMNS)
+    assert rows_of(out) == [dict(fresh[0], pix_fmt="kept"), *fresh[1:]]
+
+    oldest = [{k: v for k, v in r.items() if k != "check"} for r in old]
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, [c for c in COLUMNS if c != "check" and not c.startswith("audio_")])
+        w.writeheader()
+        w.writerows(oldest)
+    r = scan([tmp_path], out)
+    assert "3 probed again (no check recorded: 3)" in r.stderr, r.stderr
+    assert rows_of(out) == fresh
+
+
+@pytest.mark.parametrize("check", ["headers", "keyframes"])
+def test_damaged_audio_is_a_problem_named_by_its_time(tmp_path, check):
+    """Audio packets the decoder refuses (0.8-1.0 s): ``damaged audio at T s`` where the scan
+    decodes the whole track (deeper than ``--check headers``, which reads its ends only), a
+    problem of the kind ``--fail-on damaged`` counts; the video's decoder and numbers stay."""
+    from .test_audio import _damage_audio, write_av
+
+    path = write_av(tmp_path / "a.mp4", "aac")
+    _damage_audio(path, 0.8, 1.0)
+    out = tmp_path / "m.csv"
+    r = scan([path], out, expect_ok=check == "headers", extra=["--check", check, "--fail-on", "damaged"])
+    (row,) = rows_of(out)
+    assert (row["frames"], row["decoder"], row["audio_codec"]) == ("50", "decord", "aac")
+    if check == "headers":
+        assert row["problem"] == ""
+    else:
+        assert re.fullmatch(r"damaged audio at 0\.8\d\d s", row["problem"]), row["problem"]
+        assert "exit 1: 1 file with a problem of --fail-on damaged" in r.stderr, r.stderr

@@ -13,7 +13,9 @@ loads without probing, and after them:
 
 (``path`` relative to DST, so that the folder can move): the file each copy was made from and
 its version, what it was made at, and what was left out (an audio stream the copy's container
-cannot hold as it is). A file that could not be prepared is a row whose ``problem`` starts with
+cannot hold as it is). The ``audio_*`` columns are the copy's: its audio stream as copied
+(the same packets, placed on the copy's timeline as on the source's), empty where it has none.
+A file that could not be prepared is a row whose ``problem`` starts with
 ``unreadable: cannot prepare``, with the cause.
 
 NOTE [ Preparing safely, again ]
@@ -41,6 +43,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..engine.source import check_int, check_seconds, usable_cpus
+from .audioprobe import AUDIO_COLUMNS, with_audio
 from .media import is_remote, split_member
 from .rescan import check_fail_on, count, fails
 from .scan import COLUMNS, _blank, _is_shards, _kill, _pool, _row, iter_inputs
@@ -161,7 +164,9 @@ def _earlier(manifest: str) -> dict[str, dict]:
         return {}
     with open(manifest, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames is not None and tuple(reader.fieldnames) != PREPARE_COLUMNS:
+        # A manifest from before the audio columns: its kept rows get them (``prepare_files``).
+        older = tuple(c for c in PREPARE_COLUMNS if c not in AUDIO_COLUMNS)
+        if reader.fieldnames is not None and tuple(reader.fieldnames) not in (PREPARE_COLUMNS, older):
             raise ValueError(f"{manifest!r} is not a manifest of shmloader prepare (its columns are "
                              f"{reader.fieldnames}): give another --out")
         base = os.path.dirname(manifest)
@@ -224,6 +229,8 @@ def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathL
     for item in listed:
         old = earlier.get(item[0])
         if old is not None and old["path"] == item[3] and _finished(old, text, storage):
+            if AUDIO_COLUMNS[0] not in old:  # the copy's audio, read as a scan reads it
+                old = with_audio(old, LOCAL)
             rows[item[0]] = dict(old, label=item[1], _kept=True)
         else:
             todo.append(item)

@@ -9,6 +9,7 @@ import os
 import re
 from typing import Iterable, Iterator
 
+from .audioprobe import AUDIO_COLUMNS
 from .media import is_remote, local_path, split_member
 from .probe import _LONG_GOP, CHECKS
 
@@ -20,13 +21,15 @@ RUN_PROBLEMS = ("unreadable: probe took over", "unreadable: probe crashed")
 
 def earlier_rows(out: str, columns: tuple[str, ...]) -> Iterator[dict]:
     """The rows of the manifest ``out`` written by an earlier run, lazily; ValueError where it is
-    not a scan manifest. Rows of a manifest from before the ``check`` column have it empty."""
+    not a scan manifest. Rows of a manifest from before the ``check`` column have it empty;
+    those from before the audio columns have none (``video.scan`` reads their audio)."""
     with open(out, newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None:
             return
-        old = tuple(c for c in columns if c != "check")
-        if tuple(reader.fieldnames) not in (columns, old):
+        olds = [tuple(c for c in columns if c not in left) for left in ((), ("check",), AUDIO_COLUMNS,
+                                                                          ("check", *AUDIO_COLUMNS))]
+        if tuple(reader.fieldnames) not in olds:
             raise ValueError(f"{out!r} is not a scan manifest (its columns are {reader.fieldnames}); "
                              "pass --overwrite or another --out")
         for row in reader:

@@ -11,12 +11,15 @@ is probed (``video.probe``, ``check="keyframes"`` by default: every keyframe dec
 change is found in any codec) and written as one CSV row, in input order:
 
     path, label, frames, width, height, fps, duration, codec, pix_fmt, rotation, decoder,
-    problem, bytes, mtime_ns, offset
+    problem, bytes, mtime_ns, offset, check, audio_codec, audio_rate, audio_channels,
+    audio_start, audio_seconds
 
 ``bytes`` and ``mtime_ns`` say which version of the file the row describes (remotely,
 ``mtime_ns`` is a hash of the object's ETag or modification time); ``offset`` is where a tar
 member's data starts in its shard (empty for other files), so that ``from_csv`` hands the
-members' places to the workers and no shard's headers are read again.
+members' places to the workers and no shard's headers are read again. The ``audio_*`` columns
+describe the file's first audio stream (``video.audioprobe``; empty without one): ``audio_start``
+is where its sound starts, in seconds after the video's first frame.
 
 ``decoder`` is the one the loader will use (see NOTE [ Which decoder reads a file ] in
 ``video.probe``: with ``--check keyframes`` or ``frames`` a file decord would read is checked by
@@ -52,6 +55,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
 from ..engine.source import check_choice, check_int, check_seconds, usable_cpus
+from .audioprobe import AUDIO_COLUMNS, audio_cells, with_audio
 from .evidence import probe_with_evidence
 from .media import is_remote, member_url, split_member
 from .probe import CHECKS
@@ -63,7 +67,7 @@ __all__ = ["scan", "COLUMNS"]
 
 
 COLUMNS = ("path", "label", "frames", "width", "height", "fps", "duration", "codec", "pix_fmt", "rotation",
-           "decoder", "problem", "bytes", "mtime_ns", "offset", "check")
+           "decoder", "problem", "bytes", "mtime_ns", "offset", "check", *AUDIO_COLUMNS)
 # Written after COLUMNS when an input manifest has either (time spans, in seconds).
 SPAN_COLUMNS = ("start", "end")
 
@@ -188,8 +192,8 @@ def _blank(path: str, label: int, problem: str = "") -> dict[str, Any]:
 
 def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, int] | None = None,
          earlier: dict | None = None) -> dict:
-    """One manifest row (in a worker process); ``earlier`` (a row of an earlier run, for a remote
-    file) is returned as it is where the file's stamp has not changed since."""
+    """One manifest row (in a worker process); ``earlier`` (a row of an earlier run) is returned
+    where the file's stamp has not changed since, its audio cells read where it has none."""
     if earlier is not None:
         try:
             member = split_member(path)
@@ -199,7 +203,7 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
         except Exception:
             stamp = None
         if stamp is not None and [str(x) for x in stamp] == [earlier["bytes"], earlier["mtime_ns"]]:
-            return dict(earlier, _kept=True)
+            return dict(earlier if AUDIO_COLUMNS[0] in earlier else with_audio(earlier, storage), _kept=True)
         return dict(_row(path, label, check, storage, place), _changed=True)
     row = _blank(path, label)
     row["check"] = check
@@ -211,13 +215,14 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
         media = storage.resolve(path)
         row["bytes"], row["mtime_ns"] = media.stamp
         info = probe_with_evidence(media, check=check, storage=storage)
+        audio, why = audio_cells(media, info, storage, whole=check != "headers")
     except Exception as e:  # every file gets its row; the reason goes in it
         text = storage.redact(" ".join(str(e).split())) or type(e).__name__
         row["problem"] = f"unreadable: {text[:300]}"
         return row
     row.update(frames=info.frames, width=info.width, height=info.height, fps=f"{info.fps:.6g}",
                duration=f"{info.duration:.6g}", codec=info.codec, pix_fmt=info.pix_fmt, rotation=info.rotation,
-               decoder=info.decoder, problem=info.problem)
+               decoder=info.decoder, problem="; ".join(p for p in (info.problem, why) if p), **audio)
     if info.keyframes is not None and len(info.keyframes):  # for the summary (not a column)
         row["_gop"] = round(info.frames / len(info.keyframes))
     return row
@@ -309,8 +314,8 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                 if why is not None:
                     summary["rechecked"][why] += 1
                     return submit(item)
-                if moved is None:  # remote: its worker compares the stamp
-                    return submit(item, old)
+                if moved is None or AUDIO_COLUMNS[0] not in old:  # remote, or no audio cells: its worker
+                    return submit(item, old)  # compares the stamp (and reads the audio)
                 done = cf.Future()
                 done.set_result(dict(old, _kept=True))
                 return item, done
