@@ -24,8 +24,8 @@ import time
 import harness
 import numpy as np
 import report
-from report import fmt, table
-from workloads import write_textured
+from report import fmt, fmt_ratio, table
+from workloads import write_textured, written
 
 DECODERS = ("pyav", "decord")
 
@@ -63,11 +63,7 @@ def prepare(args, notes: list[str]) -> dict:
             paths = []
             for i in range(args.video_count):
                 p = os.path.join(args.cache, f"v{i:02d}_{size[0]}x{size[1]}_g{gop}_{args.seconds}s.mp4")
-                if not os.path.exists(p):
-                    print(f"writing {p}", file=sys.stderr)
-                    write(p + ".tmp.mp4", i, size, gop, args.seconds)
-                    os.replace(p + ".tmp.mp4", p)
-                paths.append(p)
+                paths.append(written(p, lambda tmp: write(tmp, i, size, gop, args.seconds)))
             infos = [probe(p) for p in paths]
             files[_shape(size, gop)] = infos
             mb = np.median([os.path.getsize(p) / 1e6 for p in paths])
@@ -137,9 +133,7 @@ def markdown(doc: dict) -> str:
         r = doc["ratios"].get(shape)
         rows.append(f"| {shape} | {fmt(s['pyav'].get('cpu_ms_per_clip'), 1)} | "
                     f"{fmt(s['decord'].get('cpu_ms_per_clip'), 1)} | "
-                    f"{'–' if not r else format(r['ratio'], '.2f')} "
-                    f"({'–' if not r else format(r['per_rep_min'], '.2f')}–"
-                    f"{'–' if not r else format(r['per_rep_max'], '.2f')}) | "
+                    f"{fmt_ratio(r)} | "
                     f"{fmt(s['pyav'].get('clips_per_s'), 1)} | {fmt(s['decord'].get('clips_per_s'), 1)} | "
                     f"{fmt(s['pyav'].get('frames_bad'))} / {fmt(s['decord'].get('frames_bad'))} |")
     lines += table("| file shape | PyAV CPU ms/clip | decord CPU ms/clip | decord / PyAV | PyAV clips/s | "

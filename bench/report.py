@@ -72,6 +72,11 @@ def fmt(s: dict | None, digits: int = 0, scale: float = 1.0, comma: bool = False
     return f"{med} ({f.format(s['min'] * scale)}–{f.format(s['max'] * scale)})"
 
 
+def fmt_ratio(r: dict | None) -> str:
+    """A ``ratio`` cell: the ratio of medians, and (min–max) of the ratio by repetition."""
+    return "–" if not r else f"{r['ratio']:.2f} ({r['per_rep_min']:.2f}–{r['per_rep_max']:.2f})"
+
+
 def header(doc: dict, title: str, libs: tuple[str, ...] = (), machine_tail: str = "",
            wall_tail: str = "") -> list[str]:
     """Title, machine, command, the code measured and the wall time. ``libs``: versions named

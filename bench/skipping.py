@@ -34,8 +34,8 @@ import time
 import harness
 import numpy as np
 import report
-from report import fmt, table
-from workloads import ClipSet, Workload, write_textured
+from report import fmt, fmt_ratio, table
+from workloads import ClipSet, Workload, write_textured, written
 
 LOADER_ROWS = ("decord-alone", "auto", "decord")
 ONE_ROWS = ("one-pyav", "one-pyav-full", "one-decord")
@@ -70,11 +70,7 @@ def prepare(args, notes: list[str]) -> dict:
     paths = []
     for i in range(args.video_count):
         p = os.path.join(args.cache, f"kinetics_{i:03d}_{args.seconds}s.mp4")
-        if not os.path.exists(p):
-            print(f"writing {p}", file=sys.stderr)
-            write_kinetics(p + ".tmp.mp4", i, args.seconds)
-            os.replace(p + ".tmp.mp4", p)
-        paths.append(p)
+        paths.append(written(p, lambda tmp: write_kinetics(tmp, i, args.seconds)))
     info = probe(paths[0])
     mbps = np.median([os.path.getsize(p) * 8 / args.seconds / 1e6 for p in paths])
     notes.append(f"Videos: {args.video_count} x {info.frames} frames {info.width}x{info.height} at {info.fps:g} fps, "
@@ -186,10 +182,6 @@ ABOUT = {"decord-alone": "decord alone: a VideoReader + get_batch per clip, W pr
          "one-decord": "one process, decord (a reader per clip)"}
 
 
-def _r(r: dict | None) -> str:
-    return "–" if not r else f"{r['ratio']:.2f} ({r['per_rep_min']:.2f}–{r['per_rep_max']:.2f})"
-
-
 def markdown(doc: dict) -> str:
     lines = report.header(doc, "Decoding less, exactly: Kinetics-style files, one clip per sample")
     c = doc["config"]
@@ -205,7 +197,7 @@ def markdown(doc: dict) -> str:
                    "other load % |", rows)
     lines += ["", "| ratio | clips/s, median (min-max by repetition) | CPU ms per clip |", "|---|---|---|"]
     for name, r in doc["ratios"].items():
-        lines.append(f"| {name} | {_r(r)} | {_r(doc['cpu_ratios'].get(name))} |")
+        lines.append(f"| {name} | {fmt_ratio(r)} | {fmt_ratio(doc['cpu_ratios'].get(name))} |")
     lines += [""] + [f"- Target {t['target']}: {'met' if t['met'] else 'missed'} "
                      f"({'–' if t['ratio'] is None else format(t['ratio'], '.2f')})." for t in doc["targets"]]
     lines += [""]
