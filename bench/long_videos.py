@@ -32,7 +32,7 @@ import sys
 import harness
 import report
 from report import fmt, table
-from workloads import ClipSet, Workload
+from workloads import ClipSet, Workload, written
 
 DECODERS = ("auto", "pyav", "decord")
 USES = ("one", "many")
@@ -63,10 +63,7 @@ def prepare(args, notes: list[str]) -> dict:
     files = {}
     for length, frames in (("short", args.short_frames), ("long", args.long_frames)):
         path = os.path.join(args.cache, f"{length}_{frames}f_{h}x{w}_gop{args.gop}.mp4")
-        if not os.path.exists(path):
-            print(f"writing {path}", file=sys.stderr)
-            write_video(path + ".tmp.mp4", 1, frames=frames, size=(h, w), gop=args.gop)
-            os.replace(path + ".tmp.mp4", path)
+        written(path, lambda tmp: write_video(tmp, 1, frames=frames, size=(h, w), gop=args.gop))
         folder = os.path.join(args.cache, f"names_{length}_{frames}f_{h}x{w}_gop{args.gop}")
         os.makedirs(folder, exist_ok=True)
         links = []

@@ -32,7 +32,7 @@ import time
 import harness
 import report
 from report import fmt, table
-from workloads import ClipSet, Workload, write_textured
+from workloads import ClipSet, Workload, write_textured, written
 
 SOURCES = "sources"
 
@@ -87,12 +87,8 @@ def prepare(args, notes: list[str]) -> dict:
     paths = []
     for i in range(args.video_count):
         p = os.path.join(src, f"textured_{i:03d}.mp4")
-        if not os.path.exists(p):
-            print(f"writing {p}", file=sys.stderr)
-            write_textured(p + ".tmp.mp4", i, args.video_frames, (h, w), fps=25, gop=0,
-                           options={"crf": "23", "preset": "medium"})
-            os.replace(p + ".tmp.mp4", p)
-        paths.append(p)
+        paths.append(written(p, lambda tmp: write_textured(tmp, i, args.video_frames, (h, w), fps=25, gop=0,
+                                                           options={"crf": "23", "preset": "medium"})))
     labels = tuple(i % 2 for i in range(len(paths)))
     sets = {SOURCES: {"clips": ClipSet(tuple(paths), labels), "disk": _disk(paths)}}
     seconds = len(paths) * args.video_frames / 25

@@ -123,6 +123,7 @@ def _main_usage() -> tuple[float, int]:
 
 
 def _procs_cpu(pids: list[int]) -> float:
+    # shmloader.engine.stats.cpu_seconds, written here again: --commit measures commits older than it
     total = 0.0
     for pid in pids:
         try:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -132,6 +133,16 @@ def shm_transform(iters: int):
 # Texture added to the frame codes, +-38 levels: the codes keep a margin around read_codes'
 # threshold (light cells stay above ~120, dark ones below ~80) and the video gets ~500 kbit/s.
 _TEXTURE_AMPLITUDE = 0.3
+
+def written(path: str, write: Callable[[str], object]) -> str:
+    """``path``, made by ``write(<a temporary name>)`` and renamed where it is missing (said on
+    stderr): a run stopped mid-write leaves no half video under the name later runs reuse."""
+    if not os.path.exists(path):
+        print(f"writing {path}", file=sys.stderr)
+        write(path + ".tmp.mp4")
+        os.replace(path + ".tmp.mp4", path)
+    return path
+
 
 def write_textured(path: str | os.PathLike, video_id: int, frames: int, size: tuple[int, int],
                    fps: int, gop: int, options: dict[str, str] | None = None) -> str:
