@@ -348,19 +348,26 @@ def test_fail_on_exits_1_after_writing_the_manifest(tmp_path):
     run_prepare(tmp_path / "src", "--out", tmp_path / "dst", "--short-side", SHORT)  # without --fail-on: 0
 
 
-def test_ctrl_c_leaves_no_worker_and_no_temporary_file(tmp_path):
-    """A stop mid-run: the workers are gone, no ``.preparing`` file is left, the manifest lists
-    the copies finished, and a rerun prepares the rest."""
+def prepare_until_it_writes(tmp_path, count: int, name: str):
+    """(src, dst, the process): ``shmloader prepare`` of ``count`` 150-frame videos in one worker,
+    in a process of its own, once it writes the copy of ``name`` (or after 60 s)."""
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()
-    for i in range(4):
+    for i in range(count):
         write_video(src / f"v{i}.mp4", i, frames=150, size=(240, 320), gop=150)
     p = subprocess.Popen([sys.executable, "-m", "shmloader", "prepare", str(src), "--out", str(dst), "--workers", "1",
                           "--quiet"], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
+    while not (dst / f".{name}.preparing").exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.01)
+    return src, dst, p
+
+
+def test_ctrl_c_leaves_no_worker_and_no_temporary_file(tmp_path):
+    """A stop mid-run: the workers are gone, no ``.preparing`` file is left, the manifest lists
+    the copies finished, and a rerun prepares the rest."""
     # One worker: the second file's temporary file appears once the first file's row is sent.
-    while not (dst / ".v1.mp4.preparing").exists() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.02)
+    src, dst, p = prepare_until_it_writes(tmp_path, 4, "v1.mp4")
     time.sleep(0.2)
     kids = psutil.Process(p.pid).children(recursive=True)
     p.send_signal(signal.SIGINT)
@@ -396,15 +403,7 @@ def test_a_time_base_finer_than_the_frame_rate_keeps_the_timestamps(tmp_path):
 def test_a_worker_that_dies_loses_no_file(tmp_path):
     """A worker killed mid-file breaks the pool: that file is prepared again alone, the others in a
     new pool, and every copy is whole."""
-    src, dst = tmp_path / "src", tmp_path / "dst"
-    src.mkdir()
-    for i in range(3):
-        write_video(src / f"v{i}.mp4", i, frames=150, size=(240, 320), gop=150)
-    p = subprocess.Popen([sys.executable, "-m", "shmloader", "prepare", str(src), "--out", str(dst), "--workers", "1",
-                          "--quiet"], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (dst / ".v0.mp4.preparing").exists() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.01)
+    src, dst, p = prepare_until_it_writes(tmp_path, 3, "v0.mp4")
     kids = psutil.Process(p.pid).children(recursive=True)
     # forkserver: the workers are the fork server's children
     workers = [k for k in kids if k.ppid() != p.pid]
