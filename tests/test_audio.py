@@ -1,193 +1,53 @@
 """Audio beside video (``VideoClips(audio_rate=...)``): every clip with the sound of the instants
 its frames show, resampled and mixed as FFmpeg does, checked against a decode of the whole track.
 
-The test videos carry a 441 Hz tone whose amplitude changes at every video frame (frame ``i``:
-``_level(i)``), so that audio placed one frame off shows in the levels, and audio half a sample
-off shows against the reference decode."""
+The test videos (``tests/_sound.py``) carry a 441 Hz tone whose amplitude changes at every video
+frame, so that audio placed one frame off shows in the levels, and audio half a sample off shows
+against the reference decode."""
 
 from __future__ import annotations
 
 import os
-from fractions import Fraction
 
 import av
 import numpy as np
 import pytest
 
 import shmloader
-from shmloader.video.samples import frame_image, make_videos, read_codes
+from shmloader.video.samples import make_videos, read_codes
 
 from ._needs import need
+from ._sound import (FPS, RATE, _level, _signal, assert_levels_follow_frames, best_lag, expected, reference,
+                     video_start, write_av)
 
 pytestmark = pytest.mark.timeout(180)
 
-FPS = 25
-FRAMES = 50
-RATE = 16000  # what the loader delivers
-_TONE = 441.0
-
-
-def _level(i: np.ndarray | int) -> np.ndarray:
-    """Frame ``i``'s amplitude: consecutive frames differ by at least 0.1 (a ratio of 1.2 or more)."""
-    return 0.05 + 0.05 * ((7 * np.asarray(i)) % 11)
-
-
-def _signal(t: np.ndarray, channels: int) -> np.ndarray:
-    """``[channels, n]`` samples at times ``t``: the tone at the level of the frame on screen;
-    the right channel at half the left's amplitude."""
-    x = _level(np.floor(t * FPS + 1e-9).astype(np.int64)) * np.sin(2 * np.pi * _TONE * t)
-    return np.stack([x, 0.5 * x][:channels]).astype(np.float32)
-
-
-_FORMATS = {"aac": "fltp", "libmp3lame": "fltp", "libopus": "flt", "pcm_s16le": "s16"}
-
-
-def write_av(path, codec: str = "aac", rate: int = 44100, channels: int = 2, frames: int = FRAMES,
-             audio_from: float = 0.0, audio_to: float | None = None) -> str:
-    """H.264 frames 0..frames-1 (frame codes of video 1) and ``codec`` audio from ``audio_from``
-    to ``audio_to`` seconds (the video's end), written with PyAV."""
-    path = os.fspath(path)
-    end = frames / FPS if audio_to is None else audio_to
-    fmt = _FORMATS[codec]
-    with av.open(path, "w") as c:
-        v = c.add_stream("libx264", rate=FPS)
-        v.width, v.height, v.pix_fmt = 64, 48, "yuv420p"
-        v.options = {"crf": "18", "preset": "veryfast"}
-        a = c.add_stream(codec, rate=rate)
-        a.layout = "stereo" if channels == 2 else "mono"
-        if codec == "aac":  # noise substitution: random noise in any decoder, other after a seek
-            a.options = {"aac_pns": "0"}
-        first, total, chunk = round(audio_from * rate), round((end - audio_from) * rate), 1000
-        done, shown = 0, 0
-        while done < total or shown < frames:
-            if done < total:
-                m = min(chunk, total - done)
-                x = _signal((first + done + np.arange(m)) / rate, channels)
-                arr = x if fmt == "fltp" else x.T.reshape(1, -1)
-                if fmt == "s16":
-                    arr = (arr * 32767).astype(np.int16)
-                f = av.AudioFrame.from_ndarray(np.ascontiguousarray(arr), format=fmt, layout=a.layout.name)
-                f.sample_rate, f.time_base, f.pts = rate, Fraction(1, rate), first + done
-                for p in a.encode(f):
-                    c.mux(p)
-                done += m
-            reached = (first + done) / rate if done < total else float("inf")
-            while shown < frames and shown / FPS <= reached:
-                img = av.VideoFrame.from_ndarray(frame_image(1, shown, 48, 64), format="rgb24")
-                for p in v.encode(img):
-                    c.mux(p)
-                shown += 1
-        for p in a.encode():
-            c.mux(p)
-        for p in v.encode():
-            c.mux(p)
-    return path
-
-
-def _convert(frames: list, rate: int, channels: int) -> np.ndarray:
-    """``frames`` as one stretch through libswresample (``aresample=osr=R:rematrix_maxval=1``, as
-    ``ffmpeg -ar R -ac C`` into 16-bit PCM mixes), ``[n, C]`` float."""
-    first = frames[0]
-    g = av.filter.Graph()
-    chain = [g.add("abuffer", sample_rate=str(first.sample_rate), sample_fmt=first.format.name,
-                   channel_layout=first.layout.name, time_base=f"1/{first.sample_rate}"),
-             g.add("aresample", osr=str(rate), rematrix_maxval="1"),
-             g.add("aformat", sample_fmts="fltp", sample_rates=str(rate),
-                   channel_layouts="mono" if channels == 1 else "stereo"),
-             g.add("abuffersink")]
-    for a, b in zip(chain, chain[1:]):
-        a.link_to(b)
-    g.configure()
-    out = []
-    for f in [*frames, None]:
-        if f is not None:
-            f.pts = None
-        g.push(f)
-        while True:
-            try:
-                out.append(g.pull().to_ndarray())
-            except (av.error.BlockingIOError, av.error.EOFError, EOFError):
-                break
-    return np.concatenate(out, axis=1).T
-
-
-def reference(path, rate: int = RATE, channels: int = 1) -> tuple[float, np.ndarray]:
-    """(time of its first sample, ``[n, C]`` samples): the whole audio track decoded by PyAV from
-    its start and converted in one go."""
-    with av.open(os.fspath(path)) as c:
-        s = c.streams.audio[0]
-        frames = list(c.decode(s))
-        t0 = float(frames[0].pts * s.time_base)
-    return t0, _convert(frames, rate, channels)
-
-
-def expected(ref: tuple[float, np.ndarray], start: float, n: int, rate: int = RATE) -> np.ndarray:
-    """The reference's ``n`` samples from ``start`` seconds, zeros where it has none."""
-    t_ref, samples = ref
-    at = round((start - t_ref) * rate)
-    out = np.zeros((n, samples.shape[1]), np.float32)
-    lo, hi = max(at, 0), min(at + n, len(samples))
-    if lo < hi:
-        out[lo - at : hi - at] = samples[lo:hi]
-    return out
-
-
-def best_lag(got: np.ndarray, want_at, n: int, slack: int) -> tuple[int, float]:
-    """The shift (samples) within ``slack`` that makes ``got`` closest to the reference, and the
-    largest difference there."""
-    tries = [(lag, float(np.abs(got[:n] - want_at(lag)).max())) for lag in range(-slack, slack + 1)]
-    return min(tries, key=lambda t: t[1])
-
-
-def frame_levels(audio: np.ndarray, frames: np.ndarray, first: int, rate: int = RATE) -> np.ndarray:
-    """RMS of the first channel over each frame of ``frames`` (video frame numbers), 2 ms from
-    its edges, the clip's audio starting at frame ``first``."""
-    out = []
-    for f in frames:
-        lo = round((f - first) / FPS * rate + 0.002 * rate)
-        hi = round((f - first + 1) / FPS * rate - 0.002 * rate)
-        out.append(np.sqrt(np.mean(audio[lo:hi, 0] ** 2)))
-    return np.array(out)
-
-
-def assert_levels_follow_frames(audio: np.ndarray, frames: np.ndarray, first: int) -> None:
-    """The tone's level over each frame is that frame's (to a common gain: the mix): a clip's
-    audio one frame early or late fails."""
-    ratio = frame_levels(audio, frames, first) / _level(frames)
-    # Lossy codecs move a frame's level by up to ~8 %; neighbouring frames differ by 30 % or more.
-    assert np.abs(ratio / np.median(ratio) - 1).max() < 0.15, ratio
-
-
 _SHAPES = [("aac", "mp4"), ("pcm_s16le", "mov"), ("pcm_s16le", "mkv"), ("libopus", "mkv"),
-           ("libmp3lame", "mp4"), ("aac", "ts"), ("libmp3lame", "ts"), ("pcm_s16le", "avi")]
+           ("libmp3lame", "mp4"), ("aac", "ts"), ("libmp3lame", "ts"), ("pcm_s16le", "avi"),
+           ("libopus", "webm"), ("vorbis", "webm"), ("vorbis", "mkv")]
+_RATES = {"libopus": 48000, "vorbis": 48000}
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("audio")
-    return {(codec, ext): write_av(folder / f"{codec}.{ext}", codec, 48000 if codec == "libopus" else 44100)
+    return {(codec, ext): write_av(folder / f"{codec}.{ext}", codec, _RATES.get(codec, 44100))
             for codec, ext in _SHAPES}
 
 
 # Samples a clip's audio may lie off the whole-track decode: none where the audio's clock is as
 # fine as its samples (MP4 and MOV: the sample rate; MPEG-TS: 90 kHz; AVI: sample counts); Matroska
-# stamps packets to the millisecond (half of it: 8 samples at 16 kHz), and a fraction of a sample
-# off leaves up to ~0.1 of difference on this tone.
-_SLACK = {"mp4": 0, "mov": 0, "ts": 0, "avi": 0, "mkv": 9}
-_ATOL = {"mp4": 0.02, "mov": 0.02, "ts": 0.02, "avi": 0.02, "mkv": 0.1}
-
-
-def video_start(path) -> float:
-    """Seconds the video stream starts at (MPEG-TS muxers start later than 0)."""
-    with av.open(os.fspath(path)) as c:
-        s = c.streams.video[0]
-        return 0.0 if s.start_time is None else float(s.start_time * s.time_base)
+# (and WebM) stamps packets to the millisecond (half of it: 8 samples at 16 kHz), and a fraction of
+# a sample off leaves up to ~0.1 of difference on this tone.
+_SLACK = {"mp4": 0, "mov": 0, "ts": 0, "avi": 0, "mkv": 9, "webm": 9}
+_ATOL = {"mp4": 0.02, "mov": 0.02, "ts": 0.02, "avi": 0.02, "mkv": 0.1, "webm": 0.1}
 
 
 @pytest.mark.parametrize("codec,ext", _SHAPES)
 def test_clip_audio_is_the_whole_track_sliced_at_the_first_frame(files, codec, ext):
-    """PCM, AAC, MP3 and Opus in MP4, MOV, MKV, MPEG-TS and AVI (whose video starts later than
-    0 in MPEG-TS, and whose audio carries the encoder's priming there, as no edit list drops it)."""
+    """PCM, AAC, MP3, Opus and Vorbis in MP4, MOV, MKV, WebM (VP9 frames), MPEG-TS and AVI (whose
+    video starts later than 0 in MPEG-TS, and whose audio carries the encoder's priming there, as
+    no edit list drops it)."""
     path = files[(codec, ext)]
     clips = shmloader.VideoClips([path], clip_len=4, frame_step=3, clips_per_video=14, sampling="uniform",
                                  audio_rate=RATE)
@@ -202,7 +62,7 @@ def test_clip_audio_is_the_whole_track_sliced_at_the_first_frame(files, codec, e
         t0 = frames[0] / FPS + video_start(path)
         lag, diff = best_lag(audio, lambda k: expected(ref, t0 + k / RATE, n), n, _SLACK[ext])
         assert diff < _ATOL[ext], (frames, lag, diff)
-        if ext != "mkv":
+        if ext not in ("mkv", "webm"):
             assert lag == 0
         assert_levels_follow_frames(audio, np.arange(frames[0], frames[-1] + 1), frames[0])
         if codec == "pcm_s16le" and ext == "mov":  # lossless, to the sample: the tone as written,
