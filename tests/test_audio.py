@@ -153,6 +153,32 @@ def test_audio_that_starts_after_the_video_is_silence_then_sound(tmp_path, ext):
     assert_levels_follow_frames(audio, sounding, f0)
 
 
+@pytest.mark.parametrize("codec,ext,decoder", [("aac", "mp4", "decord"), ("aac", "mp4", "pyav"),
+                                               ("pcm_s16le", "mkv", "auto")])
+def test_audio_that_starts_before_the_video_is_placed_by_the_first_frames_time(tmp_path, codec, ext, decoder):
+    """The video's first frame at 0.52 s, the sound from 0 (MP4: an edit list delays the video):
+    sample 0 of a clip is the sound at its first frame's time, not at the file's 0, and the
+    sound before the first frame belongs to no clip."""
+    path = write_av(tmp_path / f"early.{ext}", codec, video_from=0.52)
+    lead = 13  # frames of sound before frame 0
+    clips = shmloader.VideoClips([path], clip_len=10, clips_per_video=5, sampling="uniform", audio_rate=RATE,
+                                 decoder=decoder)
+    got = clips.reader().read(range(5))
+    assert [int(s) for s in got["start"]] == [0, 10, 20, 30, 40]
+    ref = reference(path)
+    assert ref[0] == pytest.approx(0.0, abs=1e-3) and video_start(path) == pytest.approx(0.52)
+    n = round(10 / FPS * RATE)
+    for audio, length, frames, video in zip(got["audio"], got["audio_len"], got["frames"], got["video"]):
+        assert list(read_codes(video)[1]) == list(frames)
+        assert abs(int(length) - n) <= _SLACK[ext]
+        t0 = (lead + frames[0]) / FPS
+        lag, diff = best_lag(audio, lambda k: expected(ref, t0 + k / RATE, n), n, _SLACK[ext])
+        assert diff < _ATOL[ext], (frames, lag, diff)
+        assert ext == "mkv" or lag == 0
+        # The tone's level over each frame is the level written for the instant it is shown.
+        assert_levels_follow_frames(audio, lead + np.arange(frames[0], frames[-1] + 1), lead + frames[0])
+
+
 def test_audio_that_ends_before_the_clip_is_cut_there(tmp_path):
     path = write_av(tmp_path / "short.mov", "pcm_s16le", audio_to=1.0)  # 25 frames of 50
     clips = shmloader.VideoClips([path], clip_len=10, clips_per_video=3, sampling="uniform", audio_rate=RATE)
