@@ -277,6 +277,35 @@ def test_audio_survives_with_options_and_options(files):
     assert "audio" not in timed.with_options(audio_rate=None).spec()
 
 
+def test_the_first_video_is_probed_once_for_its_size_and_its_frame_rate(files, monkeypatch):
+    """``size=None`` needs the first video's size, audio without ``audio_seconds`` its frame rate:
+    one probe serves both, when the description is made and when ``with_options`` makes a copy
+    (counted by a spy on the probe, which still reads the file)."""
+    from shmloader.video import arguments
+
+    calls = []
+    real = arguments.probe
+    monkeypatch.setattr(arguments, "probe", lambda path, **kw: calls.append(path) or real(path, **kw))
+    path = files[("aac", "mp4")]
+    clips = shmloader.VideoClips([path], clip_len=4, audio_rate=RATE)
+    assert (len(calls), clips.size, clips.audio_samples) == (1, (48, 64), round(4 / FPS * RATE))
+    copy = clips.with_options(clip_len=8)
+    assert (len(calls), copy.audio_samples) == (2, round(8 / FPS * RATE))
+    shmloader.VideoClips([path], clip_len=4, size=(32, 32), audio_rate=RATE)  # the frame rate alone
+    shmloader.VideoClips([path], clip_len=4, audio_rate=RATE, audio_seconds=0.5)  # the size alone
+    shmloader.VideoClips([path], clip_len=4, size=(32, 32), audio_rate=RATE, audio_seconds=0.5)  # neither
+    assert calls == [path] * 4
+
+
+def test_an_unreadable_first_video_is_named_for_the_argument_that_needs_it(tmp_path):
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"nope")
+    with pytest.raises(ValueError, match=r"size=None: cannot read the native size of .*bad\.mp4"):
+        shmloader.VideoClips([bad], clip_len=4, audio_rate=RATE)
+    with pytest.raises(ValueError, match=r"audio_rate: cannot read the frame rate .*audio_seconds=.* of .*bad\.mp4"):
+        shmloader.VideoClips([bad], clip_len=4, size=(32, 32), audio_rate=RATE)
+
+
 def test_torch_batches_carry_the_audio(files):
     torch = need("torch")
 
