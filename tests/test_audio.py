@@ -114,6 +114,59 @@ def test_grouped_decode_gives_each_clip_the_readers_audio(files):
         np.testing.assert_array_equal(a, mine[(i, s)])
 
 
+def test_the_ring_holds_each_samples_audio_and_delivers_views_of_it(files):
+    """The slots are laid out from ``spec()``, audio included: a batch's ``audio`` and
+    ``audio_len`` are views into its slot, not copies, and hold the reader's samples."""
+    clips = shmloader.VideoClips([files[("pcm_s16le", "mov")]], clip_len=4, clips_per_video=4,
+                                 clips_per_sample=2, sampling="uniform", audio_rate=RATE, audio_channels=2)
+    n = round(4 / FPS * RATE)
+    spec = clips.spec()
+    assert spec["audio"] == ((2, n, 2), np.dtype(np.float32)) and spec["audio_len"] == ((2,), np.dtype(np.int32))
+    with shmloader.Loader(clips, batch_size=3, workers=1, timeout=60) as loader:
+        assert loader.element_spec["audio"] == ((None, 2, n, 2), np.dtype(np.float32))
+        fields = {f.name: f for f in loader._ring.layout.fields}
+        assert fields["audio"].nbytes == 3 * 2 * n * 2 * 4 and fields["audio_len"].nbytes == 3 * 2 * 4
+        assert loader._ring.layout.slot_bytes >= sum(f.nbytes for f in fields.values())
+        batch = next(iter(loader))
+        for name in ("audio", "audio_len", "video"):
+            assert loader._ring.contains(batch[name].ctypes.data), name
+        alone = clips.reader().read(range(3))  # in order: no shuffle
+        np.testing.assert_array_equal(batch["start"], alone["start"])
+        np.testing.assert_array_equal(batch["audio_len"], alone["audio_len"])
+        np.testing.assert_allclose(batch["audio"], alone["audio"], atol=1e-4)
+        assert (batch["audio_len"] == n).all() and np.abs(batch["audio"]).max() > 0.02
+        del batch
+
+
+def test_a_resumed_loader_delivers_the_audio_of_an_uninterrupted_run(tmp_path):
+    """``state()`` mid-epoch, a new loader from it: the batches left, random clips and their
+    sound included, are those the whole run delivered."""
+    paths = [write_av(tmp_path / "a.mp4", "aac"), write_av(tmp_path / "b.mkv", "pcm_s16le")]
+    clips = shmloader.VideoClips(paths, [0, 1], clip_len=4, frame_step=2, clips_per_video=3, audio_rate=RATE)
+    settings = dict(batch_size=2, workers=2, shuffle=True, seed=4, epochs=2, timeout=60)
+
+    def fields(batch):
+        return {k: np.array(batch[k]) for k in ("index", "start", "audio", "audio_len")}
+
+    with shmloader.Loader(clips, **settings) as loader:
+        whole = [fields(b) for b in loader]
+    assert len(whole) == 6
+    with shmloader.Loader(clips, **settings) as loader:
+        it = iter(loader)
+        first = [fields(next(it)) for _ in range(2)]  # 2 of the first epoch's 3 batches
+        state = loader.state()
+    with shmloader.Loader(clips, **settings, state=state) as loader:
+        rest = [fields(b) for b in loader]
+    assert len(first) + len(rest) == len(whole)
+    for got, want in zip(first + rest, whole):
+        for k in ("index", "start", "audio_len"):
+            np.testing.assert_array_equal(got[k], want[k])
+        np.testing.assert_allclose(got["audio"], want["audio"], atol=1e-4)
+    assert all(np.abs(b["audio"]).max() > 0.02 for b in rest)
+    starts = [tuple(b["start"]) for b in whole]
+    assert starts[:3] != starts[3:]  # random starts: each epoch its own clips, and their sound
+
+
 def test_a_file_without_audio_gives_zeros_and_length_0(tmp_path):
     (path,), _ = make_videos(tmp_path, count=1, frames=30, size=(48, 64))
     clips = shmloader.VideoClips([path], clip_len=4, clips_per_video=2, audio_rate=RATE)
