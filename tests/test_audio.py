@@ -362,11 +362,14 @@ def test_an_unreadable_first_video_is_named_for_the_argument_that_needs_it(tmp_p
 def test_torch_batches_carry_the_audio(files):
     torch = need("torch")
 
-    clips = shmloader.VideoClips([files[("pcm_s16le", "mov")]], clip_len=4, clips_per_video=2, audio_rate=RATE)
+    clips = shmloader.VideoClips([files[("pcm_s16le", "mov")]], clip_len=4, clips_per_video=2, sampling="uniform",
+                                 audio_rate=RATE)
+    want = clips.reader().read([0, 1])
     with shmloader.Loader(clips, batch_size=2, workers=1, timeout=60) as loader:
         batch = next(iter(loader.as_torch()))
         assert batch["audio"].dtype == torch.float32 and tuple(batch["audio"].shape) == (2, 2560, 1)
-        assert batch["audio_len"].tolist() == [2560, 2560]
+        assert batch["audio_len"].dtype == torch.int32 and batch["audio_len"].tolist() == [2560, 2560]
+        np.testing.assert_allclose(batch["audio"].numpy(), want["audio"], atol=1e-4)
         assert float(batch["audio"].abs().max()) > 0.02
 
 
