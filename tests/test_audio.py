@@ -359,6 +359,25 @@ def test_an_unreadable_first_video_is_named_for_the_argument_that_needs_it(tmp_p
         shmloader.VideoClips([bad], clip_len=4, size=(32, 32), audio_rate=RATE)
 
 
+def test_a_files_frames_and_sound_are_read_through_one_open_container(files, monkeypatch):
+    """Where PyAV decodes the frames, the audio is read through the container the frames came
+    from (kept open for the next clip): one open of the file for every clip read from it, sound
+    included (counted by a spy on the decoder's open, which still opens the file)."""
+    from shmloader.video.pyav import PyAV
+
+    opened = []
+    real = PyAV._open_file
+    monkeypatch.setattr(PyAV, "_open_file", lambda self, media: opened.append(media.path) or real(self, media))
+    path = files[("aac", "mp4")]
+    clips = shmloader.VideoClips([path], clip_len=4, frame_step=2, clips_per_video=6, sampling="uniform",
+                                 audio_rate=RATE, decoder="pyav")
+    reader = clips.reader()
+    for ids in ([0], [3], [1, 5]):
+        got = reader.read(ids)
+        assert (got["audio_len"] > 0).all() and np.abs(got["audio"]).max() > 0.02
+    assert opened == [path] and reader.counters()["pyav"] == 3
+
+
 def test_torch_batches_carry_the_audio(files):
     torch = need("torch")
 
