@@ -1,193 +1,53 @@
 """Audio beside video (``VideoClips(audio_rate=...)``): every clip with the sound of the instants
 its frames show, resampled and mixed as FFmpeg does, checked against a decode of the whole track.
 
-The test videos carry a 441 Hz tone whose amplitude changes at every video frame (frame ``i``:
-``_level(i)``), so that audio placed one frame off shows in the levels, and audio half a sample
-off shows against the reference decode."""
+The test videos (``tests/_sound.py``) carry a 441 Hz tone whose amplitude changes at every video
+frame, so that audio placed one frame off shows in the levels, and audio half a sample off shows
+against the reference decode."""
 
 from __future__ import annotations
 
 import os
-from fractions import Fraction
 
 import av
 import numpy as np
 import pytest
 
 import shmloader
-from shmloader.video.samples import frame_image, make_videos, read_codes
+from shmloader.video.samples import make_videos, read_codes
 
 from ._needs import need
+from ._sound import (FPS, RATE, _level, _signal, assert_levels_follow_frames, best_lag, expected, reference,
+                     video_start, write_av)
 
 pytestmark = pytest.mark.timeout(180)
 
-FPS = 25
-FRAMES = 50
-RATE = 16000  # what the loader delivers
-_TONE = 441.0
-
-
-def _level(i: np.ndarray | int) -> np.ndarray:
-    """Frame ``i``'s amplitude: consecutive frames differ by at least 0.1 (a ratio of 1.2 or more)."""
-    return 0.05 + 0.05 * ((7 * np.asarray(i)) % 11)
-
-
-def _signal(t: np.ndarray, channels: int) -> np.ndarray:
-    """``[channels, n]`` samples at times ``t``: the tone at the level of the frame on screen;
-    the right channel at half the left's amplitude."""
-    x = _level(np.floor(t * FPS + 1e-9).astype(np.int64)) * np.sin(2 * np.pi * _TONE * t)
-    return np.stack([x, 0.5 * x][:channels]).astype(np.float32)
-
-
-_FORMATS = {"aac": "fltp", "libmp3lame": "fltp", "libopus": "flt", "pcm_s16le": "s16"}
-
-
-def write_av(path, codec: str = "aac", rate: int = 44100, channels: int = 2, frames: int = FRAMES,
-             audio_from: float = 0.0, audio_to: float | None = None) -> str:
-    """H.264 frames 0..frames-1 (frame codes of video 1) and ``codec`` audio from ``audio_from``
-    to ``audio_to`` seconds (the video's end), written with PyAV."""
-    path = os.fspath(path)
-    end = frames / FPS if audio_to is None else audio_to
-    fmt = _FORMATS[codec]
-    with av.open(path, "w") as c:
-        v = c.add_stream("libx264", rate=FPS)
-        v.width, v.height, v.pix_fmt = 64, 48, "yuv420p"
-        v.options = {"crf": "18", "preset": "veryfast"}
-        a = c.add_stream(codec, rate=rate)
-        a.layout = "stereo" if channels == 2 else "mono"
-        if codec == "aac":  # noise substitution: random noise in any decoder, other after a seek
-            a.options = {"aac_pns": "0"}
-        first, total, chunk = round(audio_from * rate), round((end - audio_from) * rate), 1000
-        done, shown = 0, 0
-        while done < total or shown < frames:
-            if done < total:
-                m = min(chunk, total - done)
-                x = _signal((first + done + np.arange(m)) / rate, channels)
-                arr = x if fmt == "fltp" else x.T.reshape(1, -1)
-                if fmt == "s16":
-                    arr = (arr * 32767).astype(np.int16)
-                f = av.AudioFrame.from_ndarray(np.ascontiguousarray(arr), format=fmt, layout=a.layout.name)
-                f.sample_rate, f.time_base, f.pts = rate, Fraction(1, rate), first + done
-                for p in a.encode(f):
-                    c.mux(p)
-                done += m
-            reached = (first + done) / rate if done < total else float("inf")
-            while shown < frames and shown / FPS <= reached:
-                img = av.VideoFrame.from_ndarray(frame_image(1, shown, 48, 64), format="rgb24")
-                for p in v.encode(img):
-                    c.mux(p)
-                shown += 1
-        for p in a.encode():
-            c.mux(p)
-        for p in v.encode():
-            c.mux(p)
-    return path
-
-
-def _convert(frames: list, rate: int, channels: int) -> np.ndarray:
-    """``frames`` as one stretch through libswresample (``aresample=osr=R:rematrix_maxval=1``, as
-    ``ffmpeg -ar R -ac C`` into 16-bit PCM mixes), ``[n, C]`` float."""
-    first = frames[0]
-    g = av.filter.Graph()
-    chain = [g.add("abuffer", sample_rate=str(first.sample_rate), sample_fmt=first.format.name,
-                   channel_layout=first.layout.name, time_base=f"1/{first.sample_rate}"),
-             g.add("aresample", osr=str(rate), rematrix_maxval="1"),
-             g.add("aformat", sample_fmts="fltp", sample_rates=str(rate),
-                   channel_layouts="mono" if channels == 1 else "stereo"),
-             g.add("abuffersink")]
-    for a, b in zip(chain, chain[1:]):
-        a.link_to(b)
-    g.configure()
-    out = []
-    for f in [*frames, None]:
-        if f is not None:
-            f.pts = None
-        g.push(f)
-        while True:
-            try:
-                out.append(g.pull().to_ndarray())
-            except (av.error.BlockingIOError, av.error.EOFError, EOFError):
-                break
-    return np.concatenate(out, axis=1).T
-
-
-def reference(path, rate: int = RATE, channels: int = 1) -> tuple[float, np.ndarray]:
-    """(time of its first sample, ``[n, C]`` samples): the whole audio track decoded by PyAV from
-    its start and converted in one go."""
-    with av.open(os.fspath(path)) as c:
-        s = c.streams.audio[0]
-        frames = list(c.decode(s))
-        t0 = float(frames[0].pts * s.time_base)
-    return t0, _convert(frames, rate, channels)
-
-
-def expected(ref: tuple[float, np.ndarray], start: float, n: int, rate: int = RATE) -> np.ndarray:
-    """The reference's ``n`` samples from ``start`` seconds, zeros where it has none."""
-    t_ref, samples = ref
-    at = round((start - t_ref) * rate)
-    out = np.zeros((n, samples.shape[1]), np.float32)
-    lo, hi = max(at, 0), min(at + n, len(samples))
-    if lo < hi:
-        out[lo - at : hi - at] = samples[lo:hi]
-    return out
-
-
-def best_lag(got: np.ndarray, want_at, n: int, slack: int) -> tuple[int, float]:
-    """The shift (samples) within ``slack`` that makes ``got`` closest to the reference, and the
-    largest difference there."""
-    tries = [(lag, float(np.abs(got[:n] - want_at(lag)).max())) for lag in range(-slack, slack + 1)]
-    return min(tries, key=lambda t: t[1])
-
-
-def frame_levels(audio: np.ndarray, frames: np.ndarray, first: int, rate: int = RATE) -> np.ndarray:
-    """RMS of the first channel over each frame of ``frames`` (video frame numbers), 2 ms from
-    its edges, the clip's audio starting at frame ``first``."""
-    out = []
-    for f in frames:
-        lo = round((f - first) / FPS * rate + 0.002 * rate)
-        hi = round((f - first + 1) / FPS * rate - 0.002 * rate)
-        out.append(np.sqrt(np.mean(audio[lo:hi, 0] ** 2)))
-    return np.array(out)
-
-
-def assert_levels_follow_frames(audio: np.ndarray, frames: np.ndarray, first: int) -> None:
-    """The tone's level over each frame is that frame's (to a common gain: the mix): a clip's
-    audio one frame early or late fails."""
-    ratio = frame_levels(audio, frames, first) / _level(frames)
-    # Lossy codecs move a frame's level by up to ~8 %; neighbouring frames differ by 30 % or more.
-    assert np.abs(ratio / np.median(ratio) - 1).max() < 0.15, ratio
-
-
 _SHAPES = [("aac", "mp4"), ("pcm_s16le", "mov"), ("pcm_s16le", "mkv"), ("libopus", "mkv"),
-           ("libmp3lame", "mp4"), ("aac", "ts"), ("libmp3lame", "ts"), ("pcm_s16le", "avi")]
+           ("libmp3lame", "mp4"), ("aac", "ts"), ("libmp3lame", "ts"), ("pcm_s16le", "avi"),
+           ("libopus", "webm"), ("vorbis", "webm"), ("vorbis", "mkv")]
+_RATES = {"libopus": 48000, "vorbis": 48000}
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("audio")
-    return {(codec, ext): write_av(folder / f"{codec}.{ext}", codec, 48000 if codec == "libopus" else 44100)
+    return {(codec, ext): write_av(folder / f"{codec}.{ext}", codec, _RATES.get(codec, 44100))
             for codec, ext in _SHAPES}
 
 
 # Samples a clip's audio may lie off the whole-track decode: none where the audio's clock is as
 # fine as its samples (MP4 and MOV: the sample rate; MPEG-TS: 90 kHz; AVI: sample counts); Matroska
-# stamps packets to the millisecond (half of it: 8 samples at 16 kHz), and a fraction of a sample
-# off leaves up to ~0.1 of difference on this tone.
-_SLACK = {"mp4": 0, "mov": 0, "ts": 0, "avi": 0, "mkv": 9}
-_ATOL = {"mp4": 0.02, "mov": 0.02, "ts": 0.02, "avi": 0.02, "mkv": 0.1}
-
-
-def video_start(path) -> float:
-    """Seconds the video stream starts at (MPEG-TS muxers start later than 0)."""
-    with av.open(os.fspath(path)) as c:
-        s = c.streams.video[0]
-        return 0.0 if s.start_time is None else float(s.start_time * s.time_base)
+# (and WebM) stamps packets to the millisecond (half of it: 8 samples at 16 kHz), and a fraction of
+# a sample off leaves up to ~0.1 of difference on this tone.
+_SLACK = {"mp4": 0, "mov": 0, "ts": 0, "avi": 0, "mkv": 9, "webm": 9}
+_ATOL = {"mp4": 0.02, "mov": 0.02, "ts": 0.02, "avi": 0.02, "mkv": 0.1, "webm": 0.1}
 
 
 @pytest.mark.parametrize("codec,ext", _SHAPES)
 def test_clip_audio_is_the_whole_track_sliced_at_the_first_frame(files, codec, ext):
-    """PCM, AAC, MP3 and Opus in MP4, MOV, MKV, MPEG-TS and AVI (whose video starts later than
-    0 in MPEG-TS, and whose audio carries the encoder's priming there, as no edit list drops it)."""
+    """PCM, AAC, MP3, Opus and Vorbis in MP4, MOV, MKV, WebM (VP9 frames), MPEG-TS and AVI (whose
+    video starts later than 0 in MPEG-TS, and whose audio carries the encoder's priming there, as
+    no edit list drops it)."""
     path = files[(codec, ext)]
     clips = shmloader.VideoClips([path], clip_len=4, frame_step=3, clips_per_video=14, sampling="uniform",
                                  audio_rate=RATE)
@@ -202,7 +62,7 @@ def test_clip_audio_is_the_whole_track_sliced_at_the_first_frame(files, codec, e
         t0 = frames[0] / FPS + video_start(path)
         lag, diff = best_lag(audio, lambda k: expected(ref, t0 + k / RATE, n), n, _SLACK[ext])
         assert diff < _ATOL[ext], (frames, lag, diff)
-        if ext != "mkv":
+        if ext not in ("mkv", "webm"):
             assert lag == 0
         assert_levels_follow_frames(audio, np.arange(frames[0], frames[-1] + 1), frames[0])
         if codec == "pcm_s16le" and ext == "mov":  # lossless, to the sample: the tone as written,
@@ -254,6 +114,59 @@ def test_grouped_decode_gives_each_clip_the_readers_audio(files):
         np.testing.assert_array_equal(a, mine[(i, s)])
 
 
+def test_the_ring_holds_each_samples_audio_and_delivers_views_of_it(files):
+    """The slots are laid out from ``spec()``, audio included: a batch's ``audio`` and
+    ``audio_len`` are views into its slot, not copies, and hold the reader's samples."""
+    clips = shmloader.VideoClips([files[("pcm_s16le", "mov")]], clip_len=4, clips_per_video=4,
+                                 clips_per_sample=2, sampling="uniform", audio_rate=RATE, audio_channels=2)
+    n = round(4 / FPS * RATE)
+    spec = clips.spec()
+    assert spec["audio"] == ((2, n, 2), np.dtype(np.float32)) and spec["audio_len"] == ((2,), np.dtype(np.int32))
+    with shmloader.Loader(clips, batch_size=3, workers=1, timeout=60) as loader:
+        assert loader.element_spec["audio"] == ((None, 2, n, 2), np.dtype(np.float32))
+        fields = {f.name: f for f in loader._ring.layout.fields}
+        assert fields["audio"].nbytes == 3 * 2 * n * 2 * 4 and fields["audio_len"].nbytes == 3 * 2 * 4
+        assert loader._ring.layout.slot_bytes >= sum(f.nbytes for f in fields.values())
+        batch = next(iter(loader))
+        for name in ("audio", "audio_len", "video"):
+            assert loader._ring.contains(batch[name].ctypes.data), name
+        alone = clips.reader().read(range(3))  # in order: no shuffle
+        np.testing.assert_array_equal(batch["start"], alone["start"])
+        np.testing.assert_array_equal(batch["audio_len"], alone["audio_len"])
+        np.testing.assert_allclose(batch["audio"], alone["audio"], atol=1e-4)
+        assert (batch["audio_len"] == n).all() and np.abs(batch["audio"]).max() > 0.02
+        del batch
+
+
+def test_a_resumed_loader_delivers_the_audio_of_an_uninterrupted_run(tmp_path):
+    """``state()`` mid-epoch, a new loader from it: the batches left, random clips and their
+    sound included, are those the whole run delivered."""
+    paths = [write_av(tmp_path / "a.mp4", "aac"), write_av(tmp_path / "b.mkv", "pcm_s16le")]
+    clips = shmloader.VideoClips(paths, [0, 1], clip_len=4, frame_step=2, clips_per_video=3, audio_rate=RATE)
+    settings = dict(batch_size=2, workers=2, shuffle=True, seed=4, epochs=2, timeout=60)
+
+    def fields(batch):
+        return {k: np.array(batch[k]) for k in ("index", "start", "audio", "audio_len")}
+
+    with shmloader.Loader(clips, **settings) as loader:
+        whole = [fields(b) for b in loader]
+    assert len(whole) == 6
+    with shmloader.Loader(clips, **settings) as loader:
+        it = iter(loader)
+        first = [fields(next(it)) for _ in range(2)]  # 2 of the first epoch's 3 batches
+        state = loader.state()
+    with shmloader.Loader(clips, **settings, state=state) as loader:
+        rest = [fields(b) for b in loader]
+    assert len(first) + len(rest) == len(whole)
+    for got, want in zip(first + rest, whole):
+        for k in ("index", "start", "audio_len"):
+            np.testing.assert_array_equal(got[k], want[k])
+        np.testing.assert_allclose(got["audio"], want["audio"], atol=1e-4)
+    assert all(np.abs(b["audio"]).max() > 0.02 for b in rest)
+    starts = [tuple(b["start"]) for b in whole]
+    assert starts[:3] != starts[3:]  # random starts: each epoch its own clips, and their sound
+
+
 def test_a_file_without_audio_gives_zeros_and_length_0(tmp_path):
     (path,), _ = make_videos(tmp_path, count=1, frames=30, size=(48, 64))
     clips = shmloader.VideoClips([path], clip_len=4, clips_per_video=2, audio_rate=RATE)
@@ -291,6 +204,32 @@ def test_audio_that_starts_after_the_video_is_silence_then_sound(tmp_path, ext):
     assert diff < _ATOL[ext], (lag, diff)
     sounding = np.arange(11, f0 + 20)
     assert_levels_follow_frames(audio, sounding, f0)
+
+
+@pytest.mark.parametrize("codec,ext,decoder", [("aac", "mp4", "decord"), ("aac", "mp4", "pyav"),
+                                               ("pcm_s16le", "mkv", "auto")])
+def test_audio_that_starts_before_the_video_is_placed_by_the_first_frames_time(tmp_path, codec, ext, decoder):
+    """The video's first frame at 0.52 s, the sound from 0 (MP4: an edit list delays the video):
+    sample 0 of a clip is the sound at its first frame's time, not at the file's 0, and the
+    sound before the first frame belongs to no clip."""
+    path = write_av(tmp_path / f"early.{ext}", codec, video_from=0.52)
+    lead = 13  # frames of sound before frame 0
+    clips = shmloader.VideoClips([path], clip_len=10, clips_per_video=5, sampling="uniform", audio_rate=RATE,
+                                 decoder=decoder)
+    got = clips.reader().read(range(5))
+    assert [int(s) for s in got["start"]] == [0, 10, 20, 30, 40]
+    ref = reference(path)
+    assert ref[0] == pytest.approx(0.0, abs=1e-3) and video_start(path) == pytest.approx(0.52)
+    n = round(10 / FPS * RATE)
+    for audio, length, frames, video in zip(got["audio"], got["audio_len"], got["frames"], got["video"]):
+        assert list(read_codes(video)[1]) == list(frames)
+        assert abs(int(length) - n) <= _SLACK[ext]
+        t0 = (lead + frames[0]) / FPS
+        lag, diff = best_lag(audio, lambda k: expected(ref, t0 + k / RATE, n), n, _SLACK[ext])
+        assert diff < _ATOL[ext], (frames, lag, diff)
+        assert ext == "mkv" or lag == 0
+        # The tone's level over each frame is the level written for the instant it is shown.
+        assert_levels_follow_frames(audio, lead + np.arange(frames[0], frames[-1] + 1), lead + frames[0])
 
 
 def test_audio_that_ends_before_the_clip_is_cut_there(tmp_path):
@@ -391,14 +330,65 @@ def test_audio_survives_with_options_and_options(files):
     assert "audio" not in timed.with_options(audio_rate=None).spec()
 
 
+def test_the_first_video_is_probed_once_for_its_size_and_its_frame_rate(files, monkeypatch):
+    """``size=None`` needs the first video's size, audio without ``audio_seconds`` its frame rate:
+    one probe serves both, when the description is made and when ``with_options`` makes a copy
+    (counted by a spy on the probe, which still reads the file)."""
+    from shmloader.video import arguments
+
+    calls = []
+    real = arguments.probe
+    monkeypatch.setattr(arguments, "probe", lambda path, **kw: calls.append(path) or real(path, **kw))
+    path = files[("aac", "mp4")]
+    clips = shmloader.VideoClips([path], clip_len=4, audio_rate=RATE)
+    assert (len(calls), clips.size, clips.audio_samples) == (1, (48, 64), round(4 / FPS * RATE))
+    copy = clips.with_options(clip_len=8)
+    assert (len(calls), copy.audio_samples) == (2, round(8 / FPS * RATE))
+    shmloader.VideoClips([path], clip_len=4, size=(32, 32), audio_rate=RATE)  # the frame rate alone
+    shmloader.VideoClips([path], clip_len=4, audio_rate=RATE, audio_seconds=0.5)  # the size alone
+    shmloader.VideoClips([path], clip_len=4, size=(32, 32), audio_rate=RATE, audio_seconds=0.5)  # neither
+    assert calls == [path] * 4
+
+
+def test_an_unreadable_first_video_is_named_for_the_argument_that_needs_it(tmp_path):
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"nope")
+    with pytest.raises(ValueError, match=r"size=None: cannot read the native size of .*bad\.mp4"):
+        shmloader.VideoClips([bad], clip_len=4, audio_rate=RATE)
+    with pytest.raises(ValueError, match=r"audio_rate: cannot read the frame rate .*audio_seconds=.* of .*bad\.mp4"):
+        shmloader.VideoClips([bad], clip_len=4, size=(32, 32), audio_rate=RATE)
+
+
+def test_a_files_frames_and_sound_are_read_through_one_open_container(files, monkeypatch):
+    """Where PyAV decodes the frames, the audio is read through the container the frames came
+    from (kept open for the next clip): one open of the file for every clip read from it, sound
+    included (counted by a spy on the decoder's open, which still opens the file)."""
+    from shmloader.video.pyav import PyAV
+
+    opened = []
+    real = PyAV._open_file
+    monkeypatch.setattr(PyAV, "_open_file", lambda self, media: opened.append(media.path) or real(self, media))
+    path = files[("aac", "mp4")]
+    clips = shmloader.VideoClips([path], clip_len=4, frame_step=2, clips_per_video=6, sampling="uniform",
+                                 audio_rate=RATE, decoder="pyav")
+    reader = clips.reader()
+    for ids in ([0], [3], [1, 5]):
+        got = reader.read(ids)
+        assert (got["audio_len"] > 0).all() and np.abs(got["audio"]).max() > 0.02
+    assert opened == [path] and reader.counters()["pyav"] == 3
+
+
 def test_torch_batches_carry_the_audio(files):
     torch = need("torch")
 
-    clips = shmloader.VideoClips([files[("pcm_s16le", "mov")]], clip_len=4, clips_per_video=2, audio_rate=RATE)
+    clips = shmloader.VideoClips([files[("pcm_s16le", "mov")]], clip_len=4, clips_per_video=2, sampling="uniform",
+                                 audio_rate=RATE)
+    want = clips.reader().read([0, 1])
     with shmloader.Loader(clips, batch_size=2, workers=1, timeout=60) as loader:
         batch = next(iter(loader.as_torch()))
         assert batch["audio"].dtype == torch.float32 and tuple(batch["audio"].shape) == (2, 2560, 1)
-        assert batch["audio_len"].tolist() == [2560, 2560]
+        assert batch["audio_len"].dtype == torch.int32 and batch["audio_len"].tolist() == [2560, 2560]
+        np.testing.assert_allclose(batch["audio"].numpy(), want["audio"], atol=1e-4)
         assert float(batch["audio"].abs().max()) > 0.02
 
 

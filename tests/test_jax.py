@@ -18,6 +18,7 @@ import shmloader.jax
 from shmloader.video.samples import read_codes
 
 from ._examples import doc_example, run_child
+from ._sound import FPS, RATE, write_av
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -42,6 +43,25 @@ def test_batches_are_jax_arrays_over_the_ring(videos):
             check(batch)
             n += 1
         assert n == 2 * len(loader) and loader.stats()["copied"] == 0
+
+
+def test_audio_arrives_as_jax_arrays_of_each_clips_samples(tmp_path):
+    path = write_av(tmp_path / "tone.mov", "pcm_s16le")
+    clips = shmloader.VideoClips([path], clip_len=4, clips_per_video=4, clips_per_sample=2, sampling="uniform",
+                                 audio_rate=RATE)
+    n = round(4 / FPS * RATE)
+    want = clips.reader().read(range(4))
+    with shmloader.Loader(clips, batch_size=2, workers=1, timeout=60) as loader:
+        got = []
+        for batch in shmloader.jax.batches(loader):
+            assert batch["audio"].dtype == jnp.float32 and batch["audio"].shape == (2, 2, n, 1)
+            assert batch["audio_len"].dtype == jnp.int32 and batch["audio_len"].shape == (2, 2)
+            assert loader._ring.contains(batch["audio"].unsafe_buffer_pointer())  # no copy on the CPU
+            got.append({k: np.array(batch[k]) for k in ("start", "audio", "audio_len")})
+    np.testing.assert_array_equal(np.concatenate([b["start"] for b in got]), want["start"])
+    np.testing.assert_array_equal(np.concatenate([b["audio_len"] for b in got]), want["audio_len"])
+    np.testing.assert_allclose(np.concatenate([b["audio"] for b in got]), want["audio"], atol=1e-4)
+    assert (want["audio_len"] == n).all() and np.abs(want["audio"]).max() > 0.02
 
 
 def test_array_held_across_many_batches_never_changes(videos):

@@ -12,6 +12,7 @@ import pytest
 import shmloader
 
 from ._examples import doc_example, run_child
+from ._sound import FPS, RATE, write_av
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -166,6 +167,27 @@ def test_batches_are_the_loaders_views_and_fields_are_chosen(videos):
         assert loader._ring.contains(x["video"].ctypes.data)  # no copy on the way to Keras
         x2, y2 = loader.as_keras()[1]
         assert x2.shape == (2, 4, 32, 40, 3) and y2.tolist() == [labels[2], labels[3]]
+
+
+def test_audio_goes_to_keras_as_inputs_of_each_clips_samples(tmp_path):
+    """``x=["video", "audio", "audio_len"]``: a Keras batch's inputs are the loader's views,
+    the sound of each clip as the reader gives it."""
+    path = write_av(tmp_path / "tone.mov", "pcm_s16le")
+    clips = shmloader.VideoClips([path], [1], clip_len=4, clips_per_video=4, sampling="uniform",
+                                 audio_rate=RATE, audio_channels=2)
+    n = round(4 / FPS * RATE)
+    want = clips.reader().read(range(4))
+    with shmloader.Loader(clips, batch_size=2, workers=1, timeout=60) as loader:
+        ds = loader.as_keras(x=["video", "audio", "audio_len"])
+        assert len(ds) == 2
+        for i in range(2):
+            x, y = ds[i]
+            assert x["audio"].dtype == np.float32 and x["audio"].shape == (2, n, 2)
+            assert x["audio_len"].dtype == np.int32 and x["audio_len"].tolist() == [n, n]
+            assert loader._ring.contains(x["audio"].ctypes.data)
+            np.testing.assert_allclose(x["audio"], want["audio"][2 * i : 2 * i + 2], atol=1e-4)
+            assert y.tolist() == [1, 1] and np.abs(x["audio"]).max() > 0.02
+            del x, y
 
 
 def test_import_error_names_the_extra():

@@ -29,6 +29,7 @@ import shmloader.ray as sray
 from shmloader.samples import read_codes
 
 from ._examples import doc_example
+from ._sound import FPS, RATE, write_av
 from .conftest import leaks, live_children, shm_entries
 
 pytestmark = pytest.mark.timeout(240)
@@ -245,6 +246,24 @@ def test_grouped_clips_a_task_per_video(cluster, videos):
     done = sray.stats(ds)
     assert sum(s["tasks"] for s in done.values()) == len(paths) // 2
     assert sum(s["decord"] + s["pyav"] for s in done.values()) == len(paths)  # one decode pass per video
+
+
+def test_rows_carry_each_clips_audio(cluster, tmp_path):
+    """``audio_rate=``: every row has its clip's ``audio`` and ``audio_len``, the samples the
+    reader gives for that sample and epoch in this process."""
+    paths = [write_av(tmp_path / "a.mp4", "aac"), write_av(tmp_path / "b.mov", "pcm_s16le")]
+    clips = shmloader.VideoClips(paths, clip_len=4, clips_per_video=2, audio_rate=RATE)
+    ds = sray.dataset(clips, seed=3, shuffle=True, resources={"decode": 1}, samples_per_task=2)
+    rows = rows_of(ds)
+    assert sorted(int(r["sample"]) for r in rows) == list(range(4))
+    n = round(4 / FPS * RATE)
+    reader = clips.reader()
+    for r in rows:
+        want = reader.read([int(r["sample"])], seed=3, epoch=int(r["epoch"]))
+        assert r["audio"].dtype == np.float32 and r["audio"].shape == (n, 1) and int(r["audio_len"]) == n
+        assert int(r["start"]) == int(want["start"][0])
+        np.testing.assert_allclose(r["audio"], want["audio"][0], atol=1e-4)
+        assert np.abs(r["audio"]).max() > 0.02
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import shmloader
 from shmloader.video.samples import read_codes
 
 from ._examples import run_child
+from ._sound import FPS, RATE, write_av
 from .conftest import our_mappings
 
 
@@ -38,6 +39,28 @@ def test_element_spec(videos):
         assert spec["frames"] == tf.TensorSpec((None, 4), tf.int64, name="frames")
     with shmloader.Loader(clips, batch_size=3, workers=1, drop_remainder=True) as loader:
         assert loader.as_dataset().element_spec["video"].shape.as_list() == [3, 4, 40, 56, 3]
+
+
+def test_audio_elements_carry_each_clips_samples(tmp_path):
+    """``audio`` float32 ``[B, S, C]`` and ``audio_len`` int32 ``[B]`` in the element spec and
+    in every element, holding what the reader gives for the same samples."""
+    import shmloader.tfdata
+
+    path = write_av(tmp_path / "tone.mov", "pcm_s16le")
+    clips = shmloader.VideoClips([path], clip_len=4, clips_per_video=5, sampling="uniform", audio_rate=RATE,
+                                 audio_channels=2)
+    n = round(4 / FPS * RATE)
+    want = clips.reader().read(range(5))
+    with shmloader.Loader(clips, batch_size=2, workers=1, timeout=60) as loader:
+        ds = shmloader.tfdata.as_dataset(loader)
+        assert ds.element_spec["audio"] == tf.TensorSpec((None, n, 2), tf.float32, name="audio")
+        assert ds.element_spec["audio_len"] == tf.TensorSpec((None,), tf.int32, name="audio_len")
+        got = [{k: e[k].numpy().copy() for k in ("start", "audio", "audio_len")} for e in ds]
+    assert [len(e["start"]) for e in got] == [2, 2, 1]
+    np.testing.assert_array_equal(np.concatenate([e["start"] for e in got]), want["start"])
+    np.testing.assert_array_equal(np.concatenate([e["audio_len"] for e in got]), want["audio_len"])
+    np.testing.assert_allclose(np.concatenate([e["audio"] for e in got]), want["audio"], atol=1e-4)
+    assert (want["audio_len"] == n).all() and np.abs(want["audio"]).max() > 0.02
 
 
 def slot_of(loader, video: np.ndarray, index: np.ndarray) -> int:

@@ -11,22 +11,36 @@ import numpy as np
 
 from .manifest import URL, walk_folder
 from .media import is_remote, local_path
+from .probe import VideoInfo, probe
 from .storage import Storage
 
-__all__ = ["native_size", "first_rows", "class_videos", "path_list", "checked_paths", "columns",
+__all__ = ["FirstVideo", "first_rows", "class_videos", "path_list", "checked_paths", "columns",
            "read_only", "checked_labels"]
 
 
-def native_size(path: str, storage: Storage) -> tuple[int, int]:
-    """The first video's size as shown, read in the main process as a worker reads it."""
-    from .probe import probe
+class FirstVideo:
+    """The first video as the main process reads it (as a worker would), probed when first asked
+    and once however often: ``size=None`` asks its native size, audio without ``audio_seconds``
+    its frame rate, one ``VideoClips`` both."""
 
-    try:
-        info = probe(path, storage=storage)
-    except Exception as e:
-        raise ValueError(f"size=None: cannot read the native size of {storage.name(path)!r}: "
-                         f"{storage.redact(str(e))}") from e
-    return info.height, info.width
+    def __init__(self, path: str, storage: Storage) -> None:
+        self.path, self.storage = path, storage
+        self._info: VideoInfo | None = None
+
+    def info(self, why: str) -> VideoInfo:
+        """The probe; a ValueError starting with ``why`` (the argument that needs it) where the
+        file cannot be read."""
+        if self._info is None:
+            try:
+                self._info = probe(self.path, storage=self.storage)
+            except Exception as e:
+                raise ValueError(f"{why} of {self.storage.name(self.path)!r}: "
+                                 f"{self.storage.redact(str(e))}") from e
+        return self._info
+
+    def native_size(self) -> tuple[int, int]:
+        info = self.info("size=None: cannot read the native size")
+        return info.height, info.width
 
 
 def first_rows(paths: list[str]) -> np.ndarray:

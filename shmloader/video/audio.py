@@ -52,11 +52,14 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..engine.source import Spec, check_int
+
+if TYPE_CHECKING:
+    from .arguments import FirstVideo
 
 __all__ = ["AUDIO_CHANNELS", "check_audio", "audio_samples", "audio_spec", "clip_spans", "read_audio"]
 
@@ -107,26 +110,20 @@ def _check_channels(channels: Any) -> None:
                          "layouts by FFmpeg's matrix)")
 
 
-def audio_samples(clips: Any) -> int:
+def audio_samples(clips: Any, first: FirstVideo) -> int:
     """``S``, the samples every clip's audio has room for (NOTE [ Where a clip's audio lies ]);
-    0 without audio. Clips by index and no ``audio_seconds``: the first video is probed here."""
+    0 without audio. Clips by index and no ``audio_seconds``: by the frame rate of the first
+    video (``first``: probed once, for its size too)."""
     if clips.audio_rate is None:
         return 0
     seconds = clips.audio_seconds
     if seconds is None and clips.fps is not None:
         seconds = (clips.clip_len + 1) / clips.fps
     elif seconds is None:
-        from .probe import probe
-
-        path = clips.paths[0]
-        try:
-            rate = probe(path, storage=clips.storage).fps
-        except Exception as e:
-            raise ValueError(f"audio_rate: cannot read the frame rate of {clips.storage.name(path)!r} "
-                             f"that sets the audio's length (or pass audio_seconds=): "
-                             f"{clips.storage.redact(str(e))}") from e
+        rate = first.info("audio_rate: cannot read the frame rate that sets the audio's length "
+                          "(or pass audio_seconds=)").fps
         if not rate > 0:
-            raise ValueError(f"audio_rate: {clips.storage.name(path)!r} has no frame rate to set the "
+            raise ValueError(f"audio_rate: {clips.storage.name(first.path)!r} has no frame rate to set the "
                              "audio's length by: pass audio_seconds=")
         seconds = ((clips.clip_len - 1) * clips.frame_step + 1) / rate
     # A span of exactly `seconds` at a rate that rounds is not one sample longer.

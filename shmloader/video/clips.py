@@ -24,7 +24,7 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec, check_choice, check_int
-from .arguments import (checked_labels, checked_paths, class_videos, columns, first_rows, native_size,
+from .arguments import (FirstVideo, checked_labels, checked_paths, class_videos, columns, first_rows,
                         path_list, read_only)
 from .audio import audio_samples, check_audio
 from .listing import SHARD_VIDEO_KEYS, csv_listing, shard_listing
@@ -177,10 +177,9 @@ class VideoClips:
         # Decoded at the file's own size: with a crop, any size at least the crop will do;
         # without, every video must have the first one's size.
         self.native = size is None and scale is None
-        if size is None and scale is None and crop is None:
-            size = native_size(self.paths[0], self.storage)
-        self.size = size  # the size frames are decoded at, when it is fixed
-        self.audio_samples = audio_samples(self)  # S, 0 without audio
+        first = FirstVideo(self.paths[0], self.storage)  # probed here when asked, once
+        self.size = first.native_size() if self.native and crop is None else size  # decoded at, when fixed
+        self.audio_samples = audio_samples(self, first)  # S, 0 without audio
         read_only(self.labels, self.spans, self.files)
         self.manifest = columns("manifest", manifest, MANIFEST_COLUMNS, len(resolved))
         self.members = columns("members", members, MEMBER_COLUMNS, len(resolved))
