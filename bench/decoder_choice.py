@@ -5,7 +5,8 @@ each file shape is frames of ``--sizes`` x a GOP of ``--gops`` frames (``0``: x2
 a keyframe at most every 250 frames, preset medium, CRF 23, B-frames in a pyramid, as ffmpeg
 re-encodes Kinetics; else preset veryfast, CRF 23, a keyframe exactly every G frames, 2 B-frames,
 as ``shmloader prepare`` writes) x ``--bframes`` (``yes``: as just said; ``no``: the same
-without B-frames, as phones and baseline-profile encoders write), ``--video-count`` textured
+without B-frames, as phones and baseline-profile encoders write), in ``--container`` (MP4, or
+MKV: the container decord and PyAV open and seek in), ``--video-count`` textured
 frame-code videos of ``--seconds`` each (``workloads.write_textured``). One process decodes
 random clips of ``--clip-len`` frames every ``--frame-step``-th at the short side
 ``--short-side`` (the other side in proportion) for ``--duration`` seconds with each decoder,
@@ -40,6 +41,7 @@ def options(p) -> None:
     p.add_argument("--gops", type=harness.ints, default=[16, 0], help="frames per keyframe (0: x264's default)")
     p.add_argument("--bframes", type=harness.names(("yes", "no")), default=["yes", "no"],
                    help="files with B-frames, without, or both")
+    p.add_argument("--container", default="mp4", choices=("mp4", "mkv"))
     p.add_argument("--together", type=harness.ints, default=[1, 8],
                    help="clips of one video decoded in one call (1: a random clip per call)")
     p.add_argument("--video-count", type=int, default=2)
@@ -51,8 +53,9 @@ def options(p) -> None:
     p.add_argument("--cache", default=os.path.join(harness.ROOT, ".cache", "decoder-choice"))
 
 
-def _shape(size: tuple[int, int], gop: int, bframes: str) -> str:
-    return f"{size[0]}x{size[1]} gop {gop or 'x264'}" + ("" if bframes == "yes" else " no B")
+def _shape(size: tuple[int, int], gop: int, bframes: str, container: str) -> str:
+    return (f"{size[0]}x{size[1]} gop {gop or 'x264'}" + ("" if bframes == "yes" else " no B")
+            + ("" if container == "mp4" else f" {container.upper()}"))
 
 
 def write(path: str, video_id: int, size: tuple[int, int], gop: int, bframes: str, seconds: int) -> None:
@@ -68,23 +71,29 @@ def prepare(args, notes: list[str]) -> dict:
 
     os.makedirs(args.cache, exist_ok=True)
     files: dict[str, list] = {}
+    probe_ms: dict[str, float] = {}
     for size in args.sizes:
         for gop in args.gops:
             for bf in args.bframes:
-                shape, paths = _shape(size, gop, bf), []
+                shape, paths = _shape(size, gop, bf, args.container), []
                 for i in range(args.video_count):
                     p = os.path.join(args.cache, f"v{i:02d}_{size[0]}x{size[1]}_g{gop}{'_b0' if bf == 'no' else ''}"
-                                                 f"_{args.seconds}s.mp4")
+                                                 f"_{args.seconds}s.{args.container}")
                     paths.append(written(p, lambda tmp: write(tmp, i, size, gop, bf, args.seconds)))
                 infos = [probe(p) for p in paths]
                 files[shape] = infos
+                cpu0 = time.process_time()  # what a worker pays for a file whose probe it does not keep
+                for _ in range(5):
+                    for p in paths:
+                        probe(p)
+                probe_ms[shape] = 1000 * (time.process_time() - cpu0) / (5 * len(paths))
                 mb = np.median([os.path.getsize(p) / 1e6 for p in paths])
                 k = infos[0].keyframes
                 notes.append(f"{shape}: {infos[0].frames} frames, keyframes every "
                              f"{int(np.diff(k).max()) if len(k) > 1 else infos[0].frames} frames at most, "
                              f"{mb:.2f} MB median; auto read them with {infos[0].decoder} at the commit measured"
                              f"{' (' + infos[0].problem + ')' if infos[0].problem else ''}.")
-    return {"files": files}
+    return {"files": files, "probe_ms": probe_ms}
 
 
 def _case(shape: str, together: int) -> str:
@@ -136,7 +145,12 @@ def finish(doc: dict, runs: list[dict], args, ctx: dict) -> None:
     doc["ratios"] = {c["case"]: report.ratio(runs, {"case": c["case"], "decoder": "decord"},
                                              {"case": c["case"], "decoder": "pyav"}, "cpu_ms_per_clip")
                      for c in doc["cases"]}
+    doc["probe_cpu_ms"] = ctx["probe_ms"]
     doc["targets"] = []
+
+
+def _ms(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}"
 
 
 def markdown(doc: dict) -> str:
@@ -155,9 +169,13 @@ def markdown(doc: dict) -> str:
                     f"{fmt(s['decord'].get('cpu_ms_per_clip'), 1)} | "
                     f"{fmt_ratio(r)} | "
                     f"{fmt(s['pyav'].get('clips_per_s'), 1)} | {fmt(s['decord'].get('clips_per_s'), 1)} | "
-                    f"{fmt(s['pyav'].get('frames_bad'))} / {fmt(s['decord'].get('frames_bad'))} |")
+                    f"{fmt(s['pyav'].get('frames_bad'))} / {fmt(s['decord'].get('frames_bad'))} | "
+                    f"{_ms(doc.get('probe_cpu_ms', {}).get(case['shape']))} |")
     lines += table("| file shape | clips a call | PyAV CPU ms/clip | decord CPU ms/clip | decord / PyAV | "
-                   "PyAV clips/s | decord clips/s | wrong frames (first call) |", rows)
+                   "PyAV clips/s | decord clips/s | wrong frames (first call) | probe CPU ms |", rows)
+    lines += ["", ("Probe CPU ms: one `probe()` of a file, what a worker pays where it keeps no probe of "
+                   "it: PyAV seeks by the probe's timestamps, so a scan manifest's row spares it to decord "
+                   "alone (median of 5 rounds over the files, before the runs).")]
     ratios = [r["ratio"] for r in doc["ratios"].values() if r]
     if ratios:
         faster = sum(x > 1 for x in ratios)
