@@ -48,8 +48,8 @@ PyAV seeks by the timestamps a probe reads, which a scan manifest's row does not
 from a row, a worker probes such a file first (kept per worker, ``video.decoding``), which
 costs about what PyAV saves on a clip (the results' probe column) and which a decord row
 spares. So a file PyAV reads for speed alone (``VideoInfo.pyav_faster``) is ``decord`` in a
-manifest's decoder column (``shmloader scan``, ``prepare``): read from its row, decord is the
-faster exact decoder.
+manifest's decoder column (``shmloader scan``, ``prepare``): read from its row, decord without a
+probe costs about what PyAV does with one, and the row's reader probes nothing.
 
 ``check="keyframes"`` and ``"frames"`` also gather evidence per file decord would read (a
 manifest row's included): a few seeded positions decoded by decord as the loader seeks (a fresh
