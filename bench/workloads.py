@@ -139,8 +139,9 @@ def written(path: str, write: Callable[[str], object]) -> str:
     stderr): a run stopped mid-write leaves no half video under the name later runs reuse."""
     if not os.path.exists(path):
         print(f"writing {path}", file=sys.stderr)
-        write(path + ".tmp.mp4")
-        os.replace(path + ".tmp.mp4", path)
+        root, ext = os.path.splitext(path)
+        write(root + ".tmp" + ext)  # the extension names the container written
+        os.replace(root + ".tmp" + ext, path)
     return path
 
 

@@ -103,9 +103,11 @@ def write_variants(folder) -> dict[str, tuple[str, int]]:
     return variants
 
 
-def textured(path: str, video_id: int, frames: int = 60, size=(96, 128), gop: int = 30) -> str:
+def textured(path: str, video_id: int, frames: int = 60, size=(96, 128), gop: int = 30,
+             bframes: int | None = None) -> str:
     """A frame-code video over a panning noise texture: inter frames carry real residuals, so
-    damage in one frame spreads to the frames decoded from it, as in camera footage."""
+    damage in one frame spreads to the frames decoded from it, as in camera footage.
+    ``bframes``: B-frames between references (None: x264's choice, up to 3)."""
     h, w = size
     rng = np.random.default_rng(video_id)
     texture = np.kron(rng.integers(0, 256, ((h + frames) // 4 + 2, (w + frames) // 4 + 2, 3)),
@@ -113,7 +115,8 @@ def textured(path: str, video_id: int, frames: int = 60, size=(96, 128), gop: in
     with av.open(path, "w") as c:
         s = c.add_stream("libx264", rate=FPS)
         s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-        s.options = {"crf": "18", "preset": "veryfast", "g": str(gop), "keyint_min": str(gop), "sc_threshold": "0"}
+        s.options = {"crf": "18", "preset": "veryfast", "g": str(gop), "keyint_min": str(gop), "sc_threshold": "0",
+                     **({} if bframes is None else {"bf": str(bframes)})}
         for i in range(frames):
             image = frame_image(video_id, i, h, w) + 0.25 * (texture[i // 2 : i // 2 + h, i : i + w] - 128)
             image += rng.normal(0.0, 3.0, image.shape)

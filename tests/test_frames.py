@@ -28,10 +28,11 @@ def reference(path, frames, size):
     return vr.get_batch(frames).asnumpy()
 
 
-@pytest.mark.parametrize("decoder", ["auto", "pyav"])
+@pytest.mark.parametrize("decoder", ["auto", "pyav", "decord"])
 @pytest.mark.parametrize("size, frame_step", [((112, 112), 1), ((112, 112), 3), (None, 1), (None, 2), ((30, 40), 2)])
 def test_frames_equal_decord(videos, size, frame_step, decoder):
-    """Both decoders give decord's own pixels where decord reads a file right."""
+    """Both decoders give decord's own pixels where decord reads a file right (auto gives the
+    H.264 files to PyAV, the MPEG-4 ones to decord)."""
     paths, labels = videos
     clips = shmloader.VideoClips(paths, labels, clip_len=5, frame_step=frame_step, size=size, decoder=decoder)
     with shmloader.Loader(clips, batch_size=3, workers=2, shuffle=True, seed=1) as loader:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import shmloader
+from shmloader.video import probe as probe_module
 from shmloader.video.probe import probe
 from shmloader.video.pyav import PyAV
 
@@ -86,6 +87,8 @@ def test_pyav_seeks_exactly_into_an_open_gop(files, name):
     assert mismatches(PyAV(1), files[name]) == []
 
 
-def test_an_open_gop_is_read_by_pyav_and_a_closed_one_by_decord(files):
+def test_an_open_gop_is_read_by_pyav_and_a_closed_one_by_decord(files, monkeypatch):
+    # The open GOP is the reason: not the speed rule that gives these H.264 files to PyAV anyway
+    monkeypatch.setattr(probe_module, "_FASTER", frozenset())
     assert probe(files["mkv_h264"]).decoder == probe(files["mp4_h264"]).decoder == "pyav"
     assert probe(files["mkv_h264_closed"]).decoder == "decord"

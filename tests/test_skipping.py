@@ -18,6 +18,7 @@ import pytest
 
 import shmloader
 from shmloader.video import pyav
+from shmloader.video import probe as probe_module
 from shmloader.video.probe import probe
 from shmloader.video.pyav import PyAV, _Scaler, skips_nonref
 
@@ -184,15 +185,20 @@ def test_a_hevc_stream_of_several_temporal_layers_is_decoded_whole(tmp_path):
     assert mismatches(d, path) == []
 
 
-def test_a_long_gop_with_b_frames_is_read_by_the_decoder_that_skips(files, tmp_path):
+def test_a_long_gop_with_b_frames_is_read_by_the_decoder_that_skips(files, tmp_path, monkeypatch):
     """decoder="auto": PyAV reads H.264 with B-frames and one keyframe in 60 frames or more (it
-    leaves out the non-reference frames, decord decodes them all); a short GOP stays decord's,
-    and so does VP9 (no B-frames: nothing to leave out)."""
+    leaves out the non-reference frames, decord decodes them all); VP9 stays decord's (no
+    B-frames: nothing to leave out). A shorter GOP with B-frames goes to PyAV too, for speed
+    (NOTE [ Which decoder reads a file ]), and the long-GOP reason alone would leave it to decord."""
     long_gop = write(str(tmp_path / "long_gop.mp4"), "libx264", {**_X264, "g": "250", "keyint_min": "25"})
     info = probe(long_gop)
     assert (info.container, info.codec, len(info.keyframes), info.decoder, info.problem) == \
         ("mov", "h264", 1, "pyav", "")
-    assert probe(files["mp4_h264_pyramid"]).decoder == "decord"  # a keyframe every 45 frames
+    short_gop = probe(files["mp4_h264_pyramid"])  # a keyframe every 45 frames
+    assert (short_gop.decoder, short_gop.pyav_faster) == ("pyav", True) and not info.pyav_faster
+    with monkeypatch.context() as m:
+        m.setattr(probe_module, "_FASTER", frozenset())
+        assert probe(long_gop).decoder == "pyav" and probe(files["mp4_h264_pyramid"]).decoder == "decord"
     vp9 = write(str(tmp_path / "long_gop.webm"), "libvpx-vp9", {"g": "250", "crf": "30", "b:v": "0"})
     assert probe(vp9).decoder == "decord"
     clips = shmloader.VideoClips([long_gop], clip_len=8, frame_step=2, clips_per_video=8)

@@ -14,7 +14,7 @@ so. Every other file goes to PyAV (libavformat + libavcodec, the same code as ``
 seeking by the timestamps read here): a shape nobody tested is never trusted. Measured with
 decord2 3.4.0: AVI with B-frames or H.264, MPEG program streams (``.mpg``/``.vob``), MPEG-4
 Part 2 or HEVC with B-frames in MP4/MKV, and WMV seek a GOP early or late. Inside the shapes,
-PyAV still reads what decord counts or turns wrong:
+PyAV still reads what decord counts or turns wrong, and what PyAV reads faster:
 
 - an edit list that drops frames (``ffmpeg -ss T -c copy`` cuts): decord counts and returns
   the dropped frames, freezing the last ones;
@@ -33,11 +33,28 @@ PyAV still reads what decord counts or turns wrong:
 - a long GOP (``_LONG_GOP`` frames per keyframe or more) with B-frames, in a codec of
   ``SKIPS_NONREF``: PyAV leaves out the non-reference frames before and between the wanted
   ones (NOTE [ Decoding less, exactly ] in ``video.pyav``), decord decodes them all: the
-  cheaper exact path (bench/skipping.py).
+  cheaper exact path (bench/skipping.py);
+- H.264 in MP4/MOV or MKV where PyAV took less CPU per clip than decord, one random clip a
+  call and 8 clips of a video read together alike (bench/decoder_choice.py; bench/results/
+  decoder-choice-cpu2.md, -gops.md, -mkv.md, -720p.md): with B-frames, any GOP, frames up to
+  ``_FASTER_PIXELS`` (PyAV leaves out the non-reference frames and keeps the container open,
+  where decord opens a reader, its index and a decoding thread for every clip); without
+  B-frames, a keyframe every ``_FASTER_GOP`` frames or more often, frames up to
+  ``_FASTER_PIXELS_NO_B``. Without B-frames, longer GOPs and larger frames came out even or
+  decord's on grouped reads: decord keeps them, and every shape not measured (FLV, other
+  codecs, larger frames).
 
-``check="keyframes"`` and ``"frames"`` also gather evidence per file: a few seeded positions
-decoded by decord as the loader seeks (a fresh reader each) are compared with PyAV's decode by
-timestamps; a mismatch sends the file to PyAV (``decord seeks wrong at frame N (read by PyAV)``).
+PyAV seeks by the timestamps a probe reads, which a scan manifest's row does not hold: reading
+from a row, a worker probes such a file first (kept per worker, ``video.decoding``), which
+costs about what PyAV saves on a clip (the results' probe column) and which a decord row
+spares. So a file PyAV reads for speed alone (``VideoInfo.pyav_faster``) is ``decord`` in a
+manifest's decoder column (``shmloader scan``, ``prepare``): read from its row, decord without a
+probe costs about what PyAV does with one, and the row's reader probes nothing.
+
+``check="keyframes"`` and ``"frames"`` also gather evidence per file decord would read (a
+manifest row's included): a few seeded positions decoded by decord as the loader seeks (a fresh
+reader each) are compared with PyAV's decode by timestamps; a mismatch sends the file to PyAV
+(``decord seeks wrong at frame N (read by PyAV)``).
 
 A size change is found cheaply: the sequence headers (H.264/HEVC SPS, MPEG-4 VOL, MPEG-1/2
 sequence header) carried in keyframe packets are compared, and only when they change are the
@@ -92,6 +109,14 @@ SKIPS_NONREF = frozenset({"h264", "hevc", "mpeg4", "vp9"})
 # x264 files (bench/skipping.py, bench/results/skipping-cpu2.md).
 _LONG_GOP = 60
 
+# Where PyAV is faster than decord (NOTE [ Which decoder reads a file ]): H.264 in these
+# containers, frames up to 720x1280 with B-frames; without them up to 480x640 and a keyframe
+# every 16 frames or more often (on average). Beyond, decord was as fast or unmeasured.
+_FASTER = frozenset({("mov", "h264"), ("matroska", "h264")})
+_FASTER_PIXELS = 720 * 1280
+_FASTER_PIXELS_NO_B = 480 * 640
+_FASTER_GOP = 16
+
 # From this many frames a video is long: PyAV reads it (decord's reader reads its whole index on
 # every open, which is once per clip), and an MP4/MOV is timed from its own index (``mp4index``).
 _LONG = INDEXED_MIN_FRAMES
@@ -137,6 +162,9 @@ class VideoInfo:
     spans: np.ndarray | None = field(default=None, repr=False, compare=False)
     # Where the file is and which version was probed (``video.media``): what the decoders read.
     media: Media | None = field(default=None, repr=False, compare=False)
+    # PyAV reads it for speed alone: decord reads it right too, and without a probe (the decoder
+    # of its manifest row).
+    pyav_faster: bool = False
 
     def __post_init__(self) -> None:
         if self.media is not None and self.media.path != self.path:
@@ -160,7 +188,8 @@ class VideoInfo:
         return np.stack([begin, end], axis=1)
 
     def with_decoder(self, decoder: str, why: str = "") -> "VideoInfo":
-        return replace(self, decoder=decoder, problem="; ".join(p for p in (self.problem, why) if p))
+        return replace(self, decoder=decoder, problem="; ".join(p for p in (self.problem, why) if p),
+                       pyav_faster=False)
 
 
 def probe(path: str | Media, *, check: str = "headers", index: bool = True,
@@ -210,6 +239,10 @@ def probe(path: str | Media, *, check: str = "headers", index: bool = True,
     if reorder and r.codec in SKIPS_NONREF and r.keyframes is not None \
             and kept >= _LONG_GOP * max(1, len(r.keyframes)):
         pyav.append("long GOP")  # PyAV decodes less (NOTE [ Decoding less, exactly ])
+    if (r.container, r.codec) in _FASTER and r.keyframes is not None and (
+            fh * fw <= _FASTER_PIXELS if reorder else
+            fh * fw <= _FASTER_PIXELS_NO_B and kept <= _FASTER_GOP * max(1, len(r.keyframes))):
+        pyav.append("faster")  # measured: less CPU per clip than decord, one at a time or grouped
     if media.remote:
         pyav.append("remote")  # decord reads whole files only
     if r.truncated:
@@ -247,6 +280,7 @@ def probe(path: str | Media, *, check: str = "headers", index: bool = True,
     return VideoInfo(path=media.path, frames=kept, height=shown_h, width=shown_w, fps=r.fps, duration=duration,
                      codec=r.codec, pix_fmt=first.format.name, rotation=rotation, container=r.container,
                      decoder="pyav" if pyav else "decord", problem="; ".join(problems), time_base=tb,
+                     pyav_faster=pyav == ["faster"],
                      pts=pts, keyframes=None if pts is None else r.keyframes,
                      durations=None if pts is None else r.durations,
                      decode_pos=None if pts is None else r.decode_pos, indexed=r.indexed,

@@ -21,8 +21,9 @@ members' places to the workers and no shard's headers are read again. The ``audi
 describe the file's first audio stream (``video.audioprobe``; empty without one): ``audio_start``
 is where its sound starts, in seconds after the video's first frame.
 
-``decoder`` is the one the loader will use (see NOTE [ Which decoder reads a file ] in
-``video.probe``: with ``--check keyframes`` or ``frames`` a file decord would read is checked by
+``decoder`` is the one the loader will use reading from the row (see NOTE [ Which decoder reads
+a file ] in ``video.probe``: decord also for a file PyAV reads only for speed, as PyAV would need
+a probe first; with ``--check keyframes`` or ``frames`` a file decord would read is checked by
 seeking into it); ``problem`` is empty when the file is fine, else ``unreadable: ...``,
 ``damaged at frame N``, ``truncated at frame N of M``, ``size change at frame N``, ``edit list
 drops N frames``, ``timestamp gap at frame N``, ``variable frame rate``, ``decord seeks wrong
@@ -222,7 +223,8 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
         return row
     row.update(frames=info.frames, width=info.width, height=info.height, fps=f"{info.fps:.6g}",
                duration=f"{info.duration:.6g}", codec=info.codec, pix_fmt=info.pix_fmt, rotation=info.rotation,
-               decoder=info.decoder, problem="; ".join(p for p in (info.problem, why) if p), **audio)
+               decoder="decord" if info.pyav_faster else info.decoder,  # what reads the row without a probe
+               problem="; ".join(p for p in (info.problem, why) if p), **audio)
     if info.keyframes is not None and len(info.keyframes):  # for the summary (not a column)
         row["_gop"] = round(info.frames / len(info.keyframes))
     return row
