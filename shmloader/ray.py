@@ -1,5 +1,7 @@
 """Beyond one node: decode a :class:`~shmloader.VideoClips` in Ray tasks on a cluster's CPU nodes
-and feed the trainers through Ray Data. The only module that imports Ray (``shmloader[ray]``).
+and feed the trainers through Ray Data (``dataset``); prepare a dataset's training copies in Ray
+tasks (``prepare``). The public face of Ray in shmloader (``shmloader[ray]``): Ray is imported
+here and, inside their functions, in ``_ray_tasks``, ``_ray_nodes`` and ``_ray_prepare``.
 
 NOTE [ Epochs on Ray ]
 The epoch plan is the loader's own (``engine.plan.EpochPlan``): epoch ``e`` holds the samples a
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from ._ray_nodes import task_slots, wait_for_a_node
+from ._ray_prepare import prepare
 from ._ray_tasks import decode_items, task_log
 from .engine.plan import EpochPlan
 from .engine.source import ON_ERROR, check_choice, check_int, check_seconds
@@ -45,7 +48,7 @@ from .video.clips import VideoClips, digest
 if TYPE_CHECKING:
     import ray.data
 
-__all__ = ["dataset", "plan_items", "skipped", "stats"]
+__all__ = ["dataset", "plan_items", "prepare", "skipped", "stats"]
 
 # Default task size: Ray spends a fixed CPU cost on each task (the driver's executor, the raylets,
 # the worker around our function), so a task carries far more decoding than that. Measured with
