@@ -216,8 +216,11 @@ def test_ctrl_c_cancels_the_tasks_and_leaves_no_temporary_file(cluster, tmp_path
     _, err = p.communicate(timeout=90)
     assert p.returncode != 0 and "KeyboardInterrupt" in err, err[-3000:]
     assert temporaries(dst) == []
+    # A task may finish as the driver stops: its copy is whole (renamed when whole), and the
+    # rerun, which does not find it in the manifest, makes it again.
     done = [r["path"] for r in rows_of(dst / "manifest.csv")]
-    assert len(done) < count and sorted(os.listdir(dst)) == sorted(["manifest.csv", *done])
+    copies = set(os.listdir(dst)) - {"manifest.csv"}
+    assert len(done) < count and set(done) <= copies <= {f"v{i}.mp4" for i in range(count)}, (done, copies)
     sray.prepare(src, dst, short_side=SHORT, resources=DECODE)
     assert [r["path"] for r in rows_of(dst / "manifest.csv")] == [f"v{i}.mp4" for i in range(count)]
     for i in range(count):
