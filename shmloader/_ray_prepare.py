@@ -167,5 +167,6 @@ def _why(e: Exception, retries: int) -> str:
 
     first = (str(e).strip().splitlines() or [""])[0][:200]
     if isinstance(e, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError)):
-        return f"its task's process died on each of {retries + 1} tries (a crash in the decoder or encoder?): {first}"
+        tries = "once" if retries == 0 else f"{retries + 1} times" if retries > 0 else "again and again"
+        return f"its process died, tried {tries} (a crash in the decoder or encoder?): {first}"
     return f"its task failed: {type(e).__name__}: {first}"

@@ -1,7 +1,7 @@
 """shmloader.ray.prepare on a real local Ray cluster (tests/_ray_cluster.py, started once for the
 module): the local prepare's copies and manifest, a decode node's raylet killed mid-run, a file
-that is no video, a file over its time, and resources no node has. Copies are checked by the
-codes the test videos carry in their pixels."""
+that is no video, a task's process killed, a file over its time, Ctrl-C, and resources no node
+has. Copies are checked by the codes the test videos carry in their pixels."""
 
 import csv
 import inspect
@@ -156,6 +156,51 @@ def test_a_file_over_the_timeout_is_cancelled_and_the_rest_prepared(cluster, tmp
     assert sorted(os.listdir(tmp_path / "dst")) == ["b_short.mp4", "manifest.csv"]
 
 
+def writers(nodes, name: str = "") -> list[int]:
+    """The processes of ``nodes`` (their task workers) that hold a temporary file open (of the
+    copy ``name``, if given)."""
+    found = []
+    for pid in tree({pid for node in nodes for pid in node_pids(node)}):
+        try:
+            files = [os.path.basename(f.path) for f in psutil.Process(pid).open_files()]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if any(f.startswith(f".{name}") and f.endswith(".preparing") for f in files):
+            found.append(pid)
+    return found
+
+
+def test_a_file_whose_process_dies_on_every_try_is_a_row_and_the_rest_prepared(cluster, tmp_path):
+    """A task's worker killed while it writes (a crash in the decoder), with no retry left
+    (``max_retries=0``, passed to the tasks' options): that file's row says its process died,
+    the others are prepared, no temporary file is left."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        write_video(src / f"v{i}.mp4", i, frames=300, size=(240, 320), gop=300)
+    done: list = []
+    run = threading.Thread(target=lambda: done.append(sray.prepare(
+        src, tmp_path / "dst", short_side=SHORT, resources=DECODE, max_retries=0)))
+    run.start()
+    killed = []
+    deadline = time.monotonic() + 90
+    while not killed and run.is_alive() and time.monotonic() < deadline:
+        for pid in writers([cluster.head_node, *cluster.worker_nodes], "v1.mp4."):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        time.sleep(0.005)
+    run.join(timeout=120)
+    assert killed, "v1.mp4 was never seen being written"
+    assert not run.is_alive() and done
+    rows = {r["path"]: r for r in rows_of(done[0])}
+    assert rows["v1.mp4"]["problem"].startswith(
+        f"unreadable: cannot prepare {src / 'v1.mp4'}: its process died, tried once (a crash in the decoder"), rows
+    for i in (0, 2):
+        assert rows[f"v{i}.mp4"]["problem"] == ""
+        check_copy(str(tmp_path / "dst" / f"v{i}.mp4"), i, 300)
+    assert sorted(os.listdir(tmp_path / "dst")) == ["manifest.csv", "v0.mp4", "v2.mp4"]
+
+
 def test_resources_no_node_has_are_refused_in_words_before_anything_is_written(cluster, tmp_path):
     """Wrong arguments first, then: no node has the resource and no autoscaler can add one,
     LoaderError at once; an autoscaler could, but no node comes within ``node_timeout``,
@@ -250,22 +295,16 @@ def test_a_decode_nodes_raylet_killed_mid_run_loses_no_file_and_writes_none_twic
     run = threading.Thread(target=lambda: done.append(sray.prepare(
         src, tmp_path / "dst", short_side=SHORT, gop=GOP, resources=DECODE, scheduling_strategy="SPREAD")))
     run.start()
-    killed = None
+    killed = False
     deadline = time.monotonic() + 120
-    while killed is None and run.is_alive() and time.monotonic() < deadline:
-        victims = tree(node_pids(extra)) - {raylet}
-        for pid in victims:  # the new node's task worker, with a copy's temporary file open
-            try:
-                writing = [f.path for f in psutil.Process(pid).open_files() if f.path.endswith(".preparing")]
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            if writing:
-                os.kill(raylet, signal.SIGKILL)
-                # Reaped as its parent would be on a real node: the workers it started watch its
-                # PID to leave, and a zombie still answers to that PID.
-                extra.all_processes["raylet"][0].process.wait(timeout=30)
-                killed = writing
-                break
+    while not killed and run.is_alive() and time.monotonic() < deadline:
+        if writers([extra]):  # the new node's task worker writes a copy: its raylet goes
+            victims = tree(node_pids(extra)) - {raylet}
+            os.kill(raylet, signal.SIGKILL)
+            # Reaped as its parent would be on a real node: the workers it started watch its
+            # PID to leave, and a zombie still answers to that PID.
+            extra.all_processes["raylet"][0].process.wait(timeout=30)
+            killed = True
         time.sleep(0.005)
     run.join(timeout=200)
     assert killed, "the new node wrote no copy before the run ended"
