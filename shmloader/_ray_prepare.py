@@ -16,7 +16,9 @@ are removed at the end of the run, or of a stop, once every task has answered. P
 rather than Ray Data's ``map``: the driver cancels one task (its worker killed) whose file is
 over ``timeout`` from when it is the oldest in flight, and a file whose worker dies on every
 try is a row that says so; Ray Data stops neither one task, and its failed task ends the
-dataset. ``out`` must be a folder every node writes at the same path (a shared file system).
+dataset. A cancel waits a moment for tasks that are answering (``_stop``: Ray aborts the driver
+when a cancel meets one). ``out`` must be a folder every node writes at the same path (a shared
+file system).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ _SLOTS_EVERY_S = 10.0
 # How long the driver waits for a cancelled task's worker to be gone before it removes the
 # task's temporary file (a force-cancel kills the worker; the answer comes once it has).
 _SETTLE_S = 30.0
+# How long tasks about to be cancelled may still answer first (see ``_stop``): a task's answer
+# comes within milliseconds of its end.
+_GRACE_S = 0.2
 
 
 def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -135,30 +140,50 @@ def _run(todo: list[Item], spec: Spec, storage: Storage, timeout: float | None, 
             if ready:
                 ref = ready[0]
                 item = pending.pop(ref)
-                try:
-                    row = ray.get(ref)
-                except ray.exceptions.RayError as e:
-                    row = failed_row(item, spec, storage, _why(e, options["max_retries"]))
+                row = _answer(ref, item, spec, storage, options)
             else:  # the oldest is over its time: its worker is killed (a cancelled task is not retried)
                 item = pending.pop(first)
-                _cancel([first])
-                row = failed_row(item, spec, storage, f"took over {timeout:g} s (timeout)")
+                answered = _stop([first])
+                row = _answer(first, item, spec, storage, options) if answered else \
+                    failed_row(item, spec, storage, f"took over {timeout:g} s (timeout)")
             rows[item[0]] = row
             bar.update(1)
     finally:
         if pending:
-            _cancel(list(pending))
+            _stop(list(pending))
+            for ref, item in pending.items():  # a file finished as the run stops has its row
+                try:
+                    if ray.wait([ref], timeout=0)[0]:
+                        rows[item[0]] = dict(ray.get(ref))
+                except ray.exceptions.RayError:
+                    pass  # cancelled: the next run prepares it
         remove_temporaries(todo, tagged=True)  # a folder listed once, whatever the files in it
 
 
-def _cancel(refs: list[Any]) -> None:
-    """Cancel the tasks ``refs`` (their workers killed) and wait, up to ``_SETTLE_S``, until Ray
-    has answered for each: their workers write no more."""
+def _answer(ref: Any, item: Item, spec: Spec, storage: Storage, options: dict[str, Any]) -> dict[str, Any]:
+    """The row the task ``ref`` answered for ``item``, or one saying why it did not."""
     import ray
 
-    for ref in refs:
+    try:
+        return dict(ray.get(ref))
+    except ray.exceptions.RayError as e:
+        return failed_row(item, spec, storage, _why(e, options["max_retries"]))
+
+
+def _stop(refs: list[Any]) -> list[Any]:
+    """The tasks of ``refs`` that answer within ``_GRACE_S``; the others are cancelled (their
+    workers killed), and waited for, up to ``_SETTLE_S``, until Ray has answered for each: their
+    workers write no more. Why not cancel them all: Ray (2.60) aborts the driver ("Tried to
+    complete task that was not pending") when a cancel meets a task that is answering, whose
+    answer ``ray.wait`` already sees; a stop raised as ``ray.wait`` returns meets one."""
+    import ray
+
+    ready, rest = ray.wait(refs, num_returns=len(refs), timeout=_GRACE_S)
+    for ref in rest:
         ray.cancel(ref, force=True)
-    ray.wait(refs, num_returns=len(refs), timeout=_SETTLE_S)
+    if rest:
+        ray.wait(rest, num_returns=len(rest), timeout=_SETTLE_S)
+    return list(ready)
 
 
 def _why(e: Exception, retries: int) -> str:
