@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import SampleError
-from .engine.core import _SKIPS_KEPT
+from .engine.source import SKIPS_KEPT
 
 __all__ = ["TaskLog", "decode_items", "task_log"]
 
@@ -30,7 +30,7 @@ _LOG_TIMEOUT_S = 120
 class TaskLog:
     """What the tasks of each dataset (its token) report: the samples left out by
     ``on_error="skip"`` (``(epoch, sample) -> reason`` in the order reported, each once however
-    often a task is re-run; the most recent ``_SKIPS_KEPT``, as a loader keeps) and, per node, the
+    often a task is re-run; the most recent ``SKIPS_KEPT``, as a loader keeps) and, per node, the
     tasks and samples read and the reader's counters (``ClipReader.counters``)."""
 
     def __init__(self) -> None:
@@ -41,7 +41,7 @@ class TaskLog:
         mine = self.skips.setdefault(token, OrderedDict())
         for epoch, sample, reason in skips:
             mine.setdefault((epoch, sample), reason)
-        while len(mine) > _SKIPS_KEPT:
+        while len(mine) > SKIPS_KEPT:
             mine.popitem(last=False)
         done = self.nodes.setdefault(token, {}).setdefault(node, {})
         for k, n in counts.items():

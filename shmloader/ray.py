@@ -1,5 +1,7 @@
 """Beyond one node: decode a :class:`~shmloader.VideoClips` in Ray tasks on a cluster's CPU nodes
-and feed the trainers through Ray Data. The only module that imports Ray (``shmloader[ray]``).
+and feed the trainers through Ray Data (``dataset``); prepare a dataset's training copies in Ray
+tasks (``prepare``). The public face of Ray in shmloader (``shmloader[ray]``): Ray is imported
+here and, inside their functions, in ``_ray_tasks``, ``_ray_nodes`` and ``_ray_prepare``.
 
 NOTE [ Epochs on Ray ]
 The epoch plan is the loader's own (``engine.plan.EpochPlan``): epoch ``e`` holds the samples a
@@ -36,7 +38,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ._errors import LoaderError
+from ._ray_nodes import task_slots, wait_for_a_node
+from ._ray_prepare import prepare
 from ._ray_tasks import decode_items, task_log
 from .engine.plan import EpochPlan
 from .engine.source import ON_ERROR, check_choice, check_int, check_seconds
@@ -45,7 +48,7 @@ from .video.clips import VideoClips, digest
 if TYPE_CHECKING:
     import ray.data
 
-__all__ = ["dataset", "plan_items", "skipped", "stats"]
+__all__ = ["dataset", "plan_items", "prepare", "skipped", "stats"]
 
 # Default task size: Ray spends a fixed CPU cost on each task (the driver's executor, the raylets,
 # the worker around our function), so a task carries far more decoding than that. Measured with
@@ -175,7 +178,7 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     check_seconds("node_timeout", node_timeout)
     if not ray.is_initialized():
         ray.init()
-    _wait_for_a_node({"CPU": num_cpus, **(resources or {})}, node_timeout)
+    wait_for_a_node({"CPU": num_cpus, **(resources or {})}, node_timeout, "decode tasks")
     log, token = task_log(), uuid.uuid4().hex
     # The same description gets the same reader in a task worker, dataset after dataset (an epoch
     # each): the probes it keeps (checked against each file's size and mtime) are not read again.
@@ -186,7 +189,8 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
                  "log": log}
     items_ds = ray.data.from_items(items, override_num_blocks=len(items))
     if tasks_in_flight == "auto" and not theirs:
-        size = _auto_tasks_in_flight(num_cpus, resources)
+        slots = task_slots(num_cpus, resources)
+        size = 2 * slots if slots else None
     if size is not None:
         # no more than the tasks there are (Ray Data warns of a cap its inputs cannot reach)
         ray_remote_args["compute"] = ray.data.TaskPoolStrategy(size=max(1, min(size, len(items))))
@@ -203,79 +207,6 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
     ds.context.set_config(_LOG_KEY, (log, token))
     weakref.finalize(ds.context, _forget, log, token).atexit = False  # at exit the whole log goes
     return ds
-
-
-def _wait_for_a_node(need: dict[str, float], timeout: float) -> None:
-    """Return once a live node has ``need`` (resource -> amount a decode task takes); LoaderError
-    at once where none has and no autoscaler could add one, else after ``timeout`` seconds."""
-    import time
-    import warnings
-
-    import ray
-
-    need = {k: float(v) for k, v in need.items() if v > 0}
-
-    def nodes() -> list[dict[str, float]]:
-        return [n["Resources"] for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
-
-    def fits(have: dict[str, float]) -> bool:
-        return all(have.get(k, 0.0) >= v for k, v in need.items())
-
-    if any(fits(n) for n in nodes()):
-        return
-    asked = ", ".join(f"{k}={v:g}" for k, v in need.items())
-    def described() -> str:
-        return "; ".join(", ".join(f"{k}={n.get(k, 0.0):g}" for k in need) for n in nodes()) or "no live node"
-    if not _autoscaler_could_add(need):
-        raise LoaderError(f"the decode tasks need {asked} on one node, and no node of this cluster has it "
-                          f"(its nodes: {described()}) and no autoscaler can add one: start a node "
-                          "with it (ray start --resources=...), or pass num_cpus= and resources= that a "
-                          "node has")
-    from ray.autoscaler.sdk import request_resources
-
-    warnings.warn(f"shmloader.ray: no node has {asked} for the decode tasks yet (its nodes: {described()}); "
-                  f"asking the autoscaler for one and waiting up to {timeout:g} s", RuntimeWarning, stacklevel=3)
-    request_resources(bundles=[need])
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(fits(n) for n in nodes()):
-                return  # from here the dataset's own tasks ask for what they need
-            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-    finally:
-        request_resources(bundles=[])  # answered or given up: the request is withdrawn
-    raise LoaderError(f"no node with {asked} for the decode tasks came up within {timeout:g} s (its nodes: "
-                      f"{described()}): the autoscaler could not add one")
-
-
-def _autoscaler_could_add(need: dict[str, float]) -> bool:
-    """Whether the cluster's autoscaler has a node type with ``need`` that it may still start.
-    Ray publishes its autoscaler's node types in the GCS (what Ray Data's own autoscaling reads);
-    a cluster started without an autoscaler has none. Unknown (another Ray): True, so that the
-    wait is bounded by the timeout rather than refused."""
-    try:
-        import ray._private.state
-
-        config = ray._private.state.state.get_cluster_config()
-    except Exception:
-        return True
-    if not config or not config.node_group_configs:
-        return False
-    return any(g.max_count != 0 and all(g.resources.get(k, 0) >= v for k, v in need.items())
-               for g in config.node_group_configs)
-
-
-def _auto_tasks_in_flight(num_cpus: float, resources: dict[str, float] | None) -> int | None:
-    """``tasks_in_flight="auto"``: twice the decode tasks the cluster can run at once now (its
-    CPUs and each custom resource asked for, over what one task takes); None where it has none
-    of one of them (a node that left since ``_wait_for_a_node``: Ray Data's scheduling)."""
-    import ray
-
-    total = ray.cluster_resources()  # type: ignore[no-untyped-call]
-    need = {"CPU": num_cpus, **(resources or {})}
-    fits = [total.get(k, 0.0) / v for k, v in need.items() if v > 0]
-    slots = int(min(fits) if fits else total.get("CPU", 1.0))
-    return 2 * slots if slots >= 1 else None
 
 
 def skipped(ds: ray.data.Dataset) -> list[tuple[int, int, str]]:

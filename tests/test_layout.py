@@ -23,7 +23,7 @@ PUBLIC = {
     "shmloader.torch": ["TorchLoader", "as_torch"],
     "shmloader.jax": ["batches"],
     "shmloader.tfdata": ["LoaderCheckpoint", "as_dataset", "distributed_dataset"],
-    "shmloader.ray": ["dataset", "plan_items", "skipped", "stats"],
+    "shmloader.ray": ["dataset", "plan_items", "prepare", "skipped", "stats"],
 }
 
 # What each part may import from the package (NOTE: the subpackages' docstrings say the same).

@@ -49,7 +49,7 @@ from .pool import _REAP_S, Pool, Worker, stop_workers
 from .protocol import COUNTS, ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
 from .ring import Layout, Ring
 from .schedule import Batch, Scheduler, Task, holding
-from .source import Source
+from .source import SKIPS_KEPT, Source
 from .stats import Clock
 
 __all__ = ["Engine", "Exhausted"]
@@ -65,8 +65,6 @@ _POLL_S = 1.0
 # lease's death wakes nobody (NOTE [ Slot lease ]): the loop finds it the next time round, and
 # only a consumer holding nearly the whole ring makes it wait on one.
 _RELEASE_POLL_S = 0.005
-# Skipped samples remembered with their reason (a long run over a damaged dataset must not grow).
-_SKIPS_KEPT = 10_000
 
 
 class Exhausted(Exception):
@@ -120,7 +118,7 @@ class Engine:
                            decoded=0, tasks=0, **dict.fromkeys(COUNTS, 0))
         self._last_liveness = time.monotonic()
         # (epoch, sample, reason) of the most recent skips; the count of all is in stats().
-        self.skipped: Skips = Skips(maxlen=_SKIPS_KEPT)
+        self.skipped: Skips = Skips(maxlen=SKIPS_KEPT)
         self._sched = Scheduler(plan, slots, start=start, epochs=epochs, ordered=ordered,
                                 drop_remainder=drop_remainder, describe=source.describe,
                                 stats=self._stats, skipped=self.skipped, run=run)

@@ -97,6 +97,9 @@ def check_int(name: str, value, minimum: int) -> None:
 
 # What a loader (or a Ray dataset) does with a sample it cannot read.
 ON_ERROR = ("raise", "skip")
+# Skipped samples remembered with their reason, by a loader and by a Ray dataset's task log (a
+# long run over a damaged dataset must not grow).
+SKIPS_KEPT = 10_000
 
 
 def check_seconds(name: str, value: Any) -> None:

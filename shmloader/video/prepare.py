@@ -29,6 +29,7 @@ the same way and its row says so. A run
 into a DST that has a manifest keeps each earlier row whose source has its recorded size and
 modification time, whose copy has the size and modification time its row records and whose
 ``spec`` is this run's; every other file (new, changed, failed before) is prepared again.
+On Ray a try writes ``.NAME.TAG.preparing``, a name of its own (NOTE [ Preparing on Ray ]).
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ import collections
 import concurrent.futures as cf
 import csv
 import os
+import re
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..engine.source import check_int, check_seconds, usable_cpus
@@ -50,7 +52,8 @@ from .scan import COLUMNS, _blank, _is_shards, _kill, _pool, _row, iter_inputs
 from .storage import LOCAL, Storage
 from .transcode import Spec, container_of, transcode
 
-__all__ = ["MANIFEST", "PREPARE_COLUMNS", "prepare", "prepare_files"]
+__all__ = ["FILE_TIMEOUT", "MANIFEST", "PREPARE_COLUMNS", "check_spec", "failed_row", "prepare", "prepare_files",
+           "prepare_one", "raise_for_fail_on", "remove_temporaries"]
 
 PREPARE_COLUMNS = COLUMNS + ("source", "source_bytes", "source_mtime_ns", "spec", "note")
 MANIFEST = "manifest.csv"
@@ -60,7 +63,7 @@ _IN_FLIGHT = 2
 
 # Seconds one file may take by default: a two-hour film at short side 320 takes minutes on a core;
 # a file that hangs its decoder must not stop the night's run.
-_TIMEOUT = 3600.0
+FILE_TIMEOUT = 3600.0
 
 # What the copy is probed with for its row: every keyframe decoded (scan's default).
 _CHECK = "keyframes"
@@ -120,9 +123,15 @@ def _listing(inputs: list[str], out: str, storage: Storage, passed_over: collect
     return listed
 
 
-def _temporary(copy: str) -> str:
+# A tag naming one attempt at a copy (``temporary``): 12 hex digits.
+_TAG = re.compile(r"[0-9a-f]{12}")
+
+
+def temporary(copy: str, tag: str = "") -> str:
+    """Where ``copy`` is written before it is whole: ``.NAME.preparing`` beside it, or with
+    ``tag`` (an attempt's own, 12 hex digits) ``.NAME.TAG.preparing``."""
     folder, name = os.path.split(copy)
-    return os.path.join(folder, f".{name}.preparing")
+    return os.path.join(folder, f".{name}.{tag}.preparing" if tag else f".{name}.preparing")
 
 
 def _ignore_sigint() -> None:
@@ -130,10 +139,12 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _prepare_one(path: str, label: int, place, copy: str, fmt: str, spec: Spec, storage: Storage) -> dict:
-    """The manifest row of ``path``'s copy, made (in a worker process); a file that cannot be
-    prepared gets a row saying why, and leaves no file behind."""
-    tmp = _temporary(copy)
+def prepare_one(path: str, label: int, place, copy: str, fmt: str, spec: Spec, storage: Storage,
+                tag: str = "") -> dict:
+    """The manifest row of ``path``'s copy, made (in a worker process or a Ray task) under its
+    temporary name (``temporary(copy, tag)``); a file that cannot be prepared gets a row saying
+    why, and leaves no file behind."""
+    tmp = temporary(copy, tag)
     extra: dict[str, Any] = {"source": path, "spec": _spec_text(spec)}
     try:
         member = split_member(path)
@@ -186,16 +197,8 @@ def _finished(row: dict | None, spec: str, storage: Storage) -> bool:
         and [str(st.st_size), str(st.st_mtime_ns)] == [row["bytes"], row["mtime_ns"]]
 
 
-def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *,
-                  short_side: int | None = None, size: tuple[int, int] | None = None, gop: int = 16,
-                  crf: int = 23, workers: int | None = None, timeout: float | None = _TIMEOUT,
-                  fail_on: Iterable[str] | str = (), progress: bool = False,
-                  storage_options: dict | None = None) -> dict[str, Any]:
-    """:func:`prepare`'s work; returns a summary: ``{"manifest", "rows", "prepared", "kept",
-    "unreadable", "failed", "problems": {kind: rows}, "first": {kind: (path, problem)},
-    "unlabelled", "passed_over": {extension: files}, "source_bytes", "copy_bytes", "seconds"}``
-    (bytes of the readable rows' sources and copies; ``failed``: rows with a problem of a kind
-    in ``fail_on``, as scan's)."""
+def check_spec(short_side: int | None, size: tuple[int, int] | None, gop: int, crf: int) -> Spec:
+    """What the copies are made at; ValueError naming the argument that is wrong."""
     if short_side is not None and size is not None:
         raise ValueError("give short_side or size, not both")
     if short_side is not None:
@@ -210,12 +213,31 @@ def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathL
     check_int("crf", crf, 0)
     if crf > 51:
         raise ValueError(f"crf must be 0..51 (x264's quality scale, lower is better), got {crf}")
+    return Spec(short_side, size, gop, crf)
+
+
+# What runs a prepare's files: (files to prepare, spec, storage, timeout, rows to fill, progress bar).
+Run = Callable[[list[tuple], Spec, Storage, float | None, dict, Any], None]
+
+
+def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *,
+                  short_side: int | None = None, size: tuple[int, int] | None = None, gop: int = 16,
+                  crf: int = 23, workers: int | None = None, timeout: float | None = FILE_TIMEOUT,
+                  fail_on: Iterable[str] | str = (), progress: bool = False,
+                  storage_options: dict | None = None, run: Run | None = None) -> dict[str, Any]:
+    """:func:`prepare`'s work; returns a summary: ``{"manifest", "rows", "prepared", "kept",
+    "unreadable", "failed", "problems": {kind: rows}, "first": {kind: (path, problem)},
+    "unlabelled", "passed_over": {extension: files}, "source_bytes", "copy_bytes", "seconds"}``
+    (bytes of the readable rows' sources and copies; ``failed``: rows with a problem of a kind
+    in ``fail_on``, as scan's). The listing, the check of an earlier run's rows and the manifest
+    are this process's; ``run`` prepares the files left (each with ``prepare_one``, putting its
+    row in the rows it is given), by default in ``workers`` local processes."""
+    spec = check_spec(short_side, size, gop, crf)
     if workers is not None:
         check_int("workers", workers, 1)
     if timeout is not None:
         check_seconds("timeout", timeout)
     kinds = check_fail_on(fail_on)
-    spec = Spec(short_side, size, gop, crf)
     text = _spec_text(spec)
     out = os.path.abspath(os.fspath(out))
     storage = Storage(storage_options)
@@ -239,7 +261,10 @@ def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathL
 
     try:
         with tqdm(total=len(listed), initial=len(rows), unit=" files", desc="prepare", disable=not progress) as bar:
-            _run(todo, spec, storage, workers or usable_cpus(), timeout, rows, bar)
+            if run is not None:
+                run(todo, spec, storage, timeout, rows, bar)
+            else:
+                _run(todo, spec, storage, workers or usable_cpus(), timeout, rows, bar)
     finally:
         _write(manifest, listed, rows, earlier)
     summary: dict[str, Any] = {"manifest": manifest, "rows": 0, "prepared": 0, "kept": 0, "unreadable": 0,
@@ -274,11 +299,10 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, timeout:
     def submit(item) -> cf.Future:
         path, label, place, copy, fmt = item
         assert pool is not None
-        return pool.submit(_prepare_one, path, label, place, copy, fmt, spec, storage)
+        return pool.submit(prepare_one, path, label, place, copy, fmt, spec, storage)
 
     def failed(item, why: str) -> dict:
-        row = _blank(item[3], item[1], f"unreadable: cannot prepare {storage.name(item[0])}: {why}")
-        return dict(row, source=item[0], spec=_spec_text(spec))
+        return failed_row(item, spec, storage, why)
 
     try:
         pool = _pool(min(workers, max(1, len(todo))), _ignore_sigint)
@@ -311,23 +335,49 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, timeout:
             _kill(pool)
             pool = _pool(workers, _ignore_sigint)
             pending.popleft()
-            _remove_temporaries([item])
+            remove_temporaries([item])
             queue.extendleft(reversed([it for it, _ in pending]))
             pending.clear()
-            _remove_temporaries(queue)
+            remove_temporaries(queue)
             rows[item[0]] = row
             bar.update(1)
     finally:
         if pool is not None:
             _kill(pool)
-        _remove_temporaries([it for it, _ in pending])
+        remove_temporaries([it for it, _ in pending])
 
 
-def _remove_temporaries(items: Iterable[tuple]) -> None:
+def failed_row(item: tuple, spec: Spec, storage: Storage, why: str) -> dict:
+    """The row of a listed file (``item``) that its worker or task did not answer for, saying why."""
+    row = _blank(item[3], item[1], f"unreadable: cannot prepare {storage.name(item[0])}: {why}")
+    return dict(row, source=item[0], spec=_spec_text(spec))
+
+
+def remove_temporaries(items: Iterable[tuple], tagged: bool = False) -> None:
+    """Remove the temporary files of the listed files ``items``: the untagged one, or with
+    ``tagged`` every attempt's (a folder listed once, whatever the number of its files)."""
+    if not tagged:
+        for item in items:
+            tmp = temporary(item[3])
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return
+    names: dict[str, set[str]] = collections.defaultdict(set)
     for item in items:
-        tmp = _temporary(item[3])
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        folder, name = os.path.split(item[3])
+        names[folder].add(name)
+    for folder, mine in names.items():
+        try:
+            entries = os.listdir(folder)
+        except FileNotFoundError:
+            continue
+        for entry in entries:  # .NAME.TAG.preparing, NAME one of ``mine``
+            name, _, tag = entry[1:].removesuffix(".preparing").rpartition(".")
+            if entry.startswith(".") and entry.endswith(".preparing") and name in mine and _TAG.fullmatch(tag):
+                try:
+                    os.unlink(os.path.join(folder, entry))
+                except FileNotFoundError:
+                    pass  # its attempt renamed or removed it meanwhile
 
 
 def _write(manifest: str, listed: list[tuple], rows: dict, earlier: dict) -> None:
@@ -346,7 +396,7 @@ def _write(manifest: str, listed: list[tuple], rows: dict, earlier: dict) -> Non
 
 def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], out: str | os.PathLike[str], *,
             short_side: int | None = None, size: tuple[int, int] | None = None, gop: int = 16, crf: int = 23,
-            workers: int | None = None, timeout: float | None = _TIMEOUT, fail_on: Iterable[str] | str = (),
+            workers: int | None = None, timeout: float | None = FILE_TIMEOUT, fail_on: Iterable[str] | str = (),
             progress: bool = False, storage_options: dict | None = None) -> str:
     """Copies of the videos ``sources`` name, made for reading random clips fast, in the folder
     ``out``; returns the path of their manifest, ``out/manifest.csv``, for
@@ -368,10 +418,16 @@ def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], 
         sources = [sources]
     summary = prepare_files(sources, out, short_side=short_side, size=size, gop=gop, crf=crf, workers=workers,
                             timeout=timeout, fail_on=fail_on, progress=progress, storage_options=storage_options)
+    return raise_for_fail_on(summary, fail_on)
+
+
+def raise_for_fail_on(summary: dict[str, Any], fail_on: Iterable[str] | str) -> str:
+    """The manifest's path of a prepare's ``summary``; ValueError naming the first row with a
+    problem of a kind in ``fail_on`` where there is one."""
     if summary["failed"]:
         kinds = check_fail_on(fail_on)
         with open(summary["manifest"], newline="") as f:
             bad = [r for r in csv.DictReader(f) if fails(r["problem"], kinds)]
         raise ValueError(f"{len(bad)} of {summary['rows']} rows of {summary['manifest']} have a problem of "
                          f"fail_on {kinds}; the first: {bad[0]['source']}: {bad[0]['problem']}")
-    return summary["manifest"]
+    return str(summary["manifest"])

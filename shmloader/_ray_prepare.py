@@ -1,0 +1,197 @@
+"""``shmloader.ray.prepare``: ``shmloader.prepare``'s per-file work in Ray tasks on a cluster's nodes.
+
+Ray is imported inside the functions only: ``shmloader.ray`` imports this module, and nothing
+here may run at ``import shmloader``.
+
+NOTE [ Preparing on Ray ]
+The driver lists the sources, keeps what an earlier run finished and writes the manifest, as
+``shmloader.prepare`` does (``video.prepare.prepare_files``); only the per-file work moves: the
+same function (``video.prepare.prepare_one``), one Ray task a file, twice as many in flight as
+the cluster has slots for them. Ray runs a task lost with its node or worker again elsewhere (up
+to ``_RETRIES`` times). Each try writes its copy under a temporary name of its own (a random
+tag) and renames it when whole, so a try that runs on after Ray gave its task up for lost (its
+raylet gone, its worker not yet) never writes into the file of the try that replaced it; the
+manifest has one row a file, the answer the driver got. The temporary files of tries that died
+are removed at the end of the run, or of a stop, once every task has answered. Plain tasks
+rather than Ray Data's ``map``: the driver cancels one task (its worker killed) whose file is
+over ``timeout`` from when it is the oldest in flight, and a file whose worker dies on every
+try is a row that says so; Ray Data stops neither one task, and its failed task ends the
+dataset. A cancel waits a moment for tasks that are answering (``_stop``: Ray aborts the driver
+when a cancel meets one). ``out`` must be a folder every node writes at the same path (a shared
+file system).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from ._ray_nodes import task_slots, wait_for_a_node
+from .engine.source import check_seconds
+from .video.prepare import (FILE_TIMEOUT, Spec, check_spec, failed_row, prepare_files, prepare_one, raise_for_fail_on,
+                            remove_temporaries)
+from .video.rescan import check_fail_on
+from .video.storage import Storage
+
+__all__ = ["prepare"]
+
+# A listed file: (source, label, place in its shard, copy path, muxer), as video.prepare lists it.
+Item = tuple[Any, ...]
+
+# Tries of a file's task after the first when its worker or node is lost (Ray's own default
+# for tasks): a lost node costs one; a file that crashes its decoder every time is given up.
+_RETRIES = 3
+# How often the driver counts the cluster's slots again (a node that joins gets work).
+_SLOTS_EVERY_S = 10.0
+# How long the driver waits for a cancelled task's worker to be gone before it removes the
+# task's temporary file (a force-cancel kills the worker; the answer comes once it has).
+_SETTLE_S = 30.0
+# How long tasks about to be cancelled may still answer first (see ``_stop``): a task's answer
+# comes within milliseconds of its end.
+_GRACE_S = 0.2
+
+
+def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], out: str | os.PathLike[str], *,
+            short_side: int | None = None, size: tuple[int, int] | None = None, gop: int = 16, crf: int = 23,
+            timeout: float | None = FILE_TIMEOUT, fail_on: Iterable[str] | str = (), progress: bool = False,
+            storage_options: dict[str, Any] | None = None, num_cpus: float = 1,
+            resources: dict[str, float] | None = None, node_timeout: float = 600.0,
+            **ray_remote_args: Any) -> str:
+    """``shmloader.prepare`` with the files prepared in Ray tasks on the cluster's nodes (NOTE
+    [ Preparing on Ray ]): the same copies and the same ``out/manifest.csv``, whose path it
+    returns. ``out`` must be a folder every node writes at the same path (a shared file system;
+    on one machine, any folder); the sources as every node reads them (the same paths, or URLs
+    and tar shards through ``storage_options``, as ``shmloader.prepare`` reads them).
+
+    ``sources``, ``short_side``, ``size``, ``gop``, ``crf``, ``fail_on``, ``progress`` and
+    ``storage_options`` as ``shmloader.prepare``'s; a rerun into ``out`` keeps the copies it
+    finished, as there. ``timeout``: seconds a file may take from when it is the oldest in
+    flight (None: no limit); its task is cancelled and its row says so.
+
+    :param num_cpus: CPUs each task takes (a task encodes on one core).
+    :param resources: custom resources each task needs, e.g. ``{"decode": 1}`` to keep the work
+        on the nodes started with that resource.
+    :param node_timeout: seconds to wait for a node that can run a task, as
+        ``shmloader.ray.dataset``'s: ``LoaderError`` at once where no node has what a task asks
+        for and no autoscaler could add one, after ``node_timeout`` where one could.
+    :param ray_remote_args: passed to the task's ``options()`` (``scheduling_strategy``,
+        ``memory``, ``max_retries``...).
+    """
+    import ray
+
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    check_spec(short_side, size, gop, crf)  # wrong arguments are told before any wait
+    check_fail_on(fail_on)
+    if timeout is not None:
+        check_seconds("timeout", timeout)
+    check_seconds("node_timeout", node_timeout)
+    if not ray.is_initialized():
+        ray.init()
+    need = {"CPU": num_cpus, **(resources or {})}
+    wait_for_a_node(need, node_timeout, "prepare tasks")
+    options = {"num_cpus": num_cpus, "resources": resources, "max_retries": _RETRIES, **ray_remote_args}
+
+    def run(todo: list[Item], spec: Spec, storage: Storage, timeout: float | None, rows: dict[str, Any],
+            bar: Any) -> None:
+        _run(todo, spec, storage, timeout, rows, bar, options)
+
+    summary = prepare_files(sources, out, short_side=short_side, size=size, gop=gop, crf=crf,
+                            timeout=timeout, fail_on=fail_on, progress=progress,
+                            storage_options=storage_options, run=run)
+    return raise_for_fail_on(summary, fail_on)
+
+
+def _attempt(item: Item, spec: Spec, storage: Storage) -> dict[str, Any]:
+    """One try at ``item``'s copy, in a Ray task: its row, the copy under this try's own
+    temporary name until it is whole."""
+    path, label, place, copy, fmt = item
+    return prepare_one(path, label, place, copy, fmt, spec, storage, tag=uuid.uuid4().hex[:12])
+
+
+def _run(todo: list[Item], spec: Spec, storage: Storage, timeout: float | None, rows: dict[str, Any], bar: Any,
+         options: dict[str, Any]) -> None:
+    """Prepare ``todo`` in Ray tasks, each row into ``rows`` as it comes (NOTE [ Preparing on
+    Ray ]); a stop (Ctrl-C, an error) cancels the tasks in flight. Either way the temporary files
+    of every try are removed at the end, once each task has answered."""
+    import ray
+
+    task = ray.remote(_attempt).options(**options)
+    queue = collections.deque(todo)
+    pending: dict[Any, Item] = {}  # task -> its file, oldest first
+    oldest, since = None, time.monotonic()
+    slots, counted = 0, -_SLOTS_EVERY_S
+    try:
+        while queue or pending:
+            if time.monotonic() - counted >= _SLOTS_EVERY_S:
+                slots, counted = task_slots(options["num_cpus"], options["resources"]), time.monotonic()
+            while queue and len(pending) < 2 * max(1, slots):
+                item = queue.popleft()
+                pending[task.remote(item, spec, storage)] = item
+            first = next(iter(pending))
+            if first is not oldest:
+                oldest, since = first, time.monotonic()
+            left = None if timeout is None else max(0.0, since + timeout - time.monotonic())
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+            if ready:
+                ref = ready[0]
+                item = pending.pop(ref)
+                row = _answer(ref, item, spec, storage, options)
+            else:  # the oldest is over its time: its worker is killed (a cancelled task is not retried)
+                item = pending.pop(first)
+                answered = _stop([first])
+                row = _answer(first, item, spec, storage, options) if answered else \
+                    failed_row(item, spec, storage, f"took over {timeout:g} s (timeout)")
+            rows[item[0]] = row
+            bar.update(1)
+    finally:
+        if pending:
+            _stop(list(pending))
+            for ref, item in pending.items():  # a file finished as the run stops has its row
+                try:
+                    if ray.wait([ref], timeout=0)[0]:
+                        rows[item[0]] = dict(ray.get(ref))
+                except ray.exceptions.RayError:
+                    pass  # cancelled: the next run prepares it
+        remove_temporaries(todo, tagged=True)  # a folder listed once, whatever the files in it
+
+
+def _answer(ref: Any, item: Item, spec: Spec, storage: Storage, options: dict[str, Any]) -> dict[str, Any]:
+    """The row the task ``ref`` answered for ``item``, or one saying why it did not."""
+    import ray
+
+    try:
+        return dict(ray.get(ref))
+    except ray.exceptions.RayError as e:
+        return failed_row(item, spec, storage, _why(e, options["max_retries"]))
+
+
+def _stop(refs: list[Any]) -> list[Any]:
+    """The tasks of ``refs`` that answer within ``_GRACE_S``; the others are cancelled (their
+    workers killed), and waited for, up to ``_SETTLE_S``, until Ray has answered for each: their
+    workers write no more. Why not cancel them all: Ray (2.60) aborts the driver ("Tried to
+    complete task that was not pending") when a cancel meets a task that is answering, whose
+    answer ``ray.wait`` already sees; a stop raised as ``ray.wait`` returns meets one."""
+    import ray
+
+    ready, rest = ray.wait(refs, num_returns=len(refs), timeout=_GRACE_S)
+    for ref in rest:
+        ray.cancel(ref, force=True)
+    if rest:
+        ray.wait(rest, num_returns=len(rest), timeout=_SETTLE_S)
+    return list(ready)
+
+
+def _why(e: Exception, retries: int) -> str:
+    """A row's reason for a task that did not answer (Ray's exception, its first line)."""
+    import ray
+
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    if isinstance(e, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError)):
+        tries = "once" if retries == 0 else f"{retries + 1} times" if retries > 0 else "again and again"
+        return f"its process died, tried {tries} (a crash in the decoder or encoder?): {first}"
+    return f"its task failed: {type(e).__name__}: {first}"
