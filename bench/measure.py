@@ -282,7 +282,7 @@ def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration:
             if pipe.stats is not None:
                 s = pipe.stats()
                 res.extra.update(copied_batches=s.get("copied", 0), worker_replies=s.get("tasks"),
-                                 decoded_samples=s.get("decoded"),
+                                 decoded_samples=s.get("decoded"), decoded_per_frame=s.get("decoded_per_frame"),
                                  consumer_wait_s=round(s.get("consumer_wait_s", 0.0), 3))
         finally:
             t1 = time.perf_counter()

@@ -95,6 +95,27 @@ def test_tfrecord_route_converts_once_and_reads_the_epoch0_clips(clips, tmp_path
     assert pipe.disk["bytes"] == info["bytes"]
 
 
+@pytest.mark.parametrize("fmt", ["jpeg", "raw"])
+def test_tfrecord_route_stores_every_frame_step_th_frame_in_sample_order(clips, tmp_path, fmt):
+    """bench/prepare.py's TFRecord rows: clips of every 2nd frame are stored as such, and
+    ``stored_clips`` gives them back by sample, as decord decoded them (raw: bit for bit)."""
+    from shmloader.video.samples import read_codes
+
+    wl = Workload("step", 4, (64, 64), 0, "test clips", frame_step=2)
+    info = tfrecord.convert(clips, wl, fmt, root=str(tmp_path))
+    assert info["files"][0].startswith(str(tmp_path))
+    assert tfrecord.convert(clips, Workload("step", 4, (64, 64), 0, ""), fmt, root=str(tmp_path)) != info
+    stored = tfrecord.stored_clips(info, wl)
+    assert [s for s, _ in stored] == list(range(len(clips)))
+    for sample, clip in stored:
+        ref, _ = decode_clip(clips, wl, 0, sample)
+        frames = read_codes(clip)[1]
+        np.testing.assert_array_equal(frames, read_codes(ref)[1])
+        assert (np.diff(frames) == 2).all()
+        mad = np.abs(clip.astype(np.int16) - ref).mean()
+        assert mad == 0 if fmt == "raw" else 0 < mad <= FRAME_MAD_TOLERANCE
+
+
 def test_missing_peers_are_skipped_with_the_reason(monkeypatch):
     import argparse
 
