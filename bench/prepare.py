@@ -21,7 +21,8 @@ first ``--psnr-frames`` frames of every video) of their frames against the sourc
 copy's size by the loader's own scaler, and at the training size (both scaled to ``side x
 side``). The summary gives each set's clips/s / the sources'.
 
-    python bench/prepare.py                                   # ~12 minutes on 2 cores
+    python bench/prepare.py                                   # ~5 minutes on 2 cores
+    python bench/prepare.py --gops 8,16,32 --short-sides 128,256 --crfs 23,18   # ~15 minutes
     python bench/prepare.py --video-count 2 --duration 1 --alone-duration 1 --reps 1 --no-plots
                                                               # a check that it runs
 
