@@ -43,7 +43,7 @@ import time
 import harness
 import report
 from report import fmt, table
-from workloads import CLIPS_PER_VIDEO, ClipSet, Workload, sample_keys, write_textured, written
+from workloads import CLIPS_PER_VIDEO, ClipSet, Workload, write_textured, written
 
 SOURCES = "sources"
 ROUTES = ("tfrecord-jpeg", "tfrecord-raw")
@@ -188,29 +188,17 @@ def cells(args, ctx: dict) -> list[list]:
     return [[(name, mode) for name in ctx["sets"] for mode in MODES]]  # one block: every set, both ways
 
 
-def _timed(step, duration: float, res) -> None:
-    """``step()`` (returning the clips it read) again and again for ``duration`` s in this
-    process: clips/s, CPU ms per clip and the other programs' load over that time."""
-    from measure import system_busy
-
-    busy0, n, cpu0, t0 = system_busy(), 0, time.process_time(), time.perf_counter()
-    while time.perf_counter() - t0 < duration:
-        n += step()
-    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    res.clips, res.seconds, res.clips_per_s = n, dt, n / dt
-    res.cpu_ms_per_clip = 1000 * cpu / n
-    res.other_cpu_pct = max(0.0, 100 * (system_busy() - busy0 - cpu) / dt)
-
-
 def _alone(s: dict, args, wl: Workload, res) -> float | None:
     """The set's decode alone into ``res``; returns frames decoded per delivered frame."""
+    from measure import reader_step, run_timed
+
     if "route" in s:
         import peers
 
         pipe = peers.tfrecord_alone(s["clips"], wl, args.batch_size, s["route"].split("-")[1])
         try:
             next(pipe)
-            _timed(lambda: int(next(pipe)["video"].shape[0]), args.alone_duration, res)
+            run_timed(lambda: int(next(pipe)["video"].shape[0]), args.alone_duration, res)
         finally:
             pipe.close()
         return s["decoded_per_frame"]
@@ -220,17 +208,9 @@ def _alone(s: dict, args, wl: Workload, res) -> float | None:
     reader = shmloader.VideoClips(list(clips.paths), list(clips.labels), clip_len=wl.clip_len,
                                   frame_step=wl.frame_step, clips_per_video=CLIPS_PER_VIDEO, size=wl.size,
                                   sampling="random").reader()
-    for v in range(len(clips.paths)):  # every file probed and opened once, outside the time
-        reader.read([v * CLIPS_PER_VIDEO], epoch=10**6)
+    step = reader_step(reader, len(clips.paths), CLIPS_PER_VIDEO)
     warm = dict(reader.frames)
-    keys = sample_keys(len(clips))
-
-    def step() -> int:
-        epoch, sample = next(keys)
-        reader.read([sample], epoch=epoch)
-        return 1
-
-    _timed(step, args.alone_duration, res)
+    run_timed(step, args.alone_duration, res)
     delivered = reader.frames["frames_delivered"] - warm["frames_delivered"]
     return (reader.frames["frames_decoded"] - warm["frames_decoded"]) / delivered if delivered else None
 
