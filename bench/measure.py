@@ -282,7 +282,7 @@ def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration:
             if pipe.stats is not None:
                 s = pipe.stats()
                 res.extra.update(copied_batches=s.get("copied", 0), worker_replies=s.get("tasks"),
-                                 decoded_samples=s.get("decoded"),
+                                 decoded_samples=s.get("decoded"), decoded_per_frame=s.get("decoded_per_frame"),
                                  consumer_wait_s=round(s.get("consumer_wait_s", 0.0), 3))
         finally:
             t1 = time.perf_counter()
@@ -293,6 +293,39 @@ def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration:
     if check is not None:
         res.frames_bad, res.frame_mad = check(first["video"], first["label"])
     return res
+
+
+def run_timed(step: Callable[[], int], duration: float, res: Result) -> Result:
+    """``step()`` (returning the clips it read) again and again for ``duration`` s in this
+    process, no loader: clips/s, CPU ms per clip (this process's, every thread) and the other
+    programs' load over that time."""
+    busy0, n, cpu0, t0 = system_busy(), 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - t0 < duration:
+        n += step()
+    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    res.clips, res.seconds, res.clips_per_s = n, dt, n / dt
+    res.cpu_ms_per_clip = 1000 * cpu / n
+    res.main_cpu_pct = 100 * cpu / dt
+    res.other_cpu_pct = max(0.0, 100 * (system_busy() - busy0 - cpu) / dt)
+    return res
+
+
+def reader_step(reader, videos: int, clips_per_video: int, clips_per_sample: int = 1) -> Callable[[], int]:
+    """A ``step`` for ``run_timed``: ``reader`` (``VideoClips.reader()``, the loader's own reader)
+    reads one sample at a time in the loader's sample order (``workloads.sample_keys``). Every
+    video is read once first, outside the time: probed and opened, as a running loader has them."""
+    from workloads import sample_keys
+
+    for v in range(videos):
+        reader.read([v * clips_per_video], epoch=10**6)
+    keys = sample_keys(videos * clips_per_video)
+
+    def step() -> int:
+        epoch, sample = next(keys)
+        reader.read([sample], epoch=epoch)
+        return clips_per_sample
+
+    return step
 
 
 def machine_info() -> dict:

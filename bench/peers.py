@@ -253,7 +253,9 @@ def grain_jax(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: 
 
 
 # ------------------------------------------------------------------------ TFRecord
-def _tfrecord(clips: ClipSet, wl: Workload, batch_size: int, fmt: str) -> Pipeline:
+def _tfrecord(clips: ClipSet, wl: Workload, batch_size: int, fmt: str, parallel: bool = True) -> Pipeline:
+    """The TFRecord route's pipeline; ``parallel=False``: the same reading, parsing and decoding
+    on one thread, files read in turn and nothing prefetched (the route's decode alone)."""
     import tensorflow as tf
 
     import tfrecord
@@ -282,10 +284,13 @@ def _tfrecord(clips: ClipSet, wl: Workload, batch_size: int, fmt: str) -> Pipeli
             video.set_shape((t, h, w, 3))
         return {"video": video, "label": ex["label"]}
 
-    ds = tf.data.TFRecordDataset(info["files"], num_parallel_reads=tf.data.AUTOTUNE)
+    auto = tf.data.AUTOTUNE if parallel else None
+    ds = tf.data.TFRecordDataset(info["files"], num_parallel_reads=auto)
     ds = ds.repeat().shuffle(_SHUFFLE_RECORDS, seed=SEED)
-    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    ds = ds.map(parse, num_parallel_calls=auto)
+    ds = ds.batch(batch_size, drop_remainder=True)
+    if parallel:
+        ds = ds.prefetch(tf.data.AUTOTUNE)
     pipe = Pipeline(iter(ds), threading.Event())
     pipe.disk = info
     return pipe
@@ -297,6 +302,11 @@ def tfrecord_jpeg(clips: ClipSet, wl: Workload, workers: int, batch_size: int, p
 
 def tfrecord_raw(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False) -> Pipeline:
     return _tfrecord(clips, wl, batch_size, "raw")
+
+
+def tfrecord_alone(clips: ClipSet, wl: Workload, batch_size: int, fmt: str) -> Pipeline:
+    """The TFRecord route in ``fmt`` (``"jpeg"`` or ``"raw"``) on one thread: its decode alone."""
+    return _tfrecord(clips, wl, batch_size, fmt, parallel=False)
 
 
 PEERS: dict[str, Callable[..., Pipeline]] = {

@@ -3,8 +3,8 @@
 Each sample of epoch 0 (``workloads.sample_keys``: the video's clip at its epoch-0 random
 start) becomes one ``tf.train.Example``, either
 
-- ``jpeg``: the clip's frames at the workload's size, each a JPEG (quality 90), in a
-  ``bytes_list`` of T entries, or
+- ``jpeg``: the clip's frames (every ``frame_step``-th) at the workload's size, each a JPEG
+  (quality 90), in a ``bytes_list`` of T entries, or
 - ``raw``: the clip as one ``[T, H, W, 3]`` uint8 buffer,
 
 plus its label, spread over ``SHARDS`` files so that ``num_parallel_reads`` has files to read
@@ -18,10 +18,13 @@ the bytes on disk against the source videos.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import time
+
+import numpy as np
 
 from workloads import CLIPS_PER_VIDEO, SEED, ClipSet, Workload, decode_clip
 
@@ -36,6 +39,8 @@ def _key(clips: ClipSet, wl: Workload, fmt: str) -> str:
     for p in clips.paths:
         h.update(f"{os.path.abspath(p)}:{os.path.getsize(p)}:{os.path.getmtime(p)}\n".encode())
     h.update(f"{fmt}:{wl.clip_len}:{wl.size}:{SEED}:{CLIPS_PER_VIDEO}:{JPEG_QUALITY}".encode())
+    if wl.frame_step != 1:  # the keys of consecutive-frame clips stay those written before frame_step counted
+        h.update(f":step{wl.frame_step}".encode())
     return f"{fmt}-{wl.clip_len}x{wl.size[0]}x{wl.size[1]}-{h.hexdigest()[:12]}"
 
 
@@ -55,7 +60,7 @@ def convert(clips: ClipSet, wl: Workload, fmt: str, root: str | None = None) -> 
     import tensorflow as tf
 
     os.makedirs(folder, exist_ok=True)
-    plain = Workload(wl.name, wl.clip_len, wl.size, 0, wl.about)  # no transform: stored frames
+    plain = dataclasses.replace(wl, py_iters=0)  # no transform: stored frames
     files = [os.path.join(folder, f"clips-{i:02d}-of-{SHARDS:02d}.tfrecord") for i in range(SHARDS)]
     t0 = time.perf_counter()
     writers = [tf.io.TFRecordWriter(p + ".tmp") for p in files]
@@ -85,3 +90,21 @@ def convert(clips: ClipSet, wl: Workload, fmt: str, root: str | None = None) -> 
         json.dump(info, f, indent=1)
     os.replace(manifest + ".tmp", manifest)
     return info
+
+
+def stored_clips(info: dict, wl: Workload):
+    """(sample, clip [T, H, W, 3] uint8) of every record ``convert`` wrote, in sample order:
+    what the route delivers, decoded as its reader decodes it."""
+    import tensorflow as tf
+
+    files = info["files"]
+    clips = {}
+    for shard, path in enumerate(files):
+        for j, record in enumerate(tf.data.TFRecordDataset(path)):
+            ex = tf.train.Example.FromString(record.numpy()).features.feature
+            if info["fmt"] == "jpeg":
+                clip = np.stack([tf.io.decode_jpeg(f, channels=3).numpy() for f in ex["frames"].bytes_list.value])
+            else:
+                clip = np.frombuffer(ex["video"].bytes_list.value[0], np.uint8).reshape(wl.shape)
+            clips[j * len(files) + shard] = clip
+    return sorted(clips.items())

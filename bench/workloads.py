@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable, Iterator
 
 import numpy as np
@@ -146,12 +147,14 @@ def written(path: str, write: Callable[[str], object]) -> str:
 
 
 def write_textured(path: str | os.PathLike, video_id: int, frames: int, size: tuple[int, int],
-                   fps: int, gop: int, options: dict[str, str] | None = None) -> str:
+                   fps: int, gop: int, options: dict[str, str] | None = None,
+                   audio_rate: int | None = None) -> str:
     """A frame-code video (``shmloader.samples.frame_image``) over a panning texture with noise.
 
     The texture moves 1 pixel per frame to the right and 1 every other frame down (a slow
     camera pan: inter frames carry motion vectors and residuals, as camera footage does); the
     codes stay readable by ``read_codes``. Deterministic for a given ``video_id``.
+    ``audio_rate``: with an AAC stereo track at that rate (``_AacTrack``), as long as the video.
     """
     import av
 
@@ -170,7 +173,10 @@ def write_textured(path: str | os.PathLike, video_id: int, frames: int, size: tu
         # encoder's ``options`` as given (gop unused).
         stream.options = options or {"crf": "18", "preset": "veryfast", "g": str(gop), "keyint_min": str(gop),
                                      "sc_threshold": "0"}
+        sound = _AacTrack(container, audio_rate, video_id) if audio_rate else None
         for i in range(frames):
+            if sound:  # the audio up to this frame's end, interleaved with the frames
+                sound.until((i + 1) / fps)
             y, x = i // 2, i
             image = frame_image(video_id, i, h, w) + _TEXTURE_AMPLITUDE * (texture[y : y + h, x : x + w] - 128)
             image += rng.normal(0.0, 3.0, image.shape)
@@ -179,7 +185,45 @@ def write_textured(path: str | os.PathLike, video_id: int, frames: int, size: tu
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+        if sound:
+            sound.close()
     return path
+
+
+# An AAC track as a download carries one: stereo at 128 kbit/s (YouTube's AAC-LC format).
+_AAC_BIT_RATE = 128_000
+
+
+class _AacTrack:
+    """An AAC stereo track written beside ``write_textured``'s frames: a tone whose pitch and
+    level change every half second, with a quieter noise floor (the encoder has tonal and
+    noisy bands to code, as in speech or music over ambience). Deterministic per ``video_id``."""
+
+    def __init__(self, container, rate: int, video_id: int) -> None:
+        self.stream = container.add_stream("aac", rate=rate)
+        self.stream.layout, self.stream.bit_rate = "stereo", _AAC_BIT_RATE
+        self.container, self.rate, self.done = container, rate, 0
+        self.rng = np.random.default_rng((SEED, video_id, 1))
+
+    def until(self, seconds: float, chunk: int = 1024) -> None:
+        import av
+
+        while self.done < round(seconds * self.rate):
+            t = (self.done + np.arange(chunk)) / self.rate
+            step = np.floor(t * 2).astype(np.int64)  # a new note every half second
+            pitch = 220.0 * 2 ** (((step * 5) % 12) / 12)
+            level = 0.1 + 0.2 * ((step * 3) % 4) / 3
+            tone = level * np.sin(2 * np.pi * pitch * t)
+            x = np.stack([tone, 0.7 * tone]) + self.rng.normal(0.0, 0.02, (2, chunk))
+            frame = av.AudioFrame.from_ndarray(x.astype(np.float32), format="fltp", layout="stereo")
+            frame.sample_rate, frame.time_base, frame.pts = self.rate, Fraction(1, self.rate), self.done
+            for packet in self.stream.encode(frame):
+                self.container.mux(packet)
+            self.done += chunk
+
+    def close(self) -> None:
+        for packet in self.stream.encode():
+            self.container.mux(packet)
 
 
 def make_clipset(folder: str, count: int, frames: int, size: tuple[int, int], codec: str,

@@ -95,6 +95,48 @@ def test_tfrecord_route_converts_once_and_reads_the_epoch0_clips(clips, tmp_path
     assert pipe.disk["bytes"] == info["bytes"]
 
 
+@pytest.mark.parametrize("fmt", ["jpeg", "raw"])
+def test_tfrecord_route_stores_every_frame_step_th_frame_in_sample_order(clips, tmp_path, fmt):
+    """bench/prepare.py's TFRecord rows: clips of every 2nd frame are stored as such, and
+    ``stored_clips`` gives them back by sample, as decord decoded them (raw: bit for bit)."""
+    from shmloader.video.samples import read_codes
+
+    wl = Workload("step", 4, (64, 64), 0, "test clips", frame_step=2)
+    info = tfrecord.convert(clips, wl, fmt, root=str(tmp_path))
+    assert info["files"][0].startswith(str(tmp_path))
+    assert tfrecord.convert(clips, Workload("step", 4, (64, 64), 0, ""), fmt, root=str(tmp_path)) != info
+    stored = tfrecord.stored_clips(info, wl)
+    assert [s for s, _ in stored] == list(range(len(clips)))
+    for sample, clip in stored:
+        ref, _ = decode_clip(clips, wl, 0, sample)
+        frames = read_codes(clip)[1]
+        np.testing.assert_array_equal(frames, read_codes(ref)[1])
+        assert (np.diff(frames) == 2).all()
+        mad = np.abs(clip.astype(np.int16) - ref).mean()
+        assert mad == 0 if fmt == "raw" else 0 < mad <= FRAME_MAD_TOLERANCE
+
+
+def test_textured_videos_with_an_aac_track_give_clips_their_sound(tmp_path):
+    """bench/audio.py's files: an AAC stereo track at the rate asked, as long as the video, whose
+    sound reaches the clips (the audio arms read a tone, not silence)."""
+    import av
+
+    import shmloader
+    from workloads import write_textured
+
+    path = write_textured(tmp_path / "av.mp4", 3, frames=60, size=(64, 96), fps=30, gop=0, audio_rate=44100)
+    with av.open(path) as c:
+        (a,) = c.streams.audio
+        assert (a.codec_context.name, a.codec_context.sample_rate, len(a.codec_context.layout.channels)) == \
+            ("aac", 44100, 2)
+        assert float(a.duration * a.time_base) == pytest.approx(2.0, abs=0.05)
+    clips = shmloader.VideoClips([path], clip_len=8, frame_step=2, size=(32, 32), audio_rate=16000)
+    got = clips.reader().read([0])
+    n = int(got["audio_len"][0])
+    assert 0.95 * got["audio"].shape[1] <= n <= got["audio"].shape[1]  # the clip's span: 15 frames at 30 fps
+    assert 0.05 < float(np.sqrt((got["audio"][0, :n] ** 2).mean())) < 0.5
+
+
 def test_missing_peers_are_skipped_with_the_reason(monkeypatch):
     import argparse
 
