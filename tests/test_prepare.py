@@ -277,6 +277,22 @@ def test_the_loader_reads_the_copies_from_the_manifest_without_probing(zoo, prep
         np.testing.assert_array_equal(got_numbers, numbers[s["frames"]])
 
 
+def test_a_copy_pyav_reads_faster_says_pyav_in_its_row_where_scan_says_decord(prepared):
+    """prepare's copies are small: a PyAV read with its probe costs less than decord's, so their
+    rows keep pyav; a scan of the same file says decord (a row read without a probe)."""
+    from shmloader.video.scan import _row
+    from shmloader.video.storage import LOCAL
+
+    manifest, rows = prepared
+    folder = os.path.dirname(manifest)
+    faster = [(os.path.join(folder, r["path"]), r) for r in rows.values()
+              if not r["problem"] and probe(os.path.join(folder, r["path"])).pyav_faster]
+    assert faster, "no copy that auto reads with PyAV for speed"
+    for path, row in faster:
+        assert row["decoder"] == "pyav", path
+        assert _row(path, 0, "headers", LOCAL)["decoder"] == "decord", path
+
+
 def test_a_rerun_keeps_finished_copies_and_redoes_a_changed_source(tmp_path):
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()

@@ -161,7 +161,7 @@ def prepare_one(path: str, label: int, place, copy: str, fmt: str, spec: Spec, s
         text = storage.redact(" ".join(str(e).split())) or type(e).__name__
         text = text.removesuffix(f": {path!r}")  # FFmpeg's errors end with the path, said before them
         return dict(_blank(copy, label, f"unreadable: cannot prepare {storage.name(path)}: {text[:300]}"), **extra)
-    row = _row(copy, label, _CHECK, LOCAL)
+    row = _row(copy, label, _CHECK, LOCAL, faster=True)  # NOTE [ Which decoder reads a file ]
     if row["frames"] != made["frames"]:  # the copy must count the frames it was written with
         os.unlink(copy)
         row = _blank(copy, label, f"unreadable: cannot prepare {storage.name(path)}: its copy counts "

@@ -46,10 +46,11 @@ PyAV still reads what decord counts or turns wrong, and what PyAV reads faster:
 
 PyAV seeks by the timestamps a probe reads, which a scan manifest's row does not hold: reading
 from a row, a worker probes such a file first (kept per worker, ``video.decoding``), which
-costs about what PyAV saves on a clip (the results' probe column) and which a decord row
-spares. So a file PyAV reads for speed alone (``VideoInfo.pyav_faster``) is ``decord`` in a
-manifest's decoder column (``shmloader scan``, ``prepare``): read from its row, decord without a
-probe costs about what PyAV does with one, and the row's reader probes nothing.
+costs about what PyAV saves on a clip of a large frame (the results' probe column) and which a
+decord row spares. So a file PyAV reads for speed alone (``VideoInfo.pyav_faster``) is
+``decord`` in ``shmloader scan``'s decoder column. ``prepare``'s copies keep ``pyav``: at the
+training sizes it writes (short side 256 or less), a clip with its probe still took less CPU
+than decord's (the results' probe column; bench/results/prepare-cpu2.md).
 
 ``check="keyframes"`` and ``"frames"`` also gather evidence per file decord would read (a
 manifest row's included): a few seeded positions decoded by decord as the loader seeks (a fresh

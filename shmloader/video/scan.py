@@ -192,9 +192,10 @@ def _blank(path: str, label: int, problem: str = "") -> dict[str, Any]:
 
 
 def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, int] | None = None,
-         earlier: dict | None = None) -> dict:
+         earlier: dict | None = None, faster: bool = False) -> dict:
     """One manifest row (in a worker process); ``earlier`` (a row of an earlier run) is returned
-    where the file's stamp has not changed since, its audio cells read where it has none."""
+    where the file's stamp has not changed since, its audio cells read where it has none.
+    ``faster``: a file PyAV reads for speed alone keeps ``pyav`` in its row (prepare's copies)."""
     if earlier is not None:
         try:
             member = split_member(path)
@@ -223,7 +224,7 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
         return row
     row.update(frames=info.frames, width=info.width, height=info.height, fps=f"{info.fps:.6g}",
                duration=f"{info.duration:.6g}", codec=info.codec, pix_fmt=info.pix_fmt, rotation=info.rotation,
-               decoder="decord" if info.pyav_faster else info.decoder,  # what reads the row without a probe
+               decoder="decord" if info.pyav_faster and not faster else info.decoder,
                problem="; ".join(p for p in (info.problem, why) if p), **audio)
     if info.keyframes is not None and len(info.keyframes):  # for the summary (not a column)
         row["_gop"] = round(info.frames / len(info.keyframes))
