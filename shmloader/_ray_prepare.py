@@ -53,6 +53,8 @@ _SETTLE_S = 30.0
 # How long tasks about to be cancelled may still answer first (see ``_stop``): a task's answer
 # comes within milliseconds of its end.
 _GRACE_S = 0.2
+# The longest the driver waits in Ray's code at a time: a Ctrl-C stops the run within it.
+_POLL_S = 0.5
 
 
 def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -136,7 +138,10 @@ def _run(todo: list[Item], spec: Spec, storage: Storage, timeout: float | None, 
             if first is not oldest:
                 oldest, since = first, time.monotonic()
             left = None if timeout is None else max(0.0, since + timeout - time.monotonic())
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+            wait = _POLL_S if left is None else min(left, _POLL_S)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
+            if not ready and (left is None or left > _POLL_S):
+                continue  # back in Python: a Ctrl-C is raised here at the latest
             if ready:
                 ref = ready[0]
                 item = pending.pop(ref)

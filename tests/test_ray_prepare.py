@@ -249,7 +249,7 @@ def test_ctrl_c_cancels_the_tasks_and_leaves_no_temporary_file(cluster, tmp_path
     the manifest lists what is finished, and a rerun prepares the rest."""
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()
-    count, frames = 4, 300
+    count, frames = 8, 300  # four files a decode slot: the stop comes before the last ones end
     for i in range(count):
         write_video(src / f"v{i}.mp4", i, frames=frames, size=(240, 320), gop=frames)
     p = prepare_in_a_process(cluster, src, dst)
