@@ -29,7 +29,6 @@ audio of both. CPU per clip is the figure the target reads.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
@@ -138,23 +137,21 @@ def _alone(clips: ClipSet, wl: Workload, opts: dict, args, res) -> None:
 
 def run(arm: str, rep: int, args, ctx: dict) -> dict:
     import loaders
-    from measure import Result, run_pipeline
+    from measure import Result, row_of, run_pipeline
 
     clips, wl = ctx["clips"], ctx["wl"]
     opts, batch, k = _arm_options(arm, args)
     res = Result(arm, wl.name, "1" if arm.startswith("alone") else str(args.workers), rep)
-    try:
+
+    def measure() -> None:
         if arm.startswith("alone"):
             _alone(clips, wl, opts, args, res)
         else:
             run_pipeline(lambda: loaders.shm(clips, wl, args.workers, batch, whole_epochs=k > 1, **opts),
                          res, clip_len=wl.clip_len, clip_bytes=wl.clip_bytes, duration=args.duration,
                          warmup=args.warmup, clips_per_sample=k)
-    except Exception as e:  # noqa: BLE001  # one broken arm must not lose the others' results
-        res.error = f"{type(e).__name__}: {e}"
-    out = dataclasses.asdict(res)
-    out["arm"] = arm
-    return out
+
+    return row_of(res, measure, arm=arm)
 
 
 METRICS = ("clips_per_s", "cpu_ms_per_clip", "workers_cpu_pct", "main_cpu_pct", "other_cpu_pct")

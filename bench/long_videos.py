@@ -25,7 +25,6 @@ Like the other benchmarks, this module imports neither TensorFlow nor torch at t
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
@@ -89,23 +88,21 @@ def cells(args, ctx: dict) -> list[list]:
 
 def run(cell, rep: int, args, ctx: dict) -> dict:
     import loaders
-    from measure import Result, run_pipeline
+    from measure import Result, row_of, run_pipeline
 
     use, length, decoder = cell
     clips, wl = ctx["files"][length][use], ctx["wl"]
     res = Result(f"{use}/{length}/{decoder}", length, str(args.workers), rep)
     res.extra.update(use=use, length=length, decoder=decoder)
     per_video, batch = (64, 1) if use == "one" else (1, args.batch_size)
-    try:
+
+    def measure() -> None:
         run_pipeline(lambda: loaders.shm(clips, wl, args.workers, batch, decoder=decoder,
                                          clips_per_video=per_video),
                      res, clip_len=wl.clip_len, clip_bytes=wl.clip_bytes, duration=args.duration,
                      warmup=args.warmup)
-    except Exception as e:  # one broken row must not lose the others' results
-        res.error = f"{type(e).__name__}: {e}"
-    out = dataclasses.asdict(res)
-    out.update(use=use, length=length, decoder=decoder)
-    return out
+
+    return row_of(res, measure, use=use, length=length, decoder=decoder)
 
 
 METRICS = ("clips_per_s", "cpu_ms_per_clip", "other_cpu_pct")

@@ -14,8 +14,8 @@ import os
 import platform
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 import psutil
@@ -293,6 +293,17 @@ def run_pipeline(make, res: Result, *, clip_len: int, clip_bytes: int, duration:
     if check is not None:
         res.frames_bad, res.frame_mad = check(first["video"], first["label"])
     return res
+
+
+def row_of(res: Result, measure: Callable[[], Any], **columns: Any) -> dict:
+    """The report's row of one measurement: ``measure()`` fills ``res`` (and may return a dict of
+    columns that replace ``columns``); an error it raises is kept in the row, since one broken row
+    must not lose the others' results."""
+    try:
+        columns.update(measure() or {})
+    except Exception as e:  # noqa: BLE001
+        res.error = f"{type(e).__name__}: {e}"
+    return {**asdict(res), **columns}
 
 
 def run_timed(step: Callable[[], int], duration: float, res: Result) -> Result:

@@ -34,7 +34,6 @@ Like the other benchmarks, this module imports neither TensorFlow nor torch at t
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import sys
@@ -218,27 +217,24 @@ def _alone(s: dict, args, wl: Workload, res) -> float | None:
 def run(cell, rep: int, args, ctx: dict) -> dict:
     import loaders
     import peers
-    from measure import Result, run_pipeline
+    from measure import Result, row_of, run_pipeline
 
     name, mode = cell
     s, wl = ctx["sets"][name], ctx["wl"]
     res = Result(name, wl.name, "1" if mode == "alone" else str(args.workers), rep)
-    per_frame = s.get("decoded_per_frame")
     measured = dict(clip_len=wl.clip_len, clip_bytes=wl.clip_bytes, duration=args.duration, warmup=args.warmup)
-    try:
+
+    def measure() -> dict | None:
         if mode == "alone":
-            per_frame = _alone(s, args, wl, res)
-        elif "route" in s:
+            return {"decoded_per_frame": _alone(s, args, wl, res)}
+        if "route" in s:
             run_pipeline(lambda: peers.PEERS[s["route"]](s["clips"], wl, args.workers, args.batch_size), res,
                          **measured)
-        else:
-            run_pipeline(lambda: loaders.shm(s["clips"], wl, args.workers, args.batch_size), res, **measured)
-            per_frame = res.extra.get("decoded_per_frame")
-    except Exception as e:  # noqa: BLE001  # one broken row must not lose the others' results
-        res.error = f"{type(e).__name__}: {e}"
-    out = dataclasses.asdict(res)
-    out.update(set=name, mode=mode, decoded_per_frame=per_frame)
-    return out
+            return None
+        run_pipeline(lambda: loaders.shm(s["clips"], wl, args.workers, args.batch_size), res, **measured)
+        return {"decoded_per_frame": res.extra.get("decoded_per_frame")}
+
+    return row_of(res, measure, set=name, mode=mode, decoded_per_frame=s.get("decoded_per_frame"))
 
 
 METRICS = ("clips_per_s", "cpu_ms_per_clip", "other_cpu_pct", "decoded_per_frame")

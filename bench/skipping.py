@@ -26,7 +26,6 @@ decord's decode of those frames (max |difference| in grey levels, 0 = bit for bi
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -135,11 +134,12 @@ def one_process(row: str, clips: ClipSet, wl: Workload, duration: float, res) ->
 def run(row: str, rep: int, args, ctx: dict) -> dict:
     import loaders
     from limit import physical_limit
-    from measure import Result, run_pipeline
+    from measure import Result, row_of, run_pipeline
 
     clips, wl = ctx["clips"], ctx["wl"]
     res = Result(row, wl.name, "1" if row in ONE_ROWS else str(args.workers), rep)
-    try:
+
+    def measure() -> None:
         if row == "decord-alone":
             physical_limit(clips, wl, args.workers, args.duration, res)
         elif row in ONE_ROWS:
@@ -148,11 +148,8 @@ def run(row: str, rep: int, args, ctx: dict) -> dict:
             run_pipeline(lambda: loaders.shm(clips, wl, args.workers, args.batch_size, decoder=row),
                          res, clip_len=wl.clip_len, clip_bytes=wl.clip_bytes, duration=args.duration,
                          warmup=args.warmup, check=check(clips, wl))
-    except Exception as e:  # one broken row must not lose the others' results
-        res.error = f"{type(e).__name__}: {e}"
-    out = dataclasses.asdict(res)
-    out["row"] = row
-    return out
+
+    return row_of(res, measure, row=row)
 
 
 METRICS = ("clips_per_s", "cpu_ms_per_clip", "other_cpu_pct", "frames_bad", "frame_mad")
