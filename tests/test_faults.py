@@ -153,13 +153,13 @@ def closes_its_reply_pipe_on_7(i, rng):
 @pytest.mark.timeout(60)
 def test_worker_that_closes_its_reply_pipe_but_stays_is_killed():
     """A reply pipe at its end while its worker goes on (what a worker ending in uninterruptible
-    sleep shows): the loader waits ``_REAP_S`` for it to end, not for ever, then kills it and
+    sleep shows): the loader waits ``REAP_S`` for it to end, not for ever, then kills it and
     raises WorkerDiedError saying so."""
-    from shmloader.engine.pool import _REAP_S
+    from shmloader.engine.pool import REAP_S
 
     with shmloader.Loader(source(closes_its_reply_pipe_on_7), batch_size=4, workers=2, timeout=600) as loader:
         pids = loader.worker_pids()
-        with pytest.raises(shmloader.WorkerDiedError, match=f"closed its reply pipe but had not ended {_REAP_S:g} s "
+        with pytest.raises(shmloader.WorkerDiedError, match=f"closed its reply pipe but had not ended {REAP_S:g} s "
                            r"later \(killed\); it was working on .*sample 7") as info:
             delivered(loader)
         assert loader.worker_pids() == []

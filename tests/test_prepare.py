@@ -280,7 +280,7 @@ def test_the_loader_reads_the_copies_from_the_manifest_without_probing(zoo, prep
 def test_a_copy_pyav_reads_faster_says_pyav_in_its_row_where_scan_says_decord(prepared):
     """prepare's copies are small: a PyAV read with its probe costs less than decord's, so their
     rows keep pyav; a scan of the same file says decord (a row read without a probe)."""
-    from shmloader.video.scan import _row
+    from shmloader.video.scan import probe_row
     from shmloader.video.storage import LOCAL
 
     manifest, rows = prepared
@@ -290,7 +290,7 @@ def test_a_copy_pyav_reads_faster_says_pyav_in_its_row_where_scan_says_decord(pr
     assert faster, "no copy that auto reads with PyAV for speed"
     for path, row in faster:
         assert row["decoder"] == "pyav", path
-        assert _row(path, 0, "headers", LOCAL)["decoder"] == "decord", path
+        assert probe_row(path, 0, "headers", LOCAL)["decoder"] == "decord", path
 
 
 def test_a_rerun_keeps_finished_copies_and_redoes_a_changed_source(tmp_path):

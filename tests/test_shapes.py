@@ -297,7 +297,7 @@ def test_seek_evidence_agrees_with_what_decord_delivers(shapes, monkeypatch, nam
     base = probe(path)
     monkeypatch.setitem(DECORD_SHAPES, (base.container, base.codec), True)
     # decord's seeking is what is on trial: not the rules that send a file to PyAV by its shape
-    monkeypatch.setattr(probe_module, "_LONG_GOP", 10**9)
+    monkeypatch.setattr(probe_module, "LONG_GOP", 10**9)
     monkeypatch.setattr(probe_module, "open_gop", lambda decode_pos, keyframes: None)
     trusted = probe(path)
     if trusted.decoder != "decord":

@@ -301,7 +301,7 @@ def test_close_does_not_wait_for_a_killed_worker_that_cannot_end(tmp_path, caplo
     """A worker that SIGKILL cannot end at once: close() kills it after the grace period and
     returns within the reap's bound, saying so, not when the kernel lets the process go; once it
     ends, the next close reaps it (no zombie left)."""
-    from shmloader.engine.pool import _GRACE_S, _REAP_S
+    from shmloader.engine.pool import _GRACE_S, REAP_S
 
     if os.geteuid() != 0 or not os.path.isdir(_FREEZER):
         pytest.skip("needs root and the cgroup v1 freezer to make a process that SIGKILL cannot end at once")
@@ -327,11 +327,11 @@ def test_close_does_not_wait_for_a_killed_worker_that_cannot_end(tmp_path, caplo
         closer = threading.Thread(target=lambda: (loader.close(), closed.set()))
         t0 = time.monotonic()
         closer.start()
-        assert closed.wait(_GRACE_S + _REAP_S + 10), "close() waits for a process that SIGKILL cannot end"
+        assert closed.wait(_GRACE_S + REAP_S + 10), "close() waits for a process that SIGKILL cannot end"
         elapsed = time.monotonic() - t0
         assert psutil.Process(pid).status() == psutil.STATUS_DISK_SLEEP  # killed, not gone
-        assert elapsed >= _GRACE_S + _REAP_S * 0.9  # it did give the process the bound to end
-        assert f"pid {pid}) did not end within {_REAP_S:g} s of SIGKILL" in caplog.text
+        assert elapsed >= _GRACE_S + REAP_S * 0.9  # it did give the process the bound to end
+        assert f"pid {pid}) did not end within {REAP_S:g} s of SIGKILL" in caplog.text
     finally:
         freeze("THAWED")
         if closer is not None:

@@ -45,7 +45,7 @@ import numpy as np
 from .._errors import LoaderError, RemoteTraceback, SampleError, WorkerDiedError
 from .interrupts import Deferred
 from .plan import EpochPlan
-from .pool import _REAP_S, Pool, Worker, stop_workers
+from .pool import REAP_S, Pool, Worker, stop_workers
 from .protocol import COUNTS, ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
 from .ring import Layout, Ring
 from .schedule import Batch, Scheduler, Task, holding
@@ -298,10 +298,10 @@ class Engine:
             self._on_message(w, *reply)
         if eof and w in self._workers:
             try:
-                w.proc.wait(timeout=_REAP_S)  # its reply pipe closed: it is ending, or in a state SIGKILL must end
+                w.proc.wait(timeout=REAP_S)  # its reply pipe closed: it is ending, or in a state SIGKILL must end
                 how = w.how_it_ended()
             except subprocess.TimeoutExpired:
-                how = f"closed its reply pipe but had not ended {_REAP_S:g} s later (killed)"
+                how = f"closed its reply pipe but had not ended {REAP_S:g} s later (killed)"
             self._worker_lost(w, how)
 
     def _on_message(self, w: Worker, status: int, count: int, failures: dict[int, bytes],

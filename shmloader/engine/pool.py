@@ -14,7 +14,7 @@ Closing runs in this order, and is safe to repeat:
   3. wait a short grace period, then SIGKILL what is left (a worker spinning in native code
      while holding the GIL), and reap every child so no zombie remains; a child that SIGKILL
      cannot end at once (uninterruptible sleep: a read from a hung network file system) is
-     not waited for past ``_REAP_S`` but reaped by a later close or worker start;
+     not waited for past ``REAP_S`` but reaped by a later close or worker start;
   4. close the result pipes;
   5. close the ring's descriptor (``Ring.close``); its mapping goes with the last leased array.
 A whole process group killed at once leaves nothing behind: the ring has no name.
@@ -44,9 +44,9 @@ _GRACE_S = 1.0
 # How long closing waits for killed workers to end. SIGKILL ends a process only once it leaves
 # uninterruptible sleep (a read from a hung NFS or FUSE mount, a frozen cgroup), which may be never:
 # closing goes on without it. A killed process takes milliseconds to end otherwise.
-_REAP_S = 2.0
+REAP_S = 2.0
 
-# Killed workers that had not ended within _REAP_S, reaped (waited for without blocking) by
+# Killed workers that had not ended within REAP_S, reaped (waited for without blocking) by
 # every later stop_workers and start_worker, so that none stays a zombie once it ends.
 _abandoned: list[subprocess.Popen] = []
 
@@ -158,7 +158,7 @@ def stop_workers(workers: list[Worker], grace: float = _GRACE_S) -> None:
     killed = [w for w in workers if w.proc.poll() is None]
     for w in killed:
         w.proc.kill()
-    deadline = time.monotonic() + _REAP_S
+    deadline = time.monotonic() + REAP_S
     for w in killed:
         try:
             w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -166,7 +166,7 @@ def stop_workers(workers: list[Worker], grace: float = _GRACE_S) -> None:
             if w.proc not in _abandoned:
                 _abandoned.append(w.proc)
                 log.warning("worker %d (pid %d) did not end within %g s of SIGKILL (uninterruptible sleep?); "
-                            "closing goes on, it is reaped once it ends", w.wid, w.pid, _REAP_S)
+                            "closing goes on, it is reaped once it ends", w.wid, w.pid, REAP_S)
     for w in workers:
         if w.done_r >= 0:
             os.close(w.done_r)

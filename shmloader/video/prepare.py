@@ -46,9 +46,10 @@ from typing import Any
 
 from ..engine.source import check_int, check_seconds, usable_cpus
 from .audioprobe import AUDIO_COLUMNS, with_audio
+from .filepool import file_pool, kill
 from .media import is_remote, split_member
 from .rescan import check_fail_on, count, fails
-from .scan import COLUMNS, _blank, _is_shards, _kill, _pool, _row, iter_inputs
+from .scan import COLUMNS, blank_row, is_shards, iter_inputs, probe_row
 from .storage import LOCAL, Storage
 from .transcode import Spec, container_of, transcode
 
@@ -96,7 +97,7 @@ def _listing(inputs: list[str], out: str, storage: Storage, passed_over: collect
     or two sources would have the same copy."""
     out = os.path.realpath(out)
     for item in inputs:
-        if not is_remote(item) and not _is_shards(item) and not os.path.exists(item):
+        if not is_remote(item) and not is_shards(item) and not os.path.exists(item):
             raise FileNotFoundError(f"no such file or folder: {item!r}")
         if not is_remote(item) and os.path.isdir(item):
             folder = os.path.realpath(item)
@@ -160,11 +161,11 @@ def prepare_one(path: str, label: int, place, copy: str, fmt: str, spec: Spec, s
             os.unlink(tmp)
         text = storage.redact(" ".join(str(e).split())) or type(e).__name__
         text = text.removesuffix(f": {path!r}")  # FFmpeg's errors end with the path, said before them
-        return dict(_blank(copy, label, f"unreadable: cannot prepare {storage.name(path)}: {text[:300]}"), **extra)
-    row = _row(copy, label, _CHECK, LOCAL, faster=True)  # NOTE [ Which decoder reads a file ]
+        return dict(blank_row(copy, label, f"unreadable: cannot prepare {storage.name(path)}: {text[:300]}"), **extra)
+    row = probe_row(copy, label, _CHECK, LOCAL, faster=True)  # NOTE [ Which decoder reads a file ]
     if row["frames"] != made["frames"]:  # the copy must count the frames it was written with
         os.unlink(copy)
-        row = _blank(copy, label, f"unreadable: cannot prepare {storage.name(path)}: its copy counts "
+        row = blank_row(copy, label, f"unreadable: cannot prepare {storage.name(path)}: its copy counts "
                                   f"{row['frames'] or 'no'} frames, not the {made['frames']} written")
     return dict(row, note=made["note"], **extra)
 
@@ -305,7 +306,7 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, timeout:
         return failed_row(item, spec, storage, why)
 
     try:
-        pool = _pool(min(workers, max(1, len(todo))), _ignore_sigint)
+        pool = file_pool(min(workers, max(1, len(todo))), _ignore_sigint)
         while queue or pending:
             while queue and len(pending) < workers * _IN_FLIGHT:
                 item = queue.popleft()
@@ -318,8 +319,8 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, timeout:
             except cf.process.BrokenProcessPool:
                 # One process died and took the pool with it: every file in flight is lost, not
                 # only the one that died. This one again, alone, in a new pool; then the rest.
-                _kill(pool)
-                pool = _pool(1, _ignore_sigint)
+                kill(pool)
+                pool = file_pool(1, _ignore_sigint)
                 try:
                     row = submit(item).result(timeout=timeout)
                 except cf.TimeoutError:
@@ -332,8 +333,8 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, timeout:
                 bar.update(1)
                 continue
             # The pool cannot stop one file: a new pool, and the files in flight submitted again.
-            _kill(pool)
-            pool = _pool(workers, _ignore_sigint)
+            kill(pool)
+            pool = file_pool(workers, _ignore_sigint)
             pending.popleft()
             remove_temporaries([item])
             queue.extendleft(reversed([it for it, _ in pending]))
@@ -343,13 +344,13 @@ def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, timeout:
             bar.update(1)
     finally:
         if pool is not None:
-            _kill(pool)
+            kill(pool)
         remove_temporaries([it for it, _ in pending])
 
 
 def failed_row(item: tuple, spec: Spec, storage: Storage, why: str) -> dict:
     """The row of a listed file (``item``) that its worker or task did not answer for, saying why."""
-    row = _blank(item[3], item[1], f"unreadable: cannot prepare {storage.name(item[0])}: {why}")
+    row = blank_row(item[3], item[1], f"unreadable: cannot prepare {storage.name(item[0])}: {why}")
     return dict(row, source=item[0], spec=_spec_text(spec))
 
 

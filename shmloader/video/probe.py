@@ -30,7 +30,7 @@ PyAV still reads what decord counts or turns wrong, and what PyAV reads faster:
   frame 45 for 44; MKV: frame 0 for 44, measured with decord2 3.4.0, tests/test_open_gop.py).
   PyAV seeks to the keyframe before the wanted frame by presentation order, so a leading
   picture is decoded from the GOP it references;
-- a long GOP (``_LONG_GOP`` frames per keyframe or more) with B-frames, in a codec of
+- a long GOP (``LONG_GOP`` frames per keyframe or more) with B-frames, in a codec of
   ``SKIPS_NONREF``: PyAV leaves out the non-reference frames before and between the wanted
   ones (NOTE [ Decoding less, exactly ] in ``video.pyav``), decord decodes them all: the
   cheaper exact path (bench/skipping.py);
@@ -108,7 +108,7 @@ SKIPS_NONREF = frozenset({"h264", "hevc", "mpeg4", "vp9"})
 # B-frames is read by PyAV: a random clip decodes the frames from the keyframe before it, and
 # PyAV leaves out the non-reference ones on the way, decord decodes them all. Measured on
 # x264 files (bench/skipping.py, bench/results/skipping-cpu2.md).
-_LONG_GOP = 60
+LONG_GOP = 60
 
 # Where PyAV is faster than decord (NOTE [ Which decoder reads a file ]): H.264 in these
 # containers, frames up to 720x1280 with B-frames; without them up to 480x640 and a keyframe
@@ -238,7 +238,7 @@ def probe(path: str | Media, *, check: str = "headers", index: bool = True,
     if reorder and open_gop(r.decode_pos, r.keyframes) is not None:
         pyav.append("open GOP")  # decord places the keyframe early: its leading pictures come out wrong
     if reorder and r.codec in SKIPS_NONREF and r.keyframes is not None \
-            and kept >= _LONG_GOP * max(1, len(r.keyframes)):
+            and kept >= LONG_GOP * max(1, len(r.keyframes)):
         pyav.append("long GOP")  # PyAV decodes less (NOTE [ Decoding less, exactly ])
     if (r.container, r.codec) in _FASTER and r.keyframes is not None and (
             fh * fw <= _FASTER_PIXELS if reorder else

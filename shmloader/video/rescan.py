@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 
 from .audioprobe import AUDIO_COLUMNS
 from .media import is_remote, local_path, split_member
-from .probe import _LONG_GOP, CHECKS
+from .probe import CHECKS, LONG_GOP
 
 __all__ = ["FAIL_KINDS", "PREPARED_SIDE", "RUN_PROBLEMS", "changed", "check_fail_on", "count", "earlier_rows",
            "fails", "preparing_pays", "problem_kind", "stale"]
@@ -136,13 +136,13 @@ def _median(counts: dict[int, int]) -> int | None:
 def preparing_pays(summary: dict) -> tuple[str, list[str]] | None:
     """Why prepared copies would read random clips faster than the scanned files, and the
     ``shmloader prepare`` options that make them; None where they would not: the files' median
-    frames per keyframe is ``_LONG_GOP`` or more (a random clip decodes from the keyframe before
+    frames per keyframe is ``LONG_GOP`` or more (a random clip decodes from the keyframe before
     it), or their median short side is ``2 * PREPARED_SIDE`` or more (4x the copies' pixels or
     more). The GOP is known for the rows probed in this run only; files no larger than the copies
     would be are copied at their own size."""
     gop, side = _median(summary.get("gops", {})), _median(summary.get("short_sides", {}))
     why = []
-    if gop is not None and gop >= _LONG_GOP:
+    if gop is not None and gop >= LONG_GOP:
         why.append(f"a keyframe every {gop} frames (median): a random clip decodes from the keyframe before it")
     if side is not None and side >= 2 * PREPARED_SIDE:
         why.append(f"a short side of {side} pixels (median): {(side / PREPARED_SIDE) ** 2:.0f}x the pixels of "

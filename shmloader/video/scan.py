@@ -48,16 +48,14 @@ import collections
 import concurrent.futures as cf
 import csv
 import itertools
-import multiprocessing
 import os
-import sys
-import types
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
 from ..engine.source import check_choice, check_int, check_seconds, usable_cpus
 from .audioprobe import AUDIO_COLUMNS, audio_cells, with_audio
 from .evidence import probe_with_evidence
+from .filepool import file_pool, kill
 from .media import is_remote, member_url, split_member
 from .probe import CHECKS
 from .rescan import changed, check_fail_on, count, earlier_rows, stale
@@ -97,7 +95,7 @@ def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS,
     storage = storage or Storage()
     for item in inputs:
         item = os.fspath(item)
-        if _is_shards(item):
+        if is_shards(item):
             yield from _shard_members(item, storage, extensions, passed_over)
             continue
         if is_remote(item):
@@ -126,7 +124,7 @@ def iter_inputs(inputs: Iterable[str], extensions=VIDEO_EXTENSIONS,
             yield item, -1, None, {}
 
 
-def _is_shards(item: str) -> bool:
+def is_shards(item: str) -> bool:
     """A tar shard or a pattern of them (a path, URL, glob or brace pattern ending in .tar)."""
     return item.lower().endswith(".tar") and split_member(item) is None
 
@@ -184,14 +182,14 @@ def _columns(inputs: list[str]) -> tuple[str, ...]:
     return COLUMNS
 
 
-def _blank(path: str, label: int, problem: str = "") -> dict[str, Any]:
+def blank_row(path: str, label: int, problem: str = "") -> dict[str, Any]:
     """A row with only its path, label and problem filled in."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS, "")
     row.update(path=path, label=label, problem=problem)
     return row
 
 
-def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, int] | None = None,
+def probe_row(path: str, label: int, check: str, storage: Storage, place: tuple[int, int] | None = None,
          earlier: dict | None = None, faster: bool = False) -> dict:
     """One manifest row (in a worker process); ``earlier`` (a row of an earlier run) is returned
     where the file's stamp has not changed since, its audio cells read where it has none.
@@ -206,8 +204,8 @@ def _row(path: str, label: int, check: str, storage: Storage, place: tuple[int, 
             stamp = None
         if stamp is not None and [str(x) for x in stamp] == [earlier["bytes"], earlier["mtime_ns"]]:
             return dict(earlier if AUDIO_COLUMNS[0] in earlier else with_audio(earlier, storage), _kept=True)
-        return dict(_row(path, label, check, storage, place), _changed=True)
-    row = _blank(path, label)
+        return dict(probe_row(path, label, check, storage, place), _changed=True)
+    row = blank_row(path, label)
     row["check"] = check
     try:
         member = split_member(path)
@@ -261,7 +259,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     storage = Storage(storage_options, block_size=_SCAN_BLOCK)
     inputs = list(inputs)
     for given in map(os.fspath, inputs):  # a mistyped path is an error, not a row
-        if not (is_remote(given) or _is_shards(given) or os.path.exists(given)):
+        if not (is_remote(given) or is_shards(given) or os.path.exists(given)):
             raise FileNotFoundError(f"no such file or folder: {given!r}")
     columns = _columns(inputs)
     todo = iter_inputs(inputs, passed_over=passed_over, storage=storage)
@@ -292,10 +290,10 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                 if item[0] in failed:
                     return item, None
                 if old is not None:
-                    return item, pool.submit(_row, item[0], item[1], check, storage, item[2], old)
+                    return item, pool.submit(probe_row, item[0], item[1], check, storage, item[2], old)
                 fut = recent.get(item[0])
                 if fut is None:
-                    fut = recent[item[0]] = pool.submit(_row, item[0], item[1], check, storage, item[2])
+                    fut = recent[item[0]] = pool.submit(probe_row, item[0], item[1], check, storage, item[2])
                     if len(recent) > _RECENT:
                         recent.popitem(last=False)
                 return item, fut
@@ -323,7 +321,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                 done.set_result(dict(old, _kept=True))
                 return item, done
 
-            pool = _pool(workers)
+            pool = file_pool(workers)
             try:
                 while True:
                     while len(pending) < workers * _IN_FLIGHT:
@@ -336,7 +334,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                     item, fut = pending.popleft()
                     path, label, place, span = item
                     if fut is None:
-                        row = _blank(path, label, failed[path])
+                        row = blank_row(path, label, failed[path])
                     else:
                         got, why = _answer(fut, timeout)
                         if why is not None:
@@ -353,7 +351,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                                 failed[path] = f"unreadable: {why}"  # the same file in later rows: no new wait
                             pending = collections.deque((it, f_) if f_ is None or _answered(f_) else submit(it)
                                                         for it, f_ in pending)
-                        row = _blank(path, label, failed[path]) if got is None else dict(got, label=label)
+                        row = blank_row(path, label, failed[path]) if got is None else dict(got, label=label)
                     if row.pop("_kept", False):
                         summary["kept"] += 1
                     if row.pop("_changed", False):  # a remote file whose stamp its worker found changed
@@ -365,7 +363,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                     count(summary, row, fail_on)
                     bar.update(1)
             finally:
-                _kill(pool)
+                kill(pool)
         if next(earlier, None) is not None:  # the inputs end before the earlier rows do
             raise ValueError(f"{out!r} has more rows than the inputs give: not a scan of these inputs; "
                              "pass --overwrite to start again")
@@ -389,33 +387,12 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
 def _total(inputs: list[str]) -> int | None:
     """The number of rows the inputs give, for the progress bar; None where counting would read
     remote listings or shards a second time."""
-    if any(is_remote(os.fspath(i)) or _is_shards(os.fspath(i)) for i in inputs):
+    if any(is_remote(os.fspath(i)) or is_shards(os.fspath(i)) for i in inputs):
         return None
     try:
         return sum(1 for _ in iter_inputs(inputs))
     except (OSError, ValueError):
         return None  # the scan itself reports it
-
-
-class _Pool(cf.ProcessPoolExecutor):
-    """Worker processes that never run the caller's script: a submit may start one, and
-    multiprocessing's spawn and forkserver run ``__main__`` again in every child, so a script that
-    calls ``scan`` or ``prepare`` at its top level (no ``if __name__ == "__main__"``) would call
-    it again in each, and its imports (TensorFlow...) would be paid per worker. While a submit
-    runs, ``__main__`` is a placeholder: what a worker runs is named by module."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
-        main = sys.modules["__main__"]
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            return super().submit(fn, *args, **kwargs)
-        finally:
-            sys.modules["__main__"] = main
-
-
-def _pool(workers: int, initializer: Callable[[], None] | None = None) -> cf.ProcessPoolExecutor:
-    # forkserver: probes run in clean processes whatever the caller has imported (TensorFlow...)
-    return _Pool(workers, mp_context=multiprocessing.get_context("forkserver"), initializer=initializer)
 
 
 def _answer(fut: cf.Future, timeout: float) -> tuple[dict[str, Any] | None, str | None]:
@@ -435,12 +412,6 @@ def _answered(fut: cf.Future) -> bool:
 
 def _renew(pool: cf.ProcessPoolExecutor, workers: int, recent: dict) -> cf.ProcessPoolExecutor:
     """A new pool in place of ``pool``, whose probes are all lost."""
-    _kill(pool)
+    kill(pool)
     recent.clear()
-    return _pool(workers)
-
-
-def _kill(pool: cf.ProcessPoolExecutor) -> None:
-    for p in list((pool._processes or {}).values()):
-        p.kill()
-    pool.shutdown(wait=True, cancel_futures=True)
+    return file_pool(workers)
