@@ -145,3 +145,12 @@ def test_the_loaders_workers_fill_the_ring_with_each_draws_audio(files):
             _check(row["audio"][k], row["audio_len"][k], row["frames"][k], ref, room)
     assert {int(n) for r in rows for n in r["audio_len"]} & {room}  # the 2-s videos are cut
 
+
+def test_the_guides_example_runs(files):
+    from ._examples import doc_example
+
+    namespace = {"shmloader": shmloader, "paths": [files[("aac", "mp4")], files["short"]] * 2}
+    exec(doc_example("audio-whole"), namespace)
+    assert namespace["audio"].shape == (4, 30 * RATE, 1) and namespace["mask"].shape == (4, 16)
+    lengths = [int(n) for n in namespace["audio_len"]]
+    assert all(0 < n < 2 * RATE for n in lengths) and lengths[0] > lengths[1]
