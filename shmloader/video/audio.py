@@ -44,8 +44,16 @@ frame before the first instant and the last ending up to one after the last), or
 ``clip_len``/``frame_step`` clips ``((clip_len - 1) * frame_step + 1)`` frame durations at the
 first video's frame rate (probed when the description is made). A clip whose span is longer (a
 video slower than that) is an error naming the file: ``audio_seconds`` sets it for a dataset of
-several frame rates. Segments and ``max_frames`` samples span the whole video, whose length
-varies: no audio for them.
+several frame rates.
+
+Segments and ``max_frames`` samples spread over the whole video (TSN; the video-LLMs that hear
+take N frames over the video and its whole sound, padded or cut to a fixed length, such as a
+Whisper encoder's 30 s), whose length varies: they need ``audio_seconds``, which sets ``S``. Such
+a sample is one span, placed as a clip's: from its first delivered frame's time to the end of its
+latest frame, cut to its ``spans=`` row (as sampling cuts the frames at the row's edges). A span
+longer than ``S`` samples is cut there (``audio_len`` is ``S``), not refused: these recipes' videos
+vary in length by nature; a shorter one is zeros past ``audio_len``. Segments with
+``clips_per_sample=K`` are ``K`` draws over the video: each has its own span, ``[K, S, C]``.
 """
 
 from __future__ import annotations
@@ -57,11 +65,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..engine.source import Spec, check_int
+from .sampling import SEGMENTS
 
 if TYPE_CHECKING:
     from .arguments import FirstVideo
 
-__all__ = ["AUDIO_CHANNELS", "check_audio", "audio_samples", "audio_spec", "clip_spans", "read_audio"]
+__all__ = ["AUDIO_CHANNELS", "check_audio", "whole_video", "audio_samples", "audio_spec", "clip_spans",
+           "read_audio"]
 
 AUDIO_CHANNELS = (1, 2)
 _LAYOUTS = {1: "mono", 2: "stereo"}
@@ -94,13 +104,18 @@ def check_audio(audio_rate: Any, audio_channels: Any, audio_seconds: Any, *, sam
     if audio_seconds is not None and (isinstance(audio_seconds, bool) or not isinstance(audio_seconds, (int, float))
                                       or not math.isfinite(audio_seconds) or audio_seconds <= 0):
         raise ValueError(f"audio_seconds must be a positive number of seconds, got {audio_seconds!r}")
-    if sampling in ("segments", "segments_uniform"):
-        raise ValueError(f"audio_rate with sampling={sampling!r}: a sample's frames spread over the whole "
-                         "video, whose length varies; audio is read for clips (clip_len or fps=) only")
-    if max_frames is not None:
-        raise ValueError("audio_rate with max_frames: a sample spans the whole video, whose length "
-                         "varies; audio is read for clips (clip_len or fps=) only")
+    if audio_seconds is None and whole_video(sampling, max_frames):
+        recipe = "max_frames" if max_frames is not None else f"sampling={sampling!r}"
+        raise ValueError(f"audio_rate with {recipe} needs audio_seconds=: a sample spans the whole video "
+                         "(or its span), whose length varies, and audio_seconds sets S, the fixed room "
+                         "every sample's audio has (e.g. 30 for a Whisper encoder); a longer span is "
+                         "cut there")
     return int(audio_rate), int(audio_channels), None if audio_seconds is None else float(audio_seconds)
+
+
+def whole_video(sampling: str, max_frames: int | None) -> bool:
+    """Does a sample spread over the whole video (or its span): segments, ``max_frames``?"""
+    return sampling in SEGMENTS or max_frames is not None
 
 
 def _check_channels(channels: Any) -> None:
@@ -138,12 +153,20 @@ def audio_spec(clips_per_sample: int, samples: int, channels: int) -> Spec:
             "audio_len": (lead, np.dtype(np.int32))}
 
 
-def clip_spans(times: np.ndarray, frames: np.ndarray) -> np.ndarray:
+def clip_spans(times: np.ndarray, frames: np.ndarray, *, within: tuple[float, float] | None = None,
+               longest: float | None = None) -> np.ndarray:
     """``[K, 2]`` seconds each clip of ``frames [K, T]`` spans, from the ``[n, 2]`` (start, end)
-    ``times`` of the video's frames (NOTE [ Where a clip's audio lies ])."""
+    ``times`` of the video's frames; a whole-video sample's cut to ``within`` (seconds from the
+    first frame's start: its ``spans=`` row) and to ``longest`` seconds from its start (NOTE
+    [ Where a clip's audio lies ])."""
     first = times[frames[:, 0], 0]
     last = times[frames.max(axis=1), 1]
-    return np.stack([first, np.maximum(last, first)], axis=1)
+    spans = np.stack([first, np.maximum(last, first)], axis=1)
+    if within is not None:
+        spans = np.clip(spans, times[0, 0] + within[0], times[0, 0] + within[1])
+    if longest is not None:
+        spans[:, 1] = np.minimum(spans[:, 1], spans[:, 0] + longest)
+    return spans
 
 
 def read_audio(container: Any, spans: np.ndarray, rate: int, outs: list[tuple[np.ndarray, np.ndarray]]) -> None:

@@ -120,6 +120,8 @@ class VideoClips:
     :param audio_rate: Hz of each clip's audio (``audio``, ``audio_len``: ``video.audio``); None: none.
     :param audio_channels: 1 (mono: stereo's mean) or 2 (stereo: mono copied to both).
     :param audio_seconds: the longest span a clip may have (``S``); None: from the clips.
+        Required with segments and ``max_frames``, whose samples span the whole video (or its
+        span): the room every sample's audio has, a longer span cut there (``audio_len == S``).
     :raises ValueError: a bad argument, naming it.
 
     A ``VideoClips`` is a description and does not change once made (``with_options`` makes a

@@ -27,7 +27,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from ..engine.source import Spec, seeded
-from .audio import audio_spec, clip_spans
+from .audio import audio_spec, clip_spans, whole_video
 from .decoding import Decoding
 from .manifest import row_info
 from .media import split_member
@@ -215,20 +215,24 @@ class ClipReader:
                 for out, row, frames, _, rng in group:
                     _fill(self.clips, out, row, frames, union, decoded, rng, done=decoded is direct)
                 if vc.audio_rate is not None:
-                    self._audio(info, [(g[2], g[0]) for g in group])
+                    self._audio(info, [(g[2], g[0], g[1]) for g in group])
 
-    def _audio(self, info: VideoInfo, samples: list[tuple[np.ndarray, dict[str, np.ndarray]]]) -> None:
-        """The audio of every clip of ``samples`` = [(frames [K, T], out)...] of one video, read
-        together (NOTE [ Where a clip's audio lies ])."""
+    def _audio(self, info: VideoInfo, samples: list[tuple[np.ndarray, dict[str, np.ndarray], int]]) -> None:
+        """The audio of every clip of ``samples`` = [(frames [K, T], out, row)...] of one video,
+        read together (NOTE [ Where a clip's audio lies ]): a whole-video sample's span is cut to
+        its row's span and to ``S`` samples."""
         vc = self.clips
         assert vc.audio_rate is not None, "read with audio only"
+        whole = whole_video(vc.sampling, vc.max_frames)
+        longest = vc.audio_samples / vc.audio_rate if whole else None
         times, at = self.decoding.timeline(info)
         spans, outs = [], []
-        for frames, out in samples:
+        for frames, out, row in samples:
             k = frames.shape[0]
             audio = _view(out["audio"], (k, vc.audio_samples, vc.audio_channels))
             lens = _view(out["audio_len"], (k,))
-            spans.append(clip_spans(times, frames) + at)
+            within = None if vc.spans is None or not whole else (float(vc.spans[row][0]), float(vc.spans[row][1]))
+            spans.append(clip_spans(times, frames, within=within, longest=longest) + at)
             outs += [(audio[j], lens[j, ...]) for j in range(k)]
         self.decoding.audio(info, np.concatenate(spans), vc.audio_rate, outs)
 
