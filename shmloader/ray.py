@@ -57,7 +57,8 @@ __all__ = ["dataset", "plan_items", "prepare", "skipped", "stats"]
 _SAMPLES_PER_TASK = 64
 # With group_clips, at least this many whole videos a task (a decode pass each).
 _PASSES_PER_TASK = 16
-# And no more video a task than Ray Data's own target block size: a task's rows are one block.
+# And no more bytes of rows a task than Ray Data's own target block size: a task's rows are one
+# block, every field of a sample counted (video, audio, labels...: ``_row_bytes``).
 _TASK_BYTES = 128 * 1024**2
 # The loader's default shuffle window of a grouped source is 4 batches' worth of samples
 # (_loader._GROUP_WINDOW_BATCHES); here it is in videos.
@@ -73,14 +74,14 @@ def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bo
     "samples": [ids]}]`` in plan order (see NOTE [ Epochs on Ray ]); with ``group_clips`` a
     video's samples of an epoch are all in one item (with other whole videos, up to
     ``samples_per_task`` samples; by default 64 samples, or 16 videos' samples, up to 128 MB of
-    video and at least one video). ``shuffle`` and ``seed`` as the ``Loader``'s."""
+    rows, every field counted (video, audio, labels...), and at least one video). ``shuffle``
+    and ``seed`` as the ``Loader``'s."""
     check_int("epochs", epochs, 1)
     check_int("seed", seed, 0)
     check_int("start_epoch", start_epoch, 0)
     group = int(clips.group_size)
     if samples_per_task is None:
-        video_shape, dtype = clips.spec()["video"]
-        fit = _TASK_BYTES // (int(np.prod(video_shape)) * dtype.itemsize)
+        fit = _TASK_BYTES // _row_bytes(clips)
         samples_per_task = max(group, min(max(_SAMPLES_PER_TASK, _PASSES_PER_TASK * group), fit))
     check_int("samples_per_task", samples_per_task, 1)
     window = group_window if group_window is not None else _GROUP_WINDOW
@@ -104,6 +105,13 @@ def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bo
         if item:
             items.append({"epoch": epoch, "samples": item})
     return items
+
+
+def _row_bytes(clips: VideoClips) -> int:
+    """Bytes of one row of a task's block: every field of a sample (``clips.spec()``: video,
+    audio and its length, labels, frame numbers...) and the ``epoch`` and ``sample`` a task adds."""
+    fields = [*clips.spec().values(), ((), np.dtype(np.int64)), ((), np.dtype(np.int64))]
+    return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for shape, dtype in fields)
 
 
 def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
@@ -135,7 +143,8 @@ def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool 
         on the nodes started with that resource.
     :param samples_per_task: samples a task reads (with ``group_clips``: whole videos, up to
         this many samples, at least one video); by default 64, or with ``group_clips`` 16
-        videos' samples, up to 128 MB of video (Ray's cost per task weighs less in larger tasks).
+        videos' samples, up to 128 MB of rows (every field: video, audio...; Ray's cost per task
+        weighs less in larger tasks).
     :param group_window: videos per shuffle window with ``group_clips=True``; ``None``: 8.
     :param tasks_in_flight: decode tasks submitted at once (running, or queued at a node for
         the next free slot): ``"auto"``, twice the slots the cluster has for them when the

@@ -141,7 +141,7 @@ def test_the_arguments_shared_with_loader_default_alike():
 
 def test_task_items_by_size_and_by_video(videos):
     """The driver's cut of the plan into tasks (no cluster): by default 16 whole videos a task
-    grouped, 64 samples one clip per sample, either way no more than 128 MB of video a task and at
+    grouped, 64 samples one clip per sample, either way no more than 128 MB of rows a task and at
     least one video; ``samples_per_task`` whole videos up to that many samples."""
     paths, labels = videos
     clips = shmloader.VideoClips(paths, labels, clip_len=4, clips_per_video=4, group_clips=True)
@@ -159,6 +159,27 @@ def test_task_items_by_size_and_by_video(videos):
         videos = [sorted({s // 4 for s in i["samples"]}) for i in items if i["epoch"] == e]
         assert sorted(v for vs in videos for v in vs) == list(range(len(paths)))  # each video in one task
     assert [i["samples"] for i in items[: len(paths) // 2]] != [i["samples"] for i in items[len(paths) // 2 :]]
+
+
+def test_task_size_counts_every_field_of_a_row(videos):
+    """The 128 MB a task's rows may take count the audio and every other field of the spec (and
+    the ``epoch`` and ``sample`` a task adds), not the video alone: a minute of 48 kHz stereo a
+    clip holds 64 clips' video in about 1 MB but their sound in 1.4 GB."""
+    paths, labels = videos
+    kw = dict(clip_len=4, clips_per_video=12, size=(96, 128))
+    loud = shmloader.VideoClips(paths, labels, audio_rate=48000, audio_channels=2, audio_seconds=60, **kw)
+    spec = loud.spec()
+    assert spec["audio"] == ((60 * 48000, 2), np.dtype(np.float32))
+    row = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in spec.values()) + 2 * 8
+    per_task = 128 * 1024**2 // row
+    assert 1 < per_task < 64  # the audio alone is 23 MB a row; the video 147 kB
+    sizes = [len(i["samples"]) for i in sray.plan_items(loud, epochs=1, seed=1)]
+    assert sizes == [per_task] * (len(loud) // per_task) + [len(loud) % per_task] * bool(len(loud) % per_task)
+    quiet = shmloader.VideoClips(paths, labels, **kw)  # the same clips without sound: 64 a task
+    assert [len(i["samples"]) for i in sray.plan_items(quiet, epochs=1, seed=1)][0] == min(64, len(quiet))
+    grouped = shmloader.VideoClips(paths, labels, audio_rate=48000, audio_channels=2, audio_seconds=60,
+                                   group_clips=True, **kw)  # whole videos: at least one a task
+    assert [len(i["samples"]) for i in sray.plan_items(grouped, epochs=1, seed=1)] == [12] * len(paths)
 
 
 def test_grouped_clips_a_task_per_video(cluster, videos):
