@@ -25,12 +25,22 @@ class BlockCache:
         self._cached = 0
         self._lock = threading.Lock()
 
-    def read(self, url: str, start: int, end: int) -> bytes:
+    def read(self, url: str, start: int, end: int, whole: bool = True) -> bytes:
         """Bytes ``[start, end)`` of ``url`` through the block cache (missing blocks fetched in one
-        request per run of them)."""
+        request per run of them). ``whole=False``: from ``start`` up to the first block after it
+        that is not cached (the run of missing blocks at ``start`` fetched first, if any), which
+        may be fewer bytes than asked for: what FFmpeg reads through, as it asks for a buffer's
+        worth past the packet it needs, and asks again where it needs more."""
         b = self.block_size
         first, last = start // b, (end - 1) // b
-        for run in self._missing(url, first, last):
+        runs = self._missing(url, first, last)
+        if not whole and runs:
+            if runs[0][0] == first:
+                self.fill(url, runs.pop(0))
+            if runs:
+                last = runs[0][0] - 1
+                end, runs = (last + 1) * b, []
+        for run in runs:
             self.fill(url, run)
         with self._lock:
             parts = [self._blocks.get((url, k)) for k in range(first, last + 1)]
@@ -98,13 +108,18 @@ def merge(ranges: Iterable[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
 
 class RangeFile(io.RawIOBase):
     """Bytes ``[offset, offset + size)`` of ``url`` as a read-only seekable file, read through
-    ``storage``'s block cache: what FFmpeg (PyAV) and ``tarfile`` read remote files through."""
+    ``storage``'s block cache: what FFmpeg (PyAV) and ``tarfile`` read remote files through.
+    ``short``: a read returns the bytes up to the first block not cached after the first (as a
+    raw file may), for FFmpeg, whose buffer refills ask for far more than the packet it wants;
+    ``tarfile`` wants every byte it asks for."""
 
-    def __init__(self, storage: Any, url: str, offset: int, size: int, name: str | None = None) -> None:
+    def __init__(self, storage: Any, url: str, offset: int, size: int, name: str | None = None,
+                 short: bool = False) -> None:
         super().__init__()
         self.storage, self.url, self.offset, self.size = storage, url, int(offset), int(size)
         self.name = name or url
         self.pos = 0
+        self.short = short  # a read may end where the cached bytes do (BlockCache.read's whole=False)
 
     def readable(self) -> bool:
         return True
@@ -132,7 +147,7 @@ class RangeFile(io.RawIOBase):
         end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
         if end <= self.pos:
             return b""
-        data = self.storage.read(self.url, self.offset + self.pos, self.offset + end)
+        data = self.storage.read(self.url, self.offset + self.pos, self.offset + end, whole=not self.short)
         self.pos += len(data)
         return data
 

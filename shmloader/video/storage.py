@@ -9,7 +9,9 @@ index once per worker (the probe), then after each seek the packets from the key
 clip to its last frame. Before a clip is decoded, :meth:`Storage.prefetch` fetches exactly those
 packets' bytes (known from the probe's index) in one request per stretch, so a clip of a
 two-hour file costs its own few MB and one round trip, not the file and not one round trip per
-block. Whatever FFmpeg reads besides (a header, a packet the index placed differently) is
+block. FFmpeg asks for a buffer's worth (up to a few hundred KB) past the packet it reads: its
+reads end where the cached bytes do (``RangeFile``'s short reads), so the read-ahead fetches
+nothing. Whatever FFmpeg reads besides (a header, a packet the index placed differently) is
 fetched on demand in blocks of ``block_size``.
 
 Fetched blocks stay in one bounded LRU cache per worker (``cache_bytes``): FFmpeg rereads a
@@ -257,18 +259,19 @@ class Storage:
         """What FFmpeg opens: a local file's path as it is (FFmpeg's own file reading), else a
         RangeFile."""
         media = media if isinstance(media, Media) else self.resolve(media)
-        return media.local if not media.remote else self.open(media)
+        return media.local if not media.remote else self.open(media, short=True)
 
     def open_bytes(self, media: Media | str):
         """A binary file object: the local file itself, else a RangeFile."""
         media = media if isinstance(media, Media) else self.resolve(media)
         return open(media.local, "rb") if not media.remote else self.open(media)
 
-    def open(self, media: Media | str) -> RangeFile:
+    def open(self, media: Media | str, short: bool = False) -> RangeFile:
         """A remote file as a seekable file; its first and last blocks fetched at once, together:
-        a container's header is at the start, and an MP4's index often at the end."""
+        a container's header is at the start, and an MP4's index often at the end. ``short``:
+        its reads end where the cached bytes do (what FFmpeg reads: ``RangeFile``)."""
         media = media if isinstance(media, Media) else self.resolve(media)
-        f = RangeFile(self, media.url, media.offset, media.size, name=media.path)
+        f = RangeFile(self, media.url, media.offset, media.size, name=media.path, short=short)
         if is_remote(f.url):
             edge = min(f.size, self.block_size)
             self.prefetch_many([(media, [(0, edge), (f.size - edge, f.size)])])
@@ -323,9 +326,10 @@ class Storage:
         raise OSError(f"{self.name(url)}: {what} failed {self.retries + 1} times; last: "
                       f"{type(last_error).__name__}: {self.redact(first_line(last_error))}") from None
 
-    def read(self, url: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of ``url`` through the block cache (what a RangeFile reads)."""
-        return self._cache.read(url, start, end)
+    def read(self, url: str, start: int, end: int, whole: bool = True) -> bytes:
+        """Bytes ``[start, end)`` of ``url`` through the block cache (what a RangeFile reads);
+        ``whole=False``: up to the first block not cached (``BlockCache.read``)."""
+        return self._cache.read(url, start, end, whole)
 
     def prefetch(self, media: Media, ranges: Iterable[tuple[int, int]]) -> None:
         """Fetch byte ``ranges`` of a file (offsets in the file, or in the member) into the
