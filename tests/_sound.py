@@ -40,11 +40,13 @@ _H264 = ("libx264", {"crf": "18", "preset": "veryfast"})
 
 
 def write_av(path, codec: str = "aac", rate: int = 44100, channels: int = 2, frames: int = FRAMES,
-             audio_from: float = 0.0, audio_to: float | None = None, video_from: float = 0.0) -> str:
+             audio_from: float = 0.0, audio_to: float | None = None, video_from: float = 0.0,
+             gop: int | None = None) -> str:
     """Frames 0..frames-1 (frame codes of video 1; H.264, VP9 in WebM) shown from ``video_from``
     seconds (a whole number of frames: frame ``i`` at ``video_from + i / FPS``, the tone's level
     there ``_level(i + video_from * FPS)``), and ``codec`` audio from ``audio_from`` to
-    ``audio_to`` seconds (the video's end), written with PyAV."""
+    ``audio_to`` seconds (the video's end), written with PyAV. ``gop``: H.264 with a keyframe
+    every ``gop`` frames exactly (else x264's choice)."""
     path = os.fspath(path)
     lead = round(video_from * FPS)
     end = (lead + frames) / FPS if audio_to is None else audio_to
@@ -54,6 +56,8 @@ def write_av(path, codec: str = "aac", rate: int = 44100, channels: int = 2, fra
         v = c.add_stream(name, rate=FPS)
         v.width, v.height, v.pix_fmt = 64, 48, "yuv420p"
         v.options = dict(options)
+        if gop is not None:
+            v.options = {**v.options, "g": str(gop), "keyint_min": str(gop), "sc_threshold": "0"}
         a = c.add_stream(codec, rate=rate)
         a.layout = "stereo" if channels == 2 else "mono"
         if codec == "aac":  # noise substitution: random noise in any decoder, other after a seek

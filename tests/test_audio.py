@@ -431,8 +431,9 @@ def test_the_guides_example_runs(files):
 
 
 def test_a_remote_files_audio_is_the_local_files(files):
-    """Over HTTP by byte range (the clip's bytes prefetched for its frames, the audio's read as
-    the demuxer asks): the same samples as from the local file."""
+    """Over HTTP by byte range (the bytes of the clip's frames and of its audio prefetched
+    together; tests/test_audio_remote.py has the requests): the same samples as from the local
+    file."""
     from ._needs import need
     from ._servers import RangeServer
 

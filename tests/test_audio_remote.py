@@ -11,10 +11,16 @@ from __future__ import annotations
 import os
 import tarfile
 
+import av
 import numpy as np
 import pytest
 
 import shmloader
+from shmloader.video.audio import clip_spans
+from shmloader.video.audiobytes import audio_ranges
+from shmloader.video.decoding import Decoding
+from shmloader.video.pyav import byte_ranges
+from shmloader.video.storage import Storage
 
 from ._needs import need
 from ._servers import RangeServer
@@ -90,3 +96,84 @@ def test_a_remote_shards_members_have_the_loose_files_audio_through_workers(shar
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g["index"], w["index"])
         _same_samples(g, w)
+
+
+# -- a remote clip's audio bytes, fetched before it is read --------------------------------------
+
+_GOP = 25
+_BLOCK = 4096  # small blocks: a byte read that the plan left out shows as a request of its own
+
+
+@pytest.fixture(scope="module")
+def long_av(tmp_path_factory):
+    """Twelve seconds of H.264 (a keyframe a second) and AAC, interleaved as muxers write them."""
+    need("aiohttp", reason="the http filesystem of fsspec")
+    root = tmp_path_factory.mktemp("audio-remote")
+    return os.fspath(write_av(root / "long.mp4", "aac", frames=12 * FPS, gop=_GOP))
+
+
+def _blocks(ranges) -> set[int]:
+    return {k for lo, hi in ranges for k in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1)}
+
+
+def test_a_remote_clips_audio_is_fetched_in_one_request_and_is_the_local_files(long_av):
+    """The probe keeps where an MP4's audio packets lie (its index): reading a clip's audio
+    fetches them, pre-roll and tail included, in one request before decoding, and asks for
+    nothing more; the audio is the local file's to the bit."""
+    root, name = os.path.split(long_av)
+    local = Decoding(1, "pyav", Storage())
+    info_here = local.info(long_av)
+    with RangeServer(root, max_requests=500) as srv:
+        decoding = Decoding(1, "pyav", Storage(block_size=_BLOCK))
+        info = decoding.info(srv.url(name))
+        with av.open(long_av) as c:
+            assert info.audio_packets is not None and len(info.audio_packets) == len(c.streams.audio[0].index_entries)
+        decoding.decoder("pyav").container(info)  # opened once per worker, from the probe's blocks
+        times = info.times()
+        # Clips past the probe's blocks (the first GOPs, the last), starting just after a keyframe
+        # (the audio's pre-roll reaches back past it), or not.
+        for first in (76, 101, 127, 152, 180):
+            frames = np.arange(first, first + 16, 2)[None]
+            spans = clip_spans(times, frames)
+            n = round((spans[0, 1] - spans[0, 0]) * RATE)
+            got, want = (np.zeros((n, 1), np.float32), np.zeros((), np.int32)), \
+                (np.zeros((n, 1), np.float32), np.zeros((), np.int32))
+            before = srv.gets
+            decoding.audio(info, spans, RATE, [got])
+            assert srv.gets - before == 1, srv.ranges[before:]
+            local.audio(info_here, clip_spans(info_here.times(), frames), RATE, [want])
+            assert int(got[1]) == int(want[1]) == n
+            np.testing.assert_array_equal(got[0], want[0])
+            assert np.abs(got[0]).max() > 0.02
+
+
+def test_reading_a_remote_clip_with_audio_asks_for_no_byte_past_its_prefetch(long_av):
+    """A remote clip with audio, read as a worker reads it (``ClipReader.read``): every byte
+    the server sends after the probe lies in the blocks the prefetch plan names (the frames'
+    packets and the audio's), in no more requests than the plan has stretches: FFmpeg's
+    read-ahead stops where the prefetched bytes do, and the demuxer reads no video packet of
+    the GOP before the one the clip needs while it reads the audio's pre-roll. Clips start
+    just after a keyframe, or not."""
+    root, name = os.path.split(long_av)
+    kw = dict(clip_len=8, frame_step=2, clips_per_video=16, sampling="uniform", audio_rate=RATE)
+    want = shmloader.VideoClips([long_av], decoder="pyav", **kw).reader().read(range(16))
+    with RangeServer(root, max_requests=2000) as srv:
+        fetched = 0
+        for i in range(16):
+            clips = shmloader.VideoClips([srv.url(name)], fetch={"block_size": _BLOCK}, **kw)
+            reader = clips.reader()
+            info = reader.decoding.info(clips.paths[0])  # the probe, as a worker's first look
+            mark = len(srv.ranges)
+            got = reader.read([i])
+            frames = got["frames"][0]
+            plan = _blocks(byte_ranges(info, np.unique(frames)) +
+                           audio_ranges(info.audio_packets, clip_spans(info.times(), frames[None])))
+            asked = srv.ranges[mark:]
+            assert _blocks([(lo, hi) for _, lo, hi in asked]) <= plan, (i, frames, asked)
+            runs = sum(1 for k in plan if k - 1 not in plan)
+            assert len(asked) <= runs, (i, asked)  # none, where the probe's blocks hold the clip
+            fetched += bool(asked)
+            np.testing.assert_array_equal(got["frames"][0], want["frames"][i])
+            np.testing.assert_array_equal(got["audio"][0], want["audio"][i])
+            np.testing.assert_array_equal(got["audio_len"][0], want["audio_len"][i])
+        assert fetched >= 8

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..engine.native_log import damage_seen
 from .audio import read_audio
+from .audiobytes import audio_only, audio_ranges
 from .decoders import DecoderLimit
 from .decord import Decord
 from .probe import VideoInfo, probe
@@ -23,8 +24,9 @@ from .storage import LOCAL, Storage, first_line
 
 __all__ = ["Decoding"]
 
-# Probes a worker keeps, counted in frames (their timestamps take 24 bytes a frame): a worker
-# revisits a video every epoch, and re-reading its packets costs ~5-10 ms.
+# Probes a worker keeps, counted in frames (their timestamps take 24 bytes a frame; a remote MP4's
+# audio packets, as many bytes each, count as frames): a worker revisits a video every epoch, and
+# re-reading its packets costs ~5-10 ms.
 _PROBED_FRAMES = 2_000_000
 
 
@@ -83,7 +85,7 @@ class Decoding:
     def _keep(self, path: str, stamp, info: VideoInfo) -> None:
         if path in self._probes:
             self._forget(path)
-        n = info.frames if info.pts is not None else 0
+        n = _weight(info)
         if n <= _PROBED_FRAMES:
             self._probes[path] = (stamp, info)
             self._probed_frames += n
@@ -109,9 +111,12 @@ class Decoding:
                 self.probes += 1
                 self._keep(*got)
 
-    def prefetch(self, wanted: list[tuple[VideoInfo, np.ndarray]]) -> None:
-        """Fetch the bytes that decoding ``frames`` of each remote video reads, all at once."""
-        self.storage.prefetch_many([(info.media, byte_ranges(info, frames)) for info, frames in wanted
+    def prefetch(self, wanted: list[tuple[VideoInfo, np.ndarray, np.ndarray | None]]) -> None:
+        """Fetch the bytes that decoding ``frames`` of each remote video reads, and reading the
+        audio of ``spans`` (``[K, 2]`` seconds, as ``audio`` is given them; None: no audio), all
+        at once."""
+        self.storage.prefetch_many([(info.media, byte_ranges(info, frames) + _audio_ranges(info, spans))
+                                    for info, frames, spans in wanted
                                     if info.spans is not None and info.media is not None and len(frames)])
 
     def timeline(self, info: VideoInfo) -> tuple[np.ndarray, float]:
@@ -132,15 +137,20 @@ class Decoding:
         """The audio of ``spans`` (``[K, 2]`` seconds on the container's timeline) read by PyAV
         from the file's first audio stream, whichever decoder gave the frames (``video.audio``)."""
         pyav = cast(PyAV, self.decoder("pyav"))
+        ranges = _audio_ranges(info, spans)
+        if ranges and info.media is not None:
+            self.storage.prefetch(info.media, ranges)  # cached already from a task's prefetch
         try:
-            read_audio(pyav.container(info), spans, rate, outs)
+            c = pyav.container(info)
+            with audio_only(c):
+                read_audio(c, spans, rate, outs)
         except Exception:
             pyav.forget(info.path)  # its demuxer may be left anywhere
             raise
 
     def _forget(self, path: str) -> None:
         _, info = self._probes.pop(path)
-        self._probed_frames -= info.frames if info.pts is not None else 0
+        self._probed_frames -= _weight(info)
 
     def _full_probe(self, info: VideoInfo) -> VideoInfo:
         """``info`` read again from every packet (its index-read timeline proved wrong), kept."""
@@ -206,3 +216,17 @@ class Decoding:
                 raise
             # Neither reads it: say both reasons (the worker adds the file's name).
             raise ValueError(f"{first_line(e, 160)}; decord: {first_line(refused, 160)}") from e
+
+
+def _weight(info: VideoInfo) -> int:
+    """What a kept probe counts for against ``_PROBED_FRAMES``."""
+    return (info.frames if info.pts is not None else 0) + \
+        (0 if info.audio_packets is None else len(info.audio_packets))
+
+
+def _audio_ranges(info: VideoInfo, spans: np.ndarray | None) -> list[tuple[int, int]]:
+    """The bytes reading the audio of ``spans`` reads, where the probe placed the audio's
+    packets (a remote MP4/MOV: ``video.audiobytes``)."""
+    if spans is None or info.audio_packets is None:
+        return []
+    return audio_ranges(info.audio_packets, spans)

@@ -1,10 +1,12 @@
 """A long MP4/MOV's timeline from its own sample index instead of a pass over every packet
-(``video.probe``; a remote file's at any length: its packets are not all fetched)."""
+(``video.probe``; a remote file's at any length: its packets are not all fetched), and where
+its audio track's packets lie (what a remote clip's audio bytes are fetched by)."""
 
 from __future__ import annotations
 
 import contextlib
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +14,7 @@ from .media import Media
 from .packets import Pass, byte_spans, indexed_end, sequence_headers
 from .storage import Storage
 
-__all__ = ["from_index", "INDEXED_MIN_FRAMES"]
+__all__ = ["from_index", "audio_packets", "INDEXED_MIN_FRAMES", "US"]
 
 # A long video: from this many frames, an MP4/MOV is timed from its own index (``from_index``;
 # shorter ones by reading every packet, a few ms), and PyAV reads it: decord's reader reads its
@@ -21,6 +23,9 @@ __all__ = ["from_index", "INDEXED_MIN_FRAMES"]
 INDEXED_MIN_FRAMES = 1000
 # A GOP longer than this (packets) is read by the full pass instead.
 _INDEXED_GOP_MAX = 1200
+# Ticks a second of the audio packets' times (FFmpeg's AV_TIME_BASE): far finer than the
+# margins a clip's audio bytes are fetched with.
+US = 1_000_000
 
 
 def from_index(c, media: Media, touched: list, storage: Storage) -> Pass | None:
@@ -111,6 +116,23 @@ def from_index(c, media: Media, touched: list, storage: Storage) -> Pass | None:
     r.step = float(step * r.time_base)
     r.fps = float(s.average_rate) if s.average_rate else 1.0 / r.step
     return r
+
+
+def audio_packets(c: Any) -> np.ndarray | None:
+    """``[packets, 3]`` int64 (time in microseconds on the container's timeline, first byte,
+    end byte) of the first audio stream of the open container ``c`` in decode order, from an
+    MP4/MOV's own index; None without an audio stream or such an index."""
+    if not c.streams.audio or c.format.name.split(",")[0] != "mov":
+        return None
+    s = c.streams.audio[0]
+    entries = s.index_entries
+    if not len(entries) or not s.time_base:
+        return None
+    a = np.array([(e.timestamp, e.pos, e.size) for e in entries], np.int64)
+    if (a[:, 1] < 0).any() or (np.diff(a[:, 0]) < 0).any():
+        return None  # a place unknown, or times out of order: read as the demuxer asks
+    tb = s.time_base
+    return np.stack([a[:, 0] * tb.numerator * US // tb.denominator, a[:, 1], a[:, 1] + a[:, 2]], axis=1)
 
 
 def _gop(c, s, r: Pass, first: bool) -> list[tuple[int, int]] | None:

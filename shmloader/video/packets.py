@@ -60,6 +60,7 @@ class Pass:
     indexed = False
     delay = False
     spans: np.ndarray | None = None
+    audio_packets: np.ndarray | None = None  # a remote MP4/MOV's (``mp4index.audio_packets``)
 
     def __init__(self) -> None:
         self.sizes: list[tuple[int, int, int]] = []  # (frame index, height, width) at each size

@@ -73,7 +73,7 @@ import numpy as np
 
 from ..engine.source import check_choice
 from .media import Media
-from .mp4index import INDEXED_MIN_FRAMES, from_index
+from .mp4index import INDEXED_MIN_FRAMES, audio_packets, from_index
 from .packets import RAW_EXTENSIONS, Pass, RawStream, open_gop, read_open
 from .storage import LOCAL, Storage
 
@@ -161,6 +161,9 @@ class VideoInfo:
     # Remote files only: [packets, 2] byte (start, end) of every packet in decode order, what a
     # clip's bytes are fetched by before it is decoded (NOTE [ Reading remote files ]).
     spans: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # Remote MP4/MOV with sound only: [packets, 3] (microseconds, first byte, end byte) of its
+    # first audio stream, what a clip's audio bytes are fetched by (``video.audiobytes``).
+    audio_packets: np.ndarray | None = field(default=None, repr=False, compare=False)
     # Where the file is and which version was probed (``video.media``): what the decoders read.
     media: Media | None = field(default=None, repr=False, compare=False)
     # PyAV reads it for speed alone: decord reads it right too, and without a probe (the decoder
@@ -285,7 +288,8 @@ def probe(path: str | Media, *, check: str = "headers", index: bool = True,
                      pts=pts, keyframes=None if pts is None else r.keyframes,
                      durations=None if pts is None else r.durations,
                      decode_pos=None if pts is None else r.decode_pos, indexed=r.indexed,
-                     spans=r.spans if media.remote else None, media=media)
+                     spans=r.spans if media.remote else None, media=media,
+                     audio_packets=r.audio_packets if media.remote else None)
 
 
 def _read(media: Media, decode: str, index: bool = False, storage: Storage = LOCAL) -> Pass:
@@ -303,11 +307,18 @@ def _read(media: Media, decode: str, index: bool = False, storage: Storage = LOC
         with open_input(storage.media(media)) as c:
             fast = from_index(c, media, touched, storage)
             if fast is not None:
-                return fast
+                return _with_sound(fast, c, media)
             if not touched:  # nothing read yet: the full read goes on with this container
-                return read_open(c, media, decode, storage)
+                return _with_sound(read_open(c, media, decode, storage), c, media)
     with open_input(storage.media(media)) as c:
-        return read_open(c, media, decode, storage)
+        return _with_sound(read_open(c, media, decode, storage), c, media)
+
+
+def _with_sound(r: Pass, c, media: Media) -> Pass:
+    """``r`` with where a remote MP4/MOV's audio packets lie (its index, already read)."""
+    if media.remote:
+        r.audio_packets = audio_packets(c)
+    return r
 
 
 def _rate_problems(pts: np.ndarray, tb: Fraction, step: float) -> list[str]:

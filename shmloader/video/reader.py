@@ -206,7 +206,10 @@ class ClipReader:
                                        rngs[i], outs[i]) for i in items], epoch_key)
                  for v, items in by_file.items()]
         if remote:  # every clip's bytes in one round of requests (NOTE [ Reading remote files ])
-            self.decoding.prefetch([(info, union) for _, info, passes in plans for _, _, union, _ in passes])
+            # the audio's too where the probe placed its packets (video.audiobytes)
+            self.decoding.prefetch([(info, union, None if info.audio_packets is None else
+                                     self._spans(info, [(g[2], g[1]) for g in group]))
+                                    for _, info, passes in plans for _, group, union, _ in passes])
         for v, info, passes in plans:
             for size, group, union, direct in passes:
                 decoded = self.decoding.decode(info, size, union, direct)
@@ -223,18 +226,31 @@ class ClipReader:
         its row's span and to ``S`` samples."""
         vc = self.clips
         assert vc.audio_rate is not None, "read with audio only"
-        whole = whole_video(vc.sampling, vc.max_frames)
-        longest = vc.audio_samples / vc.audio_rate if whole else None
-        times, at = self.decoding.timeline(info)
-        spans, outs = [], []
-        for frames, out, row in samples:
+        outs = []
+        for frames, out, _ in samples:
             k = frames.shape[0]
             audio = _view(out["audio"], (k, vc.audio_samples, vc.audio_channels))
             lens = _view(out["audio_len"], (k,))
+            outs += [(audio[j], lens[j, ...]) for j in range(k)]
+        spans = self._spans(info, [(frames, row) for frames, _, row in samples])
+        assert spans is not None
+        self.decoding.audio(info, spans, vc.audio_rate, outs)
+
+    def _spans(self, info: VideoInfo, clips: list[tuple[np.ndarray, int]]) -> np.ndarray | None:
+        """``[K, 2]`` seconds on the container's timeline that the clips of ``clips`` =
+        [(frames [k, T], row)...] span, in order: what their audio is read for (a whole-video
+        sample's cut to its row's span and to ``S`` samples); None without audio."""
+        vc = self.clips
+        if vc.audio_rate is None:
+            return None
+        whole = whole_video(vc.sampling, vc.max_frames)
+        longest = vc.audio_samples / vc.audio_rate if whole else None
+        times, at = self.decoding.timeline(info)
+        spans = []
+        for frames, row in clips:
             within = None if vc.spans is None or not whole else (float(vc.spans[row][0]), float(vc.spans[row][1]))
             spans.append(clip_spans(times, frames, within=within, longest=longest) + at)
-            outs += [(audio[j], lens[j, ...]) for j in range(k)]
-        self.decoding.audio(info, np.concatenate(spans), vc.audio_rate, outs)
+        return np.concatenate(spans)
 
     def _count(self, union: np.ndarray, keyframes: np.ndarray, delivered: int) -> None:
         decoded, head = decode_cost(union, keyframes)

@@ -6,13 +6,14 @@ names a member of a tar shard (``tar://key.mp4::<the shard's path or URL>``). A 
 never copied to disk: decoders read it through :class:`RangeFile`, a seekable file object whose
 reads become byte-range requests. FFmpeg reads only what it needs: the container's header and
 index once per worker (the probe), then after each seek the packets from the keyframe before a
-clip to its last frame. Before a clip is decoded, :meth:`Storage.prefetch` fetches exactly those
-packets' bytes (known from the probe's index) in one request per stretch, so a clip of a
-two-hour file costs its own few MB and one round trip, not the file and not one round trip per
-block. FFmpeg asks for a buffer's worth (up to a few hundred KB) past the packet it reads: its
-reads end where the cached bytes do (``RangeFile``'s short reads), so the read-ahead fetches
-nothing. Whatever FFmpeg reads besides (a header, a packet the index placed differently) is
-fetched on demand in blocks of ``block_size``.
+clip to its last frame, and with audio the audio packets of the clip's span and pre-roll.
+Before a clip is decoded, :meth:`Storage.prefetch` fetches exactly those packets' bytes (known
+from the probe's index; an MP4's index places the audio's too: ``video.audiobytes``) in one
+request per stretch, so a clip of a two-hour file costs its own few MB and one round trip, not
+the file and not one round trip per block. FFmpeg asks for a buffer's worth (up to a few hundred
+KB) past the packet it reads: its reads end where the cached bytes do (``RangeFile``'s short
+reads), so the read-ahead fetches nothing. Whatever FFmpeg reads besides (a header, a packet
+the index placed differently) is fetched on demand in blocks of ``block_size``.
 
 Fetched blocks stay in one bounded LRU cache per worker (``cache_bytes``): FFmpeg rereads a
 header or a GOP, a neighbouring clip shares a GOP. A request that fails (reset, 5xx, timeout,
