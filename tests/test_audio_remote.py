@@ -177,3 +177,20 @@ def test_reading_a_remote_clip_with_audio_asks_for_no_byte_past_its_prefetch(lon
             np.testing.assert_array_equal(got["audio"][0], want["audio"][i])
             np.testing.assert_array_equal(got["audio_len"][0], want["audio_len"][i])
         assert fetched >= 8
+
+
+def test_a_remote_whole_video_samples_audio_is_the_local_files(long_av):
+    """``sampling="segments"`` with audio over HTTP: a sample's sound spans the whole video, more
+    than a small block cache holds (such a stretch is read as the demuxer asks, not fetched
+    ahead, where its first blocks would leave the cache before they are read); the sound is the
+    local file's to the bit."""
+    root, name = os.path.split(long_av)
+    kw = dict(clip_len=8, sampling="segments", audio_rate=RATE, audio_seconds=12)
+    want = shmloader.VideoClips([long_av], decoder="pyav", **kw).reader().read([0])
+    with RangeServer(root, max_requests=500) as srv:
+        clips = shmloader.VideoClips([srv.url(name)], fetch={"block_size": _BLOCK, "cache_bytes": 64 << 10}, **kw)
+        got = clips.reader().read([0])
+    assert int(want["audio_len"][0]) > 10 * RATE  # from the first segment's frame to the last's end
+    np.testing.assert_array_equal(got["frames"], want["frames"])
+    np.testing.assert_array_equal(got["audio_len"], want["audio_len"])
+    np.testing.assert_array_equal(got["audio"], want["audio"])

@@ -28,6 +28,10 @@ __all__ = ["Decoding"]
 # audio packets, as many bytes each, count as frames): a worker revisits a video every epoch, and
 # re-reading its packets costs ~5-10 ms.
 _PROBED_FRAMES = 2_000_000
+# A stretch of audio bytes more than this share of the block cache is not fetched ahead (a
+# whole-video sample's sound spans the file): its first blocks would leave the cache before the
+# demuxer reads them, and be fetched twice. The demuxer reads it as it goes.
+_AUDIO_CACHE_SHARE = 1 / 4
 
 
 class Decoding:
@@ -115,7 +119,7 @@ class Decoding:
         """Fetch the bytes that decoding ``frames`` of each remote video reads, and reading the
         audio of ``spans`` (``[K, 2]`` seconds, as ``audio`` is given them; None: no audio), all
         at once."""
-        self.storage.prefetch_many([(info.media, byte_ranges(info, frames) + _audio_ranges(info, spans))
+        self.storage.prefetch_many([(info.media, byte_ranges(info, frames) + self._audio_ranges(info, spans))
                                     for info, frames, spans in wanted
                                     if info.spans is not None and info.media is not None and len(frames)])
 
@@ -137,7 +141,7 @@ class Decoding:
         """The audio of ``spans`` (``[K, 2]`` seconds on the container's timeline) read by PyAV
         from the file's first audio stream, whichever decoder gave the frames (``video.audio``)."""
         pyav = cast(PyAV, self.decoder("pyav"))
-        ranges = _audio_ranges(info, spans)
+        ranges = self._audio_ranges(info, spans)
         if ranges and info.media is not None:
             self.storage.prefetch(info.media, ranges)  # cached already from a task's prefetch
         try:
@@ -147,6 +151,15 @@ class Decoding:
         except Exception:
             pyav.forget(info.path)  # its demuxer may be left anywhere
             raise
+
+    def _audio_ranges(self, info: VideoInfo, spans: np.ndarray | None) -> list[tuple[int, int]]:
+        """The bytes reading the audio of ``spans`` reads, where the probe placed the audio's
+        packets (a remote MP4/MOV: ``video.audiobytes``), less the stretches too large to fetch
+        ahead (``_AUDIO_CACHE_SHARE``)."""
+        if spans is None or info.audio_packets is None:
+            return []
+        most = self.storage.cache_bytes * _AUDIO_CACHE_SHARE
+        return [(lo, hi) for lo, hi in audio_ranges(info.audio_packets, spans) if hi - lo <= most]
 
     def _forget(self, path: str) -> None:
         _, info = self._probes.pop(path)
@@ -222,11 +235,3 @@ def _weight(info: VideoInfo) -> int:
     """What a kept probe counts for against ``_PROBED_FRAMES``."""
     return (info.frames if info.pts is not None else 0) + \
         (0 if info.audio_packets is None else len(info.audio_packets))
-
-
-def _audio_ranges(info: VideoInfo, spans: np.ndarray | None) -> list[tuple[int, int]]:
-    """The bytes reading the audio of ``spans`` reads, where the probe placed the audio's
-    packets (a remote MP4/MOV: ``video.audiobytes``)."""
-    if spans is None or info.audio_packets is None:
-        return []
-    return audio_ranges(info.audio_packets, spans)
