@@ -150,7 +150,7 @@ def _remote_folder(prefix: str, storage: Storage, extensions, passed_over) -> It
     """Every video below the remote ``prefix``, sorted; files directly in it unlabelled, those in
     class sub-folders labelled by the sorted class names (as ``walk_folder``)."""
     scheme = prefix.split("://", 1)[0] + "://"
-    found = storage._call(prefix, "listing", lambda fs: fs.find(prefix))
+    found = storage.call(prefix, "listing", lambda fs: fs.find(prefix))
     if not found:
         raise ValueError(f"nothing is listed under {storage.name(prefix)} (a store that cannot list, such as a "
                          "plain HTTP server, needs the files' URLs, e.g. in a .txt list)")

@@ -25,7 +25,7 @@ def expand(urls: str | Iterable[str], storage: Storage) -> list[str]:
                 out.append(p if is_remote(p) else os.path.abspath(local_path(p)))
             elif is_remote(p):
                 scheme = scheme_of(p)[0]
-                found = storage._call(p, "listing", lambda fs: fs.glob(p))
+                found = storage.call(p, "listing", lambda fs: fs.glob(p))
                 out.extend(sorted(f if has_scheme(f) else scheme + f for f in found))
             else:
                 import glob

@@ -209,7 +209,7 @@ class Storage:
             _, (_, tag), _ = self._stat(shard)
             got = (now, (size, _hash(f"{tag}@{offset}")), size)
         else:
-            info = self._call(path, "stat", lambda fs: fs.info(path))
+            info = self.call(path, "stat", lambda fs: fs.info(path))
             size = info.get("size")
             if size is None:
                 raise OSError(f"{self.name(path)}: the server does not say the file's size")
@@ -286,7 +286,7 @@ class Storage:
             with open(local_path(url), "rb") as f:
                 data = os.pread(f.fileno(), end - start, start)
         else:
-            data = self._call(url, f"reading bytes {start}-{end - 1}",
+            data = self.call(url, f"reading bytes {start}-{end - 1}",
                               lambda fs: fs.cat_file(url, start=start, end=end,
                                                      **({"timeout": self.timeout} if fs.async_impl else {})))
             if len(data) > end - start:
@@ -298,7 +298,7 @@ class Storage:
             raise OSError(f"{self.name(url)}: asked for bytes {start}-{end - 1}, got {len(data)} bytes")
         return data
 
-    def _call(self, url: str, what: str, op):
+    def call(self, url: str, what: str, op):
         """``op(filesystem)``, retried with backoff on anything but a missing file."""
         fs = self.filesystem(url)
         delay = _BACKOFF
