@@ -41,12 +41,13 @@ _H264 = ("libx264", {"crf": "18", "preset": "veryfast"})
 
 def write_av(path, codec: str = "aac", rate: int = 44100, channels: int = 2, frames: int = FRAMES,
              audio_from: float = 0.0, audio_to: float | None = None, video_from: float = 0.0,
-             gop: int | None = None) -> str:
+             gop: int | None = None, gap: tuple[float, float] | None = None) -> str:
     """Frames 0..frames-1 (frame codes of video 1; H.264, VP9 in WebM) shown from ``video_from``
     seconds (a whole number of frames: frame ``i`` at ``video_from + i / FPS``, the tone's level
     there ``_level(i + video_from * FPS)``), and ``codec`` audio from ``audio_from`` to
     ``audio_to`` seconds (the video's end), written with PyAV. ``gop``: H.264 with a keyframe
-    every ``gop`` frames exactly (else x264's choice)."""
+    every ``gop`` frames exactly (else x264's choice). ``gap``: no audio from ``gap[0]`` to
+    ``gap[1]`` seconds (the packets after it stamped from ``gap[1]``)."""
     path = os.fspath(path)
     lead = round(video_from * FPS)
     end = (lead + frames) / FPS if audio_to is None else audio_to
@@ -67,8 +68,13 @@ def write_av(path, codec: str = "aac", rate: int = 44100, channels: int = 2, fra
         first, total, chunk = round(audio_from * rate), round((end - audio_from) * rate), 1000
         done, shown = 0, 0
         while done < total or shown < frames:
+            if done < total and gap is not None and gap[0] * rate <= first + done < gap[1] * rate:
+                done = min(total, round(gap[1] * rate) - first)  # the packets after it start there
+                continue
             if done < total:
                 m = min(chunk, total - done)
+                if gap is not None and first + done < gap[0] * rate:
+                    m = min(m, round(gap[0] * rate) - first - done)
                 x = _signal((first + done + np.arange(m)) / rate, channels)
                 arr = x if fmt == "fltp" else x.T.reshape(1, -1)
                 if fmt == "s16":
