@@ -656,3 +656,36 @@ def test_urls_are_sources_read_through_the_storage_layer(tmp_path):
         assert keyframes(str(tmp_path / "dst" / "clip.mp4")) == list(range(0, 30, GOP))
         r = run_prepare(url, "--out", tmp_path / "dst", "--short-side", SHORT, "--gop", GOP)
         assert "1 kept from an earlier run" in r.stderr, r.stderr
+
+
+def test_a_copys_clips_have_the_sources_sound(tmp_path):
+    """The audio a clip of a copy gets is what the same clip of the source gets: sound that starts
+    before the video (an edit list: the packet before the first frame stays, for AAC's decoder),
+    sound that starts after it, and MP3 from MPEG-TS into an MP4 copy (stamped anew: to a
+    fraction of a sample)."""
+    from ._sound import RATE, write_av
+
+    src = tmp_path / "src"
+    src.mkdir()
+    files = {"before": write_av(src / "before.mp4", "aac", video_from=0.52),
+             "late": write_av(src / "late.mkv", "pcm_s16le", audio_from=0.3),
+             "ts": write_av(src / "ts.ts", "libmp3lame")}
+    # In a process of its own, as the other tests here: prepare's pool starts a fork server that
+    # outlives the call.
+    code = f"import shmloader; shmloader.prepare([{str(src)!r}], {str(tmp_path / 'out')!r}, short_side=32, " \
+           f"gop={GOP}, workers=1)"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    rows = {os.path.basename(r["source"]).split(".")[0]: r for r in csv.DictReader(open(tmp_path / "out" / "manifest.csv"))}
+    assert rows["ts"]["note"] == "" and rows["ts"]["audio_codec"] == "mp3"  # MP4 holds MP3 as it is
+    for name, path in files.items():
+        kw = dict(clip_len=8, clips_per_video=4, sampling="uniform", audio_rate=RATE)
+        want = shmloader.VideoClips([path], **kw).reader().read(range(4))
+        got = shmloader.VideoClips([str(tmp_path / "out" / rows[name]["path"])], **kw).reader().read(range(4))
+        np.testing.assert_array_equal(got["frames"], want["frames"])
+        np.testing.assert_array_equal(got["audio_len"], want["audio_len"])
+        assert (want["audio_len"] > 0).all()
+        # The copy holds no sound before its first frame: a clip there starts its resampling
+        # afresh (its first 16 samples, 1 ms); one sample off on this tone differs by up to 0.07.
+        edge = 16 if name == "before" else 0
+        atol = 0.03 if name == "ts" else 1e-6
+        np.testing.assert_allclose(got["audio"][:, edge:], want["audio"][:, edge:], atol=atol, err_msg=name)

@@ -170,7 +170,7 @@ def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -
         audio = c.streams.audio[0] if c.streams.audio else None
         a_out = None
         if audio is not None:
-            name = audio.codec_context.name
+            name = audio.codec_context.codec.canonical_name  # the codec's, not its decoder's (mp3float)
             if _audio_fits(name, fmt):
                 a_out = o.add_stream_from_template(audio)
                 streams.append(audio)
@@ -178,6 +178,7 @@ def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -
                 note = f"audio ({name}) left out: {fmt.upper()} cannot hold it as it is"
         turner: _Turner | None = None
         start = float(info.pts[0] * info.time_base) if by_time and info.pts is not None else 0.0
+        held = None  # the latest audio packet over before the first frame shown
         try:
             for p in c.demux(*streams):
                 if p.stream.type == "audio":
@@ -185,10 +186,15 @@ def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -
                         continue
                     shift = round(start / p.time_base)
                     if shift and p.pts - shift + (p.duration or 0) <= 0:
-                        continue  # over before the first frame shown (an encoder's priming packet stays)
-                    p.pts, p.dts = p.pts - shift, p.dts - shift
-                    p.stream = a_out
-                    o.mux(p)
+                        held = p  # over before the first frame shown: left out, but for the last
+                        continue
+                    # The packet before the first one kept stays (before 0, so the decoder drops
+                    # its samples): AAC's and MP3's decoders need it to decode the next one whole.
+                    for q in (held, p) if held is not None else (p,):
+                        q.pts, q.dts = q.pts - shift, q.dts - shift
+                        q.stream = a_out
+                        o.mux(q)
+                    held = None
                     continue
                 for frame in p.decode():
                     i = index_of(info.pts, frame.pts) if by_time else n
