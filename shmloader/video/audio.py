@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -88,6 +88,8 @@ _TAIL_S = 0.05
 # Spans this close are decoded together: decoding and converting the second between them costs
 # about what a seek, a fresh decoder state and a new converter cost.
 _MERGE_S = 1.0
+# The converter's output comes in frames of this many samples (a second at 16 kHz): few pulls.
+_PULL_SAMPLES = 16384
 
 
 def check_audio(audio_rate: Any, audio_channels: Any, audio_seconds: Any, *, sampling: str,
@@ -313,10 +315,9 @@ def _place(stretch: list[tuple[Any, float]], tb: Fraction, rate: int, layout: st
     first = _on_grid(stretch[0][0], begin, rate, anchor, t0)
     if first is not None:
         stretch = [first, *stretch[1:]]
-    convert = _Converter(stretch[0][0], rate, layout)
     written = 0
     begin = stretch[0][1] if first is not None else begin
-    for data in [a for f, _ in stretch for a in convert(f)] + convert(None):
+    for data in _Converter(stretch[0][0], rate, layout)([f for f, _ in stretch]):
         m = data.shape[1]  # [C, m]: one channel is copied to both of stereo
         at = round((begin - t0) * rate) + written
         written += m
@@ -358,7 +359,7 @@ class _Converter:
     to float planar at ``rate`` Hz in ``layout``, mixed by libswresample's matrix normalised so
     that no output sums its inputs past 1 (stereo to mono: the mean, as ``ffmpeg -ac 1`` mixes
     into an integer format); one channel is kept one (``_place`` copies it to both of stereo:
-    libswresample would lower it 3 dB). Frames in, ``[C, m]`` arrays out; None flushes."""
+    libswresample would lower it 3 dB). A stretch's frames in, ``[C, m]`` arrays out."""
 
     def __init__(self, frame: Any, rate: int, layout: str) -> None:
         import av
@@ -374,17 +375,22 @@ class _Converter:
         for a, b in zip(chain, chain[1:]):
             a.link_to(b)
         g.configure()
-        self._graph = g
+        g.set_audio_frame_size(_PULL_SAMPLES)
+        self._graph, self._source, self._sink = g, chain[0], cast(Any, chain[-1])
         self._done = (av.error.BlockingIOError, av.error.EOFError, EOFError)
 
-    def __call__(self, frame: Any) -> list[np.ndarray]:
-        if frame is not None:
+    def __call__(self, frames: list[Any]) -> list[np.ndarray]:
+        """Every frame pushed, then the end, then the output pulled: the graph queues what it is
+        given and converts on the pull, in the sink's large frames rather than one per frame
+        pushed (the samples are the same, the calls and arrays fewer)."""
+        for frame in frames:
             frame.pts = None  # placed by the run's sample count, not by the filter's clock
-        self._graph.push(frame)
+            self._source.push(frame)
+        self._source.push(None)
         out = []
         while True:
             try:
-                out.append(self._graph.pull().to_ndarray())
+                out.append(self._sink.pull().to_ndarray())
             except self._done:
                 return out
 
