@@ -255,7 +255,8 @@ def _stretches(c: Any, s: Any, tb: Fraction, t0: float, t1: float,
     frame comes too late for the clip and later than the stream's ``start`` (None: decoding
     from the start): seek further back."""
     stretches: list[list[tuple[Any, float]]] = []
-    key, expected, last_end = None, 0.0, None
+    key, expected, last_end, slack = None, 0.0, None, 0.0
+    num, den = tb.numerator, tb.denominator  # pts * num / den: float(pts * tb), without a Fraction
     for frame in _decoded(c, s):
         if isinstance(frame, _Damage):
             at = None if frame.pts is None else float(frame.pts * tb)
@@ -269,23 +270,24 @@ def _stretches(c: Any, s: Any, tb: Fraction, t0: float, t1: float,
                                  f"{frame.error}") from frame.error
             key = None  # before the clip: the next frame starts a stretch
             continue
-        if frame.pts is None or frame.samples == 0:
+        pts, n = frame.pts, frame.samples
+        if pts is None or n == 0:
             continue
-        ft = float(frame.pts * tb)
+        ft = pts * num / den
         if not stretches and ft > t0 - _PREROLL_S / 2 and start is not None and ft > start + 1e-3:
             return None
         if ft >= t1 + _TAIL_S:
             return stretches, None  # the track goes on past the span
         sr = frame.sample_rate
-        # Contiguous within a tick of the stream's clock (Matroska's 1 ms) or two samples.
-        slack = max(float(tb) * 1.5, 2.0 / sr)
         now = (frame.format.name, frame.layout.name, sr)
         if now != key or abs(ft - expected) > slack:
             stretches.append([])
             key, expected = now, ft
+            # Contiguous within a tick of the stream's clock (Matroska's 1 ms) or two samples.
+            slack = max(float(tb) * 1.5, 2.0 / sr)
         stretches[-1].append((frame, ft))
-        expected += frame.samples / sr
-        last_end = ft + frame.samples / sr
+        expected += n / sr
+        last_end = ft + n / sr
     if last_end is None:
         return stretches, t0  # nothing from the span on: the track ended before it
     return stretches, last_end if last_end < t1 else None
