@@ -368,6 +368,10 @@ class _Converter:
 
         one = len(frame.layout.channels) == 1
         g = av.filter.Graph()
+        # One thread: libavfilter otherwise makes each graph a pool, a thread per CPU, and joins it
+        # when the graph is freed, which costs more than these filters' work (they use one anyway).
+        if hasattr(g, "threads"):  # a PyAV without Graph.threads keeps the pool
+            g.threads = 1
         chain = [g.add("abuffer", sample_rate=str(frame.sample_rate), sample_fmt=frame.format.name,
                        channel_layout=frame.layout.name, time_base=f"1/{frame.sample_rate}"),
                  g.add("aresample", osr=str(rate), rematrix_maxval="1"),
