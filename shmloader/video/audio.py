@@ -21,12 +21,13 @@ end of the audio track, whichever comes first: silence before the track starts (
 starts later than the video) is zeros inside ``audio_len``, past it the buffer is zeros. A file
 without an audio stream gives zeros and ``audio_len`` 0. A gap in the timestamps (a packet
 later than the samples before it end) stays silent; each stretch of contiguous audio is
-resampled on its own, decoded from ``_PREROLL_S`` before the clip (a decoder such as AAC's needs
+resampled on its own, decoded from ``PREROLL_S`` before the clip (a decoder such as AAC's needs
 the packet before to decode a packet whole, a resampler's filter some samples before its first
 output). The clips of one video read together (a sample's ``K`` clips, the samples decoded in one
 pass) whose spans lie within ``_MERGE_S`` of each other are decoded and converted in one window
-on the track's sample grid and sliced: each clip's samples are those it would get alone. A
-packet the decoder refuses inside the span, or the one before it, is an error naming its time
+on the track's sample grid and sliced: each clip's samples are those it would get alone (in
+Matroska/WebM to their half millisecond: a stretch read from another seek is timed by other
+packets' stamps, below). A packet the decoder refuses inside the span, or the one before it, is an error naming its time
 (``on_error``); one further before only starts a new stretch.
 
 Placement is as exact as the file's timestamps: to the sample where the audio's clock is as
@@ -34,8 +35,8 @@ fine as its samples (MP4 and MOV, MPEG-TS's 90 kHz, AVI), to half a millisecond 
 Matroska/WebM, which stamps packets to the millisecond (FFmpeg seeking there knows no better;
 only a decode from the track's start counts the samples). A stretch's start is timed by all its
 frames (``_begin``: each frame's timestamp less the samples before it), which narrows it below
-a tick where frame lengths are not whole ticks. Bands an AAC encoder coded as noise (PNS) are random noise in every decoder, and
-differ between two decodes.
+a tick where frame lengths are not whole ticks. Bands an AAC encoder coded as noise (PNS) are
+random noise in every decoder, and differ between two decodes.
 
 Every sample holds ``S = audio_samples`` samples per clip, the longest span a clip may have:
 ``ceil(audio_seconds * R)``, where ``audio_seconds`` is given, or ``(clip_len + 1) / fps`` for
@@ -70,8 +71,8 @@ from .sampling import SEGMENTS
 if TYPE_CHECKING:
     from .arguments import FirstVideo
 
-__all__ = ["AUDIO_CHANNELS", "check_audio", "whole_video", "audio_samples", "audio_spec", "clip_spans",
-           "read_audio"]
+__all__ = ["AUDIO_CHANNELS", "PREROLL_S", "TAIL_S", "check_audio", "whole_video", "audio_samples", "audio_spec",
+           "clip_spans", "read_audio", "windows"]
 
 AUDIO_CHANNELS = (1, 2)
 _LAYOUTS = {1: "mono", 2: "stereo"}
@@ -79,12 +80,12 @@ _LAYOUTS = {1: "mono", 2: "stereo"}
 # Decoding starts this long before a clip: an AAC or MP3 packet decodes whole only after the one
 # before it (overlapping transforms), Opus asks for 80 ms of pre-roll, and the resampler's filter
 # reaches back some samples; what is decoded before the clip is dropped.
-_PREROLL_S = 0.2
+PREROLL_S = 0.2
 # A seek that lands less than half the pre-roll before the clip is tried again this many times,
 # each twice as far back, then from the start (byte-based seeking, as in MPEG-TS, can overshoot).
 _SEEK_RETRIES = 3
 # Decoded past the span's end by this much, for the resampler's filter to see past it.
-_TAIL_S = 0.05
+TAIL_S = 0.05
 # Spans this close are decoded together: decoding and converting the second between them costs
 # about what a seek, a fresh decoder state and a new converter cost.
 _MERGE_S = 1.0
@@ -192,7 +193,7 @@ def read_audio(container: Any, spans: np.ndarray, rate: int, outs: list[tuple[np
     stream = container.streams.audio[0]
     anchor = 0.0 if stream.start_time is None else float(stream.start_time * Fraction(stream.time_base))
     layout = _LAYOUTS[outs[0][0].shape[-1]]
-    for group in _windows(spans):
+    for group in windows(spans):
         # On the track's sample grid, so that slicing a clip out rounds once (as decoding it alone).
         w0 = anchor + math.floor((float(spans[group, 0].min()) - anchor) * rate + 1e-6) / rate
         w1 = float(spans[group, 1].max())
@@ -209,7 +210,7 @@ def read_audio(container: Any, spans: np.ndarray, rate: int, outs: list[tuple[np
             length[...] = n if end is None else min(n, max(0, round((end - spans[k, 0]) * rate)))
 
 
-def _windows(spans: np.ndarray) -> list[list[int]]:
+def windows(spans: np.ndarray) -> list[list[int]]:
     """The spans' indices in groups decoded together: sorted by start, each less than
     ``_MERGE_S`` after the end of the group before."""
     groups: list[list[int]] = []
@@ -229,7 +230,7 @@ def _read_span(c: Any, s: Any, t0: float, t1: float, rate: int, layout: str, out
     the track ends at when it ends before ``t1``, else None."""
     tb = Fraction(s.time_base)
     start = None if s.start_time is None else float(s.start_time * tb)
-    back = _PREROLL_S
+    back = PREROLL_S
     for attempt in range(_SEEK_RETRIES + 2):
         from_start = attempt > _SEEK_RETRIES or (start is not None and t0 - back <= start)
         if from_start:
@@ -263,7 +264,7 @@ def _stretches(c: Any, s: Any, tb: Fraction, t0: float, t1: float,
             if at is not None and at >= t1:
                 return stretches, None
             # The packet after a damaged one decodes wrong too (its transform overlaps it).
-            reach = _PREROLL_S / 2 if not frame.duration else 2 * float(frame.duration * tb) + 0.005
+            reach = PREROLL_S / 2 if not frame.duration else 2 * float(frame.duration * tb) + 0.005
             if at is None or at + reach > t0:  # a packet the clip's samples come from
                 where = "" if at is None else f" at {at:.3f} s"
                 raise ValueError(f"damaged audio{where}, in the clip's span {t0:.3f}-{t1:.3f} s: "
@@ -274,9 +275,9 @@ def _stretches(c: Any, s: Any, tb: Fraction, t0: float, t1: float,
         if pts is None or n == 0:
             continue
         ft = pts * num / den
-        if not stretches and ft > t0 - _PREROLL_S / 2 and start is not None and ft > start + 1e-3:
+        if not stretches and ft > t0 - PREROLL_S / 2 and start is not None and ft > start + 1e-3:
             return None
-        if ft >= t1 + _TAIL_S:
+        if ft >= t1 + TAIL_S:
             return stretches, None  # the track goes on past the span
         sr = frame.sample_rate
         now = (frame.format.name, frame.layout.name, sr)

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .audio import _PREROLL_S, _TAIL_S, _windows
+from .audio import PREROLL_S, TAIL_S, windows
 from .mp4index import US
 
 __all__ = ["audio_ranges", "audio_only"]
@@ -34,9 +34,9 @@ def audio_ranges(packets: np.ndarray, spans: np.ndarray) -> list[tuple[int, int]
         return []
     times = packets[:, 0]
     out = []
-    for group in _windows(spans):
-        t0 = float(spans[group, 0].min()) - _PREROLL_S
-        t1 = float(spans[group, 1].max()) + _TAIL_S
+    for group in windows(spans):
+        t0 = float(spans[group, 0].min()) - PREROLL_S
+        t1 = float(spans[group, 1].max()) + TAIL_S
         # The seek lands on the last packet at or before t0; decoding stops at the first frame
         # at or past t1. One packet more either side for a decoder's delay.
         lo = max(int(np.searchsorted(times, round(t0 * US), side="right")) - 2, 0)
