@@ -25,8 +25,11 @@ pytestmark = pytest.mark.timeout(180)
 
 _SHAPES = [("aac", "mp4"), ("pcm_s16le", "mov"), ("pcm_s16le", "mkv"), ("libopus", "mkv"),
            ("libmp3lame", "mp4"), ("aac", "ts"), ("libmp3lame", "ts"), ("pcm_s16le", "avi"),
-           ("libopus", "webm"), ("vorbis", "webm"), ("vorbis", "mkv")]
+           ("libopus", "webm"), ("vorbis", "webm"), ("vorbis", "mkv"), ("libmp3lame", "avi"), ("aac", "mov"),
+           ("aac", "mkv"), ("libopus", "mp4")]
 _RATES = {"libopus": 48000, "vorbis": 48000}
+# LAME's encoder delay, in samples, as FFmpeg's libmp3lame encoder gives it (its initial padding).
+_MP3_DELAY = 1105
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +68,13 @@ def test_clip_audio_is_the_whole_track_sliced_at_the_first_frame(files, codec, e
         assert diff < _ATOL[ext], (frames, lag, diff)
         if ext not in ("mkv", "webm"):
             assert lag == 0
-        assert_levels_follow_frames(audio, np.arange(frames[0], frames[-1] + 1), frames[0])
+        if (codec, ext) == ("libmp3lame", "avi"):
+            # AVI has no timestamps to take MP3's encoder delay off by (MP4's edit list and
+            # MPEG-TS's stamps do): the file's sound is that much late, as FFmpeg plays it.
+            late = round(_MP3_DELAY / 44100 * RATE)
+            assert_levels_follow_frames(audio[late:], np.arange(frames[0], frames[-1]), frames[0])
+        else:
+            assert_levels_follow_frames(audio, np.arange(frames[0], frames[-1] + 1), frames[0])
         if codec == "pcm_s16le" and ext == "mov":  # lossless, to the sample: the tone as written,
             # the two channels mixed to their mean
             times = t0 + np.arange(n) / RATE
