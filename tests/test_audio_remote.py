@@ -169,9 +169,13 @@ def test_reading_a_remote_clip_with_audio_asks_for_no_byte_past_its_prefetch(lon
             plan = _blocks(byte_ranges(info, np.unique(frames)) +
                            audio_ranges(info.audio_packets, clip_spans(info.times(), frames[None])))
             asked = srv.ranges[mark:]
-            assert _blocks([(lo, hi) for _, lo, hi in asked]) <= plan, (i, frames, asked)
+            # FFmpeg 8 (PyAV 19)'s seek to the clip's keyframe reads one block before the frames'
+            # planned bytes in some clips (the video's read, not the audio's): allowed, one request.
+            early = {min(plan) - 1}
+            assert _blocks([(lo, hi) for _, lo, hi in asked]) <= plan | early, (i, frames, asked)
             runs = sum(1 for k in plan if k - 1 not in plan)
-            assert len(asked) <= runs, (i, asked)  # none, where the probe's blocks hold the clip
+            extra = any(lo // _BLOCK in early for _, lo, _ in asked)
+            assert len(asked) <= runs + extra, (i, asked)  # none, where the probe's blocks hold the clip
             fetched += bool(asked)
             np.testing.assert_array_equal(got["frames"][0], want["frames"][i])
             np.testing.assert_array_equal(got["audio"][0], want["audio"][i])
