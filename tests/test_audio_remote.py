@@ -169,7 +169,7 @@ def test_reading_a_remote_clip_with_audio_asks_for_no_byte_past_its_prefetch(lon
             plan = _blocks(byte_ranges(info, np.unique(frames)) +
                            audio_ranges(info.audio_packets, clip_spans(info.times(), frames[None])))
             asked = srv.ranges[mark:]
-            # FFmpeg 8 (PyAV 19)'s seek to the clip's keyframe reads one block before the frames'
+            # FFmpeg 9 (PyAV 19)'s seek to the clip's keyframe reads one block before the frames'
             # planned bytes in some clips (the video's read, not the audio's): allowed, one request.
             early = {min(plan) - 1}
             assert _blocks([(lo, hi) for _, lo, hi in asked]) <= plan | early, (i, frames, asked)
