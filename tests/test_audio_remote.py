@@ -132,19 +132,26 @@ def test_a_remote_clips_audio_is_fetched_in_one_request_and_is_the_local_files(l
         times = info.times()
         # Clips past the probe's blocks (the first GOPs, the last), starting just after a keyframe
         # (the audio's pre-roll reaches back past it), or not.
+        fetched = 0
         for first in (76, 101, 127, 152, 180):
             frames = np.arange(first, first + 16, 2)[None]
             spans = clip_spans(times, frames)
             n = round((spans[0, 1] - spans[0, 0]) * RATE)
             got, want = (np.zeros((n, 1), np.float32), np.zeros((), np.int32)), \
                 (np.zeros((n, 1), np.float32), np.zeros((), np.int32))
-            before = srv.gets
+            before = len(srv.ranges)
             decoding.audio(info, spans, RATE, [got])
-            assert srv.gets - before == 1, srv.ranges[before:]
+            # One request, for the planned bytes only; none where an earlier clip's fetch or the
+            # probe's blocks hold them already (the encoder's packet sizes vary run to run).
+            asked = srv.ranges[before:]
+            assert len(asked) <= 1 and _blocks([(lo, hi) for _, lo, hi in asked]) <= \
+                _blocks(audio_ranges(info.audio_packets, spans)), asked
+            fetched += len(asked)
             local.audio(info_here, clip_spans(info_here.times(), frames), RATE, [want])
             assert int(got[1]) == int(want[1]) == n
             np.testing.assert_array_equal(got[0], want[0])
             assert np.abs(got[0]).max() > 0.02
+        assert fetched >= 3
 
 
 def test_reading_a_remote_clip_with_audio_asks_for_no_byte_past_its_prefetch(long_av):
