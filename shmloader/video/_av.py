@@ -26,7 +26,7 @@ from typing import Any
 
 import av
 
-__all__ = ["open_input", "fraction", "ffmpeg_logs_to_stderr", "AV_MAJOR", "UnreadableVideoError"]
+__all__ = ["open_input", "filter_graph", "fraction", "ffmpeg_logs_to_stderr", "AV_MAJOR", "UnreadableVideoError"]
 
 AV_MAJOR = int(av.__version__.split(".")[0])
 _OPEN_OPTIONS: dict[str, Any] = {} if AV_MAJOR >= 19 else {"metadata_errors": "ignore"}
@@ -121,3 +121,14 @@ def ffmpeg_logs_to_stderr() -> None:
     import av.logging
 
     av.logging.restore_default_callback()
+
+
+def filter_graph() -> Any:
+    """An empty libavfilter graph that runs on one thread: libavfilter otherwise makes each graph
+    a pool of a thread per CPU (joined when the graph is freed), so each of W workers would start
+    one per core of the machine, and slice-threaded scaling gave frames that differ from run to
+    run under load. A PyAV without ``Graph.threads`` keeps the pool."""
+    g = av.filter.Graph()
+    if hasattr(g, "threads"):
+        g.threads = 1
+    return g

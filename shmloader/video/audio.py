@@ -27,8 +27,8 @@ output). The clips of one video read together (a sample's ``K`` clips, the sampl
 pass) whose spans lie within ``_MERGE_S`` of each other are decoded and converted in one window
 on the track's sample grid and sliced: each clip's samples are those it would get alone (in
 Matroska/WebM to their half millisecond: a stretch read from another seek is timed by other
-packets' stamps, below). A packet the decoder refuses inside the span, or the one before it, is an error naming its time
-(``on_error``); one further before only starts a new stretch.
+packets' stamps, below). A packet the decoder refuses inside the span, or the one before it, is
+an error naming its time (``on_error``); one further before only starts a new stretch.
 
 Placement is as exact as the file's timestamps: to the sample where the audio's clock is as
 fine as its samples (MP4 and MOV, MPEG-TS's 90 kHz, AVI), to half a millisecond in
@@ -367,12 +367,10 @@ class _Converter:
     def __init__(self, frame: Any, rate: int, layout: str) -> None:
         import av
 
+        from ._av import filter_graph
+
         one = len(frame.layout.channels) == 1
-        g = av.filter.Graph()
-        # One thread: libavfilter otherwise makes each graph a pool, a thread per CPU, and joins it
-        # when the graph is freed, which costs more than these filters' work (they use one anyway).
-        if hasattr(g, "threads"):  # a PyAV without Graph.threads keeps the pool
-            g.threads = 1
+        g = filter_graph()
         chain = [g.add("abuffer", sample_rate=str(frame.sample_rate), sample_fmt=frame.format.name,
                        channel_layout=frame.layout.name, time_base=f"1/{frame.sample_rate}"),
                  g.add("aresample", osr=str(rate), rematrix_maxval="1"),

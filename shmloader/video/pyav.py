@@ -385,12 +385,9 @@ class _Scaler:
         if key != self._key:
             from fractions import Fraction
 
-            import av
+            from ._av import filter_graph
 
-            g = av.filter.Graph()
-            # One thread, as the decoder: libavfilter's default slices the scaling over a thread
-            # per CPU, so each of W workers would start one per core of the machine.
-            g.threads = 1
+            g = filter_graph()
             chain = [g.add_buffer(width=frame.width, height=frame.height, format=frame.format,
                                   time_base=Fraction(1, 1000)),
                      g.add("scale", f"{width}:{height}"), g.add("format", "rgb24"), g.add("buffersink")]

@@ -108,13 +108,9 @@ class _Turner:
     def __call__(self, frame) -> Any:
         key = (frame.width, frame.height, frame.format.name)
         if key != self._key:
-            import av
+            from ._av import filter_graph
 
-            g = av.filter.Graph()
-            # One thread, as the decoder and encoder: libavfilter's default slices the scaling
-            # over a thread per CPU, and under load those slices gave copies that differ from
-            # run to run in a few frames (and took more than the worker's one core).
-            g.threads = 1
+            g = filter_graph()  # one thread, as the decoder and encoder
             chain = [g.add_buffer(width=frame.width, height=frame.height, format=frame.format,
                                   time_base=Fraction(1, 1000)),
                      g.add("scale", f"{self._sw}:{self._sh}:out_range={self._range}")]
