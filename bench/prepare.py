@@ -126,7 +126,7 @@ def _copies(args) -> list[tuple[int, int, int]]:
 
 
 def prepare(args, notes: list[str]) -> dict:
-    from shmloader.video.prepare import prepare_files
+    from shmloader.tools.prepare import prepare_files
 
     h, w = args.video_size
     src = os.path.join(args.cache, f"sources_{args.video_frames}f_{h}x{w}")

@@ -17,7 +17,7 @@ from ._errors import LoaderError, SampleError, StateError, WorkerDiedError
 from ._function import FunctionSource
 from ._loader import Loader, eval_loader
 from .video.clips import VideoClips
-from .video.prepare import prepare
+from .tools.prepare import prepare
 
 __all__ = ["ArraySource", "Calibration", "CalibrationRow", "FunctionSource", "HDF5Source", "Loader", "LoaderError",
            "SampleError", "StateError", "VideoClips", "WorkerDiedError", "calibrate", "eval_loader", "prepare"]

@@ -177,8 +177,8 @@ def _files(n: int) -> str:
 
 def scan_cmd(args) -> int:
     """``shmloader scan``: exit 0, or 1 when ``--fail-on`` kinds were found, 2 for bad input."""
-    from .video.rescan import preparing_pays
-    from .video.scan import check_fail_on, scan
+    from .tools.rescan import preparing_pays
+    from .tools.scan import check_fail_on, scan
 
     try:
         fail_on = check_fail_on(args.fail_on or "")
@@ -259,8 +259,8 @@ def _megabytes(n: int) -> str:
 
 def prepare_cmd(args) -> int:
     """``shmloader prepare``: exit 0, or 1 when ``--fail-on`` kinds were found, 2 for bad input."""
-    from .video.prepare import prepare_files
-    from .video.scan import check_fail_on
+    from .tools.prepare import prepare_files
+    from .tools.scan import check_fail_on
 
     try:
         fail_on = check_fail_on(args.fail_on or "")

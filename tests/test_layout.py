@@ -31,6 +31,8 @@ ALLOWED = {
     "engine": {"shmloader._errors", "shmloader.engine"},
     "video": {"shmloader._errors", "shmloader.video", "shmloader.engine.source", "shmloader.engine.shared",
               "shmloader.engine.native_log"},
+    "tools": {"shmloader._errors", "shmloader.tools", "shmloader.video", "shmloader.engine.source"},
+    "ray": {"shmloader._errors", "shmloader.ray", "shmloader.engine", "shmloader.video", "shmloader.tools"},
 }
 
 
@@ -40,6 +42,15 @@ def test_public_import_paths_hold_their_names(module):
     assert sorted(mod.__all__) == sorted(PUBLIC[module])
     for name in PUBLIC[module]:
         assert getattr(mod, name) is not None, f"{module}.{name}"
+
+
+def _is_module(name: str) -> bool:
+    """Whether a string names a module of the package (a key that merely starts with its name does not)."""
+    parts = name.split(".")
+    if parts[0] != "shmloader" or len(parts) < 2:
+        return False
+    where = PACKAGE.joinpath(*parts[1:])
+    return where.with_suffix(".py").exists() or (where / "__init__.py").exists()
 
 
 def _imports(path: pathlib.Path, package: str) -> set[str]:
@@ -56,8 +67,8 @@ def _imports(path: pathlib.Path, package: str) -> set[str]:
                 found |= {f"{target}.{a.name}" for a in node.names} if not node.module else {target}
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("shmloader")}
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("shmloader."):
-            found.add(node.value)  # -m shmloader.engine.worker, __import__("shmloader.video.scan")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _is_module(node.value):
+            found.add(node.value)  # -m shmloader.engine.worker, __import__("shmloader.tools.scan")
     return found
 
 
@@ -73,6 +84,15 @@ def test_each_part_imports_only_what_it_may(part):
         for target in _imports(path, package):
             assert any(target == a or target.startswith(a + ".") for a in ALLOWED[part]), \
                 f"{path.relative_to(PACKAGE)} imports {target}"
+
+
+@pytest.mark.parametrize("part", sorted(ALLOWED))
+def test_each_package_docstring_lists_its_modules(part):
+    """A package's docstring names every module it holds, so a newcomer finds the room for a thing
+    (and a module added without a line there fails here)."""
+    doc = importlib.import_module(f"shmloader.{part}").__doc__ or ""
+    for path in sorted((PACKAGE / part).glob("[!_]*.py")) + sorted((PACKAGE / part).glob("_[!_]*.py")):
+        assert f"``{path.stem}``" in doc, f"shmloader/{part}/__init__.py's docstring does not name {path.stem}"
 
 
 def test_the_checker_sees_a_forbidden_import(tmp_path):

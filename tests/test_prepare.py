@@ -20,12 +20,12 @@ import psutil
 import pytest
 
 import shmloader
-from shmloader.video.audioprobe import AUDIO_COLUMNS
-from shmloader.video.prepare import PREPARE_COLUMNS
+from shmloader.tools.audioprobe import AUDIO_COLUMNS
+from shmloader.tools.prepare import PREPARE_COLUMNS
 from shmloader.video.probe import probe
 from shmloader.video.pyav import PyAV
 from shmloader.video.samples import frame_image, write_video
-from shmloader.video.scan import COLUMNS
+from shmloader.tools.scan import COLUMNS
 
 from ._variants import codes, cut_slice, variable_rate, write_variants
 from .test_open_gop import OPEN_GOPS
@@ -280,7 +280,7 @@ def test_the_loader_reads_the_copies_from_the_manifest_without_probing(zoo, prep
 def test_a_copy_pyav_reads_faster_says_pyav_in_its_row_where_scan_says_decord(prepared):
     """prepare's copies are small: a PyAV read with its probe costs less than decord's, so their
     rows keep pyav; a scan of the same file says decord (a row read without a probe)."""
-    from shmloader.video.scan import probe_row
+    from shmloader.tools.scan import probe_row
     from shmloader.video.storage import LOCAL
 
     manifest, rows = prepared
@@ -635,7 +635,7 @@ print(shmloader.prepare({str(tmp_path / "src")!r}, {str(tmp_path / "dst")!r}, sh
     ((97, 129), {}, (96, 128)),  # the source's size, odd sides one less
 ])
 def test_the_copys_size(shown, spec, want):
-    from shmloader.video.transcode import Spec, copy_size
+    from shmloader.tools.transcode import Spec, copy_size
 
     assert copy_size(*shown, Spec(**spec)) == want
 

@@ -295,7 +295,7 @@ def test_the_task_log_keeps_the_most_recent_skips_once_each():
     """The log's own bookkeeping (no cluster): as a loader's ``skipped``, the most recent skips in
     the order reported, as many as a loader keeps; a sample a re-run task skips again counts once
     there; the counts add up per node."""
-    from shmloader._ray_tasks import TaskLog
+    from shmloader.ray._tasks import TaskLog
     from shmloader.engine.source import SKIPS_KEPT as KEPT
 
     log = TaskLog()

@@ -82,7 +82,7 @@ def test_the_arguments_shared_with_prepare_default_alike():
 def test_the_temporary_files_of_every_try_go_and_no_other_file(tmp_path):
     """What the driver removes once a run's tasks have answered (no cluster): each try's
     ``.NAME.TAG.preparing`` of the run's files; not a finished copy, not another file's."""
-    from shmloader.video.prepare import remove_temporaries, temporary
+    from shmloader.tools.prepare import remove_temporaries, temporary
 
     (tmp_path / "a").mkdir()
     items = [(f"/src/{n}", 0, None, str(tmp_path / "a" / n), "mp4") for n in ("v.mp4", "w.mp4")]

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 import shmloader
-from shmloader.video.scan import COLUMNS
+from shmloader.tools.scan import COLUMNS
 
 from ._variants import codes, cut_slice, reference
 
@@ -627,7 +627,7 @@ _FLAT_MIB = 8
 
 PEAK = textwrap.dedent("""
     import json, sys
-    from shmloader.video.scan import scan
+    from shmloader.tools.scan import scan
 
     summary = scan([sys.argv[1]], sys.argv[2], workers=2, progress=False)
     with open("/proc/self/status") as f:
@@ -748,7 +748,7 @@ def test_a_script_that_scans_at_its_top_level_runs_once(tmp_path):
         write_video(tmp_path / f"v{i}.mp4", i, frames=12)
     script = tmp_path / "scan_here.py"
     script.write_text(f"""import os
-from shmloader.video.scan import scan
+from shmloader.tools.scan import scan
 with open({str(tmp_path / "runs.txt")!r}, "a") as f:
     f.write(f"{{os.getpid()}}\\n")
 scan([{str(tmp_path)!r}], {str(tmp_path / "manifest.csv")!r}, workers=2)

@@ -170,7 +170,7 @@ def test_a_scan_manifest_with_spans_is_read_without_probing(timed_videos, tmp_pa
     import subprocess
     import sys
 
-    from shmloader.video.scan import COLUMNS
+    from shmloader.tools.scan import COLUMNS
 
     paths = [timed_videos[0][0], timed_videos[3][0]]
     out = tmp_path / "scan.csv"

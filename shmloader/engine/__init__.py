@@ -1,10 +1,19 @@
 """The engine: runs any source's samples in a pool of worker processes into a shared-memory ring.
 
-What lives here: the ring of slots (``ring``), the worker processes and their start-up (``pool``,
-``worker``), the wire format between them (``protocol``), which sample goes to which slot and
-worker (``plan``, ``schedule``), the loop that ties them together (``core``), the contract a source
-meets (``source``), read-only tables shared with the workers (``shared``), native stderr capture
-(``native_log``) and Ctrl-C handling (``interrupts``).
+What lives here, a module a line:
+
+- ``core``: the loop that ties ring, pool and scheduler together
+- ``source``: the contract a source meets (``Source``, ``Spec``, ``Described``)
+- ``shared``: read-only tables in one anonymous shared segment, shared with the workers
+- ``ring``: the ring of whole batches, and the slot lease
+- ``pool``: the worker processes, their pipes, their start-up and shutdown
+- ``worker``: the worker's entry point and loop
+- ``protocol``: the fixed-format messages between them
+- ``plan``: the epoch plan, which samples in which order
+- ``schedule``: slots, tasks, replies, retries
+- ``stats``: the loader's counters and timings
+- ``native_log``: what native code (decord, FFmpeg) prints, kept for the sample's error
+- ``interrupts``: Ctrl-C while the engine keeps its books
 
 What it may import: the standard library, numpy, psutil, cloudpickle and ``shmloader._errors``.
 It knows nothing of video: a source is anything that meets ``source.Source``. Nothing here is

@@ -1,10 +1,28 @@
-"""Video: everything that turns a path into frames.
+"""Video: the reading path, everything that turns a path into frames (and their sound).
 
-What lives here: ``VideoClips``, the description of a video dataset (``clips``), and what a loader
-runs for it (``tables``) and reads it with (``reader``); reading a file's frame truth (``probe``);
-the two decoders, decord and PyAV (``decord``, ``pyav``, sharing ``decoders``); where clips go in a video
-(``sampling``); manifests and ``shmloader scan`` (``manifest``, ``scan``); local, remote and tar
-reads (``storage``); the synthetic sample videos (``samples``).
+What lives here, a module a line:
+
+- ``clips``: ``VideoClips``, the description of a video dataset (paths, labels, options, groups)
+- ``arguments``: what a ``VideoClips`` is given, checked and made read-only
+- ``listing``: the rows of a CSV/JSON manifest or of tar shards
+- ``manifest``: class folders, CSV/JSON manifests, the probe columns of a scan manifest
+- ``shards``: tar shard patterns and the samples their members make
+- ``tables``: ``SharedClips``, what one loader's workers run (shared columns, shared probes)
+- ``reader``: ``ClipReader``, sample ids in, arrays out, in any process
+- ``sampling``: which frames, scale and crop windows (pure numpy, before decoding)
+- ``decoding``: a reader's probes (cached) and its choice of decoder per file
+- ``probe``: what a file holds (``VideoInfo``) and which decoder reads it
+- ``packets``: one read of a file's packets: timeline, keyframes, byte spans
+- ``mp4index``: a long MP4's timeline (and its audio packets' places) from its own index
+- ``probestore``: remote files' probes shared by a loader's workers
+- ``decoders``: what the two decoders share; ``decord`` and ``pyav``: the two decoders
+- ``_av``: PyAV across its versions, decided once; its one-thread filter graph
+- ``audio``: a clip's sound, resampled, mixed and placed; ``audiobytes``: its remote bytes
+- ``media``: what a path names, a file's place resolved once
+- ``storage``: local, remote and tar reads (stat, retries); ``blocks``: the block cache
+- ``samples``: the synthetic sample videos whose frames say who they are
+
+The offline dataset tools (scan, prepare) live in ``shmloader.tools``; nothing here imports them.
 
 What it may import: the standard library, numpy, decord, PyAV, fsspec, ``shmloader._errors`` and
 the engine's contract for sources (``shmloader.engine.source``, ``.shared``, ``.native_log``),

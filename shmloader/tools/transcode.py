@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from .media import Media
-from .packets import index_of
-from .probe import probe
-from .pyav import PYAV_SEEKS
-from .storage import Storage
+from ..video.media import Media
+from ..video.packets import index_of
+from ..video.probe import probe
+from ..video.pyav import PYAV_SEEKS
+from ..video.storage import Storage
 
 __all__ = ["Spec", "container_of", "copy_size", "transcode"]
 
@@ -108,7 +108,7 @@ class _Turner:
     def __call__(self, frame) -> Any:
         key = (frame.width, frame.height, frame.format.name)
         if key != self._key:
-            from ._av import filter_graph
+            from ..video._av import filter_graph
 
             g = filter_graph()  # one thread, as the decoder and encoder
             chain = [g.add_buffer(width=frame.width, height=frame.height, format=frame.format,
@@ -131,7 +131,7 @@ def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -
     and the cause where the source cannot be read whole."""
     import av
 
-    from ._av import open_input
+    from ..video._av import open_input
 
     info = probe(media, index=False, storage=storage)
     h, w = copy_size(info.height, info.width, spec)

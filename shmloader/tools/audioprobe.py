@@ -21,9 +21,9 @@ import math
 from fractions import Fraction
 from typing import Any, Iterator
 
-from .media import Media
-from .probe import VideoInfo, probe
-from .storage import Storage
+from ..video.media import Media
+from ..video.probe import VideoInfo, probe
+from ..video.storage import Storage
 
 __all__ = ["AUDIO_COLUMNS", "audio_cells", "with_audio"]
 
@@ -41,7 +41,7 @@ def audio_cells(media: Media, info: VideoInfo, storage: Storage,
     track's ends, and a packet the decoder refuses is the problem ``damaged audio at T s``."""
     import av
 
-    from ._av import open_input
+    from ..video._av import open_input
 
     cells: dict[str, Any] = dict.fromkeys(AUDIO_COLUMNS, "")
     with open_input(storage.media(media)) as c:

@@ -2,7 +2,7 @@
 
 Every video the sources name (folders, manifests, lists, files; URLs and tar shards through
 ``video.storage``, as ``shmloader scan`` lists them) is decoded and encoded again in a worker
-process (``video.transcode``: NOTE [ A copy's frame i is the source's frame i ]) at the training
+process (``tools.transcode``: NOTE [ A copy's frame i is the source's frame i ]) at the training
 size, with a keyframe every ``gop`` frames. DST mirrors the sources' relative paths (a folder's
 files below it, a file or URL by its name, a shard's members by theirs); a source in a container
 other than MP4/MOV/MKV gets an MP4 copy (``clip.avi`` -> ``clip.mp4``). ``DST/manifest.csv`` has
@@ -47,10 +47,10 @@ from typing import Any
 from ..engine.source import check_int, check_seconds, usable_cpus
 from .audioprobe import AUDIO_COLUMNS, with_audio
 from .filepool import file_pool, kill
-from .media import is_remote, split_member
+from ..video.media import is_remote, split_member
 from .rescan import check_fail_on, count, fails
 from .scan import COLUMNS, blank_row, is_shards, iter_inputs, probe_row
-from .storage import LOCAL, Storage
+from ..video.storage import LOCAL, Storage
 from .transcode import Spec, container_of, transcode
 
 __all__ = ["FILE_TIMEOUT", "MANIFEST", "PREPARE_COLUMNS", "check_spec", "failed_row", "prepare", "prepare_files",

@@ -18,7 +18,7 @@ change is found in any codec) and written as one CSV row, in input order:
 ``mtime_ns`` is a hash of the object's ETag or modification time); ``offset`` is where a tar
 member's data starts in its shard (empty for other files), so that ``from_csv`` hands the
 members' places to the workers and no shard's headers are read again. The ``audio_*`` columns
-describe the file's first audio stream (``video.audioprobe``; empty without one): ``audio_start``
+describe the file's first audio stream (``tools.audioprobe``; empty without one): ``audio_start``
 is where its sound starts, in seconds after the video's first frame.
 
 ``decoder`` is the one the loader will use reading from the row (see NOTE [ Which decoder reads
@@ -51,16 +51,16 @@ import itertools
 import os
 from typing import Any, Iterable, Iterator
 
-from .manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
+from ..video.manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
 from ..engine.source import check_choice, check_int, check_seconds, usable_cpus
 from .audioprobe import AUDIO_COLUMNS, audio_cells, with_audio
 from .evidence import probe_with_evidence
 from .filepool import file_pool, kill
-from .media import is_remote, member_url, split_member
-from .probe import CHECKS
+from ..video.media import is_remote, member_url, split_member
+from ..video.probe import CHECKS
 from .rescan import changed, check_fail_on, count, earlier_rows, stale
-from .shards import expand, shard_samples
-from .storage import Storage, tar_members
+from ..video.shards import expand, shard_samples
+from ..video.storage import Storage, tar_members
 
 __all__ = ["scan", "COLUMNS"]
 
@@ -242,7 +242,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     ``fail_on`` (see :func:`fails`); ``passed_over`` counts the files in the folders given
     that have no video extension; ``gops`` and ``short_sides`` count the readable rows by
     frames per keyframe (rows probed in this run) and by short side, for
-    :func:`~shmloader.video.rescan.preparing_pays`. ``storage_options``: for URLs, as ``VideoClips``'.
+    :func:`~shmloader.tools.rescan.preparing_pays`. ``storage_options``: for URLs, as ``VideoClips``'.
 
     Where ``out`` holds rows of an earlier run of the same inputs (``resumed`` of them), a row
     is kept (``kept``) unless its file's size or modification time changed, ``check`` is deeper

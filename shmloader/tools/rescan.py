@@ -1,5 +1,5 @@
 """The rows of a ``shmloader scan`` manifest: those of an earlier run of the same inputs, read back
-and kept or probed again (``video.scan`` writes the manifest anew from them), and every row
+and kept or probed again (``tools.scan`` writes the manifest anew from them), and every row
 counted into the summary, with the problem kinds ``--fail-on`` takes."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import re
 from typing import Iterable, Iterator
 
 from .audioprobe import AUDIO_COLUMNS
-from .media import is_remote, local_path, split_member
-from .probe import CHECKS, LONG_GOP
+from ..video.media import is_remote, local_path, split_member
+from ..video.probe import CHECKS, LONG_GOP
 
 __all__ = ["FAIL_KINDS", "PREPARED_SIDE", "RUN_PROBLEMS", "changed", "check_fail_on", "count", "earlier_rows",
            "fails", "preparing_pays", "problem_kind", "stale"]
@@ -22,7 +22,7 @@ RUN_PROBLEMS = ("unreadable: probe took over", "unreadable: probe crashed")
 def earlier_rows(out: str, columns: tuple[str, ...]) -> Iterator[dict]:
     """The rows of the manifest ``out`` written by an earlier run, lazily; ValueError where it is
     not a scan manifest. Rows of a manifest from before the ``check`` column have it empty;
-    those from before the audio columns have none (``video.scan`` reads their audio)."""
+    those from before the audio columns have none (``tools.scan`` reads their audio)."""
     with open(out, newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None:

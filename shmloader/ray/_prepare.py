@@ -5,8 +5,8 @@ here may run at ``import shmloader``.
 
 NOTE [ Preparing on Ray ]
 The driver lists the sources, keeps what an earlier run finished and writes the manifest, as
-``shmloader.prepare`` does (``video.prepare.prepare_files``); only the per-file work moves: the
-same function (``video.prepare.prepare_one``), one Ray task a file, twice as many in flight as
+``shmloader.prepare`` does (``tools.prepare.prepare_files``); only the per-file work moves: the
+same function (``tools.prepare.prepare_one``), one Ray task a file, twice as many in flight as
 the cluster has slots for them. Ray runs a task lost with its node or worker again elsewhere (up
 to ``_RETRIES`` times). Each try writes its copy under a temporary name of its own (a random
 tag) and renames it when whole, so a try that runs on after Ray gave its task up for lost (its
@@ -30,12 +30,12 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from ._ray_nodes import task_slots, wait_for_a_node
-from .engine.source import check_seconds
-from .video.prepare import (FILE_TIMEOUT, Spec, check_spec, failed_row, prepare_files, prepare_one, raise_for_fail_on,
+from ._nodes import task_slots, wait_for_a_node
+from ..engine.source import check_seconds
+from ..tools.prepare import (FILE_TIMEOUT, Spec, check_spec, failed_row, prepare_files, prepare_one, raise_for_fail_on,
                             remove_temporaries)
-from .video.rescan import check_fail_on
-from .video.storage import Storage
+from ..tools.rescan import check_fail_on
+from ..video.storage import Storage
 
 __all__ = ["prepare"]
 

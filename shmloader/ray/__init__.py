@@ -1,7 +1,16 @@
 """Beyond one node: decode a :class:`~shmloader.VideoClips` in Ray tasks on a cluster's CPU nodes
 and feed the trainers through Ray Data (``dataset``); prepare a dataset's training copies in Ray
-tasks (``prepare``). The public face of Ray in shmloader (``shmloader[ray]``): Ray is imported
-here and, inside their functions, in ``_ray_tasks``, ``_ray_nodes`` and ``_ray_prepare``.
+tasks (``prepare``). The public face of Ray in shmloader (``shmloader[ray]``).
+
+What lives here, a module a line:
+
+- this module: ``dataset``, ``plan_items``, ``skipped``, ``stats``: the epoch plan as Ray tasks
+- ``_tasks``: what runs inside the decode tasks, and the skip log
+- ``_prepare``: ``prepare``, prepare's per-file work as Ray tasks
+- ``_nodes``: waiting for a node that can run the tasks; counting their slots
+
+What it may import: the standard library, numpy, Ray (inside functions in ``_tasks``, ``_nodes``
+and ``_prepare``), ``shmloader._errors``, the engine, the reading path and the dataset tools.
 
 NOTE [ Epochs on Ray ]
 The epoch plan is the loader's own (``engine.plan.EpochPlan``): epoch ``e`` holds the samples a
@@ -38,12 +47,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ._ray_nodes import task_slots, wait_for_a_node
-from ._ray_prepare import prepare
-from ._ray_tasks import decode_items, task_log
-from .engine.plan import EpochPlan
-from .engine.source import ON_ERROR, check_choice, check_int, check_seconds
-from .video.clips import VideoClips, digest
+from ._nodes import task_slots, wait_for_a_node
+from ._prepare import prepare
+from ._tasks import decode_items, task_log
+from ..engine.plan import EpochPlan
+from ..engine.source import ON_ERROR, check_choice, check_int, check_seconds
+from ..video.clips import VideoClips, digest
 
 if TYPE_CHECKING:
     import ray.data

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import warnings
 
-from ._errors import LoaderError
+from .._errors import LoaderError
 
 __all__ = ["task_slots", "wait_for_a_node"]
 

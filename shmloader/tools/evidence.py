@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .decoders import DecoderLimit
-from .decord import Decord
-from .media import Media
-from .probe import VideoInfo, probe
-from .pyav import PyAV
-from .storage import Storage, first_line
+from ..video.decoders import DecoderLimit
+from ..video.decord import Decord
+from ..video.media import Media
+from ..video.probe import VideoInfo, probe
+from ..video.pyav import PyAV
+from ..video.storage import Storage, first_line
 
 __all__ = ["probe_with_evidence", "check_seeks", "seek_positions"]
 

@@ -1,0 +1,17 @@
+"""The offline dataset tools: ``shmloader scan`` and ``shmloader prepare``, run once over a dataset
+before training; the reading path (``shmloader.video``) never imports them.
+
+What lives here, a module a line:
+
+- ``scan``: ``shmloader scan``, every video probed once into a manifest
+- ``rescan``: an earlier manifest's rows kept or probed again; a summary's counts
+- ``evidence``: decord's seeking checked against PyAV before a manifest trusts it
+- ``audioprobe``: a manifest's audio columns, a file's first audio stream described
+- ``filepool``: the process pool of the per-file work (scan's probes, prepare's copies)
+- ``prepare``: ``shmloader prepare``, training copies of a dataset and their manifest
+- ``transcode``: one training copy, decoded as the loader reads, encoded with short GOPs
+
+What it may import: the standard library, numpy, PyAV, tqdm, ``shmloader._errors``, the reading
+path (``shmloader.video``) and the engine's contract for sources (``shmloader.engine.source``).
+Users reach it through ``shmloader.prepare``, ``shmloader.ray.prepare`` and the command line.
+"""
