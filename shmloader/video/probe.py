@@ -202,7 +202,7 @@ def probe(path: str | Media, *, check: str = "headers", index: bool = True,
     resolved) as libavformat presents them, and the decoder that reads them right.
 
     ``check``: ``"headers"`` decodes the first frame, ``"keyframes"`` every keyframe,
-    ``"frames"`` every frame (the random-access evidence is ``video.evidence``'s).
+    ``"frames"`` every frame (the random-access evidence is ``tools.evidence``'s).
 
     ``index``: with ``check="headers"``, a long MP4/MOV's timeline comes from its own index
     (``mp4index``: a few GOPs read, not every packet) where that index shows a constant rate.
