@@ -59,8 +59,13 @@ def _seconds(text: str) -> float:
 def make_videos_cmd(args) -> int:
     from .video.samples import make_videos
 
-    paths, _ = make_videos(args.dir, count=args.count, frames=args.frames, size=args.size, codec=args.codec,
-                           classes=args.classes)
+    try:
+        paths, _ = make_videos(args.dir, count=args.count, frames=args.frames, size=args.size,
+                               codec=args.codec, classes=args.classes)
+    except (ValueError, OSError) as e:  # an odd size for libx264, a folder that cannot be made
+        why = f"cannot write videos in {args.dir!r}: {e.strerror}" if isinstance(e, OSError) and e.strerror else e
+        print(f"shmloader make-videos: {why}", file=sys.stderr)
+        return 2
     for p in paths:
         print(p)
     return 0
@@ -370,7 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=_at_least(1), help="probing processes (default: one per CPU)")
     s.add_argument("--check", default="keyframes", choices=["headers", "keyframes", "frames"],
                    help="headers: packets only; keyframes (default): decode every keyframe; frames: every frame")
-    s.add_argument("--timeout", type=_seconds, default=120.0, help="seconds one file may take")
+    s.add_argument("--timeout", type=_seconds, default=120.0,
+                   help="seconds one file may take (default %(default)s)")
     s.add_argument("--overwrite", action="store_true", help="start again instead of resuming --out")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--fail-on", metavar="KINDS",

@@ -60,6 +60,7 @@ def write_video(path: str | os.PathLike[str], video_id: int, frames: int = 48, s
 
     if gop is not None and (not isinstance(gop, int) or isinstance(gop, bool) or gop < 1):
         raise ValueError(f"gop must be a positive number of frames, got {gop!r}")
+    _check_size(size, codec)
     h, w = size
     path = os.fspath(path)
     with av.open(path, "w") as container:
@@ -84,6 +85,16 @@ def write_video(path: str | os.PathLike[str], video_id: int, frames: int = 48, s
     return path
 
 
+def _check_size(size: tuple[int, int], codec: str) -> None:
+    """ValueError in words for a size the encoder refuses (its own error is a bare avcodec_open2)."""
+    h, w = size
+    if min(h, w) < 1:
+        raise ValueError(f"size {h}x{w}: height and width must be at least 1")
+    if codec == "libx264" and (h % 2 or w % 2):  # 4:2:0 chroma halves both sides
+        raise ValueError(f"size {h}x{w}: libx264 in yuv420p takes even heights and widths only "
+                         f"(e.g. {h + h % 2}x{w + w % 2}), or choose codec mpeg4")
+
+
 def make_videos(folder: str | os.PathLike[str], count: int = 8, frames: int = 48, size: tuple[int, int] = (96, 128),
                 codec: str = "libx264", classes: int = 2, fps: int = 25,
                 gop: int | None = None) -> tuple[list[str], list[int]]:
@@ -92,6 +103,7 @@ def make_videos(folder: str | os.PathLike[str], count: int = 8, frames: int = 48
     Video ``i`` has id ``i`` in its frame codes and label ``i % classes``. ``fps`` and ``gop``
     (keyframe interval) go to :func:`write_video`; non-default values are part of the file name.
     """
+    _check_size(size, codec)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths, labels = [], []
