@@ -61,7 +61,7 @@ def make_videos_cmd(args) -> int:
 
     try:
         paths, _ = make_videos(args.dir, count=args.count, frames=args.frames, size=args.size,
-                               codec=args.codec, classes=args.classes)
+                               codec=args.codec, classes=args.classes, audio=args.audio)
     except (ValueError, OSError) as e:  # an odd size for libx264, a folder that cannot be made
         why = f"cannot write videos in {args.dir!r}: {e.strerror}" if isinstance(e, OSError) and e.strerror else e
         print(f"shmloader make-videos: {why}", file=sys.stderr)
@@ -360,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--frames", type=_at_least(1), default=48, help="frames per video (default 48)")
     m.add_argument("--size", type=_size, default=(96, 128), help="HxW (default 96x128)")
     m.add_argument("--codec", default="libx264", choices=["libx264", "mpeg4"], help="encoder (default libx264)")
+    m.add_argument("--audio", action="store_true", help="a sound track too: a tone of 440 + 20 i Hz for video i")
     m.add_argument("--classes", type=_at_least(1), default=2, help="classes in shmloader.samples.make_videos' labels: video i has label i %% N (default 2)")
     m.set_defaults(fn=make_videos_cmd)
     s = sub.add_parser("scan", help="probe videos into a manifest: frames, size, decoder, problems",

@@ -242,3 +242,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
     assert len(lines) == 1 and name(words) in lines[0] and lines[0].startswith(f"shmloader {args[0]}: "), out.stderr
     assert not (tmp_path / "new").exists() and not (tmp_path / "new.csv").exists()
     assert os.path.getsize(video) > 1000  # the video named as --out is untouched
+
+
+def test_make_videos_with_audio_writes_each_videos_tone(tmp_path):
+    """`--audio` (`make_videos(audio=True)`): a sound track as long as the video, a tone of
+    440 + 20 i Hz for video i, that the loader's audio fields read back."""
+    import numpy as np
+
+    import shmloader
+
+    out = cli("make-videos", str(tmp_path / "v"), "--count", "2", "--frames", "25", "--audio")
+    assert out.returncode == 0, out.stderr
+    paths = out.stdout.split()
+    assert all(p.endswith("_audio.mp4") for p in paths), paths
+    clips = shmloader.VideoClips(paths, clip_len=25, audio_rate=16000)
+    got = clips.reader().read([0, 1])
+    for i in range(2):
+        n = int(got["audio_len"][i])
+        assert n == 16000, n  # 25 frames at 25 fps: 1 s
+        spectrum = np.abs(np.fft.rfft(got["audio"][i, :n, 0]))
+        assert abs(int(np.argmax(spectrum)) - (440 + 20 * i)) <= 1  # 1-Hz bins over 1 s
