@@ -23,8 +23,8 @@ from .pool import Worker
 
 __all__ = ["JUDGE_BATCHES", "Clock", "cpu_seconds"]
 
-# Batches after the first before a run's shares say anything: a run of a few batches is mostly
-# the ring filling (its first waits, its workers' first tasks), whatever the training does next.
+# A run of this many batches or fewer is too short to judge (``judged``): it is mostly the ring
+# filling (its first waits, its workers' first tasks), whatever the training does next.
 JUDGE_BATCHES = 8
 
 

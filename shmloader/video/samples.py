@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def write_video(path: str | os.PathLike[str], video_id: int, frames: int = 48, s
     return path
 
 
-def _write_tone(av, container, stream, hz: float, seconds: float) -> None:
+def _write_tone(av: Any, container: Any, stream: Any, hz: float, seconds: float) -> None:
     """``seconds`` of a sine at ``hz`` into the audio ``stream``, in AAC's 1024-sample frames."""
     n = round(seconds * _AUDIO_RATE)
     wave = (0.5 * np.sin(2 * np.pi * hz * np.arange(n) / _AUDIO_RATE)).astype(np.float32)
