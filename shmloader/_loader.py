@@ -228,8 +228,9 @@ class Loader:
         per worker, share of its life spent on samples. ``samples_per_s``: delivered since the
         first batch. ``samples_per_worker_s``: decode rate of one busy worker. ``judged``: more
         than 8 batches handed out (fewer, and ``stats_line()`` says the run is too short to
-        judge). After ``close()`` the figures are the run's, frozen. ``recommended_workers``: workers needed to meet the consumer's demand
-        (what it consumed while not waiting) at that rate, at most one per CPU.
+        judge). ``recommended_workers``: workers needed to meet the consumer's demand (what it
+        consumed while not waiting) at that rate, at most one per CPU. After ``close()`` the
+        figures are the run's, frozen at close.
         """
         return self._engine.stats(usable_cpus())
 

@@ -84,6 +84,10 @@ def test_every_option_says_what_it_does():
     for name, sub in commands.choices.items():
         bare = [a.dest for a in sub._actions if not a.help]
         assert not bare, (name, bare)
+        # an option with a default says it (scan's --timeout did not)
+        quiet = [a.dest for a in sub._actions if a.default not in (None, False, argparse.SUPPRESS)
+                 and "default" not in a.help]
+        assert not quiet, (name, quiet)
 
 
 def test_demo_accounts_for_its_time_and_says_what_next(tmp_path):
@@ -236,7 +240,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
     def name(text: str) -> str:
         return re.sub("|".join(sorted(names, key=len, reverse=True)), lambda m: names[m[0]], text)
 
-    out = subprocess.run([sys.executable, "-m", "shmloader", *map(name, args)], capture_output=True, text=True, timeout=150, cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-m", "shmloader", *map(name, args)], capture_output=True, text=True,
+                         timeout=150, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and name(words) in lines[0] and lines[0].startswith(f"shmloader {args[0]}: "), out.stderr
