@@ -59,8 +59,13 @@ def _seconds(text: str) -> float:
 def make_videos_cmd(args) -> int:
     from .video.samples import make_videos
 
-    paths, _ = make_videos(args.dir, count=args.count, frames=args.frames, size=args.size, codec=args.codec,
-                           classes=args.classes)
+    try:
+        paths, _ = make_videos(args.dir, count=args.count, frames=args.frames, size=args.size,
+                               codec=args.codec, classes=args.classes, audio=args.audio)
+    except (ValueError, OSError) as e:  # an odd size for libx264, a folder that cannot be made
+        why = f"cannot write videos in {args.dir!r}: {e.strerror}" if isinstance(e, OSError) and e.strerror else e
+        print(f"shmloader make-videos: {why}", file=sys.stderr)
+        return 2
     for p in paths:
         print(p)
     return 0
@@ -355,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--frames", type=_at_least(1), default=48, help="frames per video (default 48)")
     m.add_argument("--size", type=_size, default=(96, 128), help="HxW (default 96x128)")
     m.add_argument("--codec", default="libx264", choices=["libx264", "mpeg4"], help="encoder (default libx264)")
+    m.add_argument("--audio", action="store_true", help="a sound track too: a tone of 440 + 20 i Hz for video i")
     m.add_argument("--classes", type=_at_least(1), default=2, help="classes in shmloader.samples.make_videos' labels: video i has label i %% N (default 2)")
     m.set_defaults(fn=make_videos_cmd)
     s = sub.add_parser("scan", help="probe videos into a manifest: frames, size, decoder, problems",
@@ -370,7 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=_at_least(1), help="probing processes (default: one per CPU)")
     s.add_argument("--check", default="keyframes", choices=["headers", "keyframes", "frames"],
                    help="headers: packets only; keyframes (default): decode every keyframe; frames: every frame")
-    s.add_argument("--timeout", type=_seconds, default=120.0, help="seconds one file may take")
+    s.add_argument("--timeout", type=_seconds, default=120.0,
+                   help="seconds one file may take (default %(default)s)")
     s.add_argument("--overwrite", action="store_true", help="start again instead of resuming --out")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--fail-on", metavar="KINDS",

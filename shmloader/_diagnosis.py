@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["PREPARE_FROM", "grouped_decode_estimate", "head_per_frame", "prepare_hint", "prepare_pays",
-           "stats_line"]
+           "stats_line", "too_short"]
 
 # Clips per video the line prices grouped decode at (``clips_per_video=K, group_clips=True``).
 _GROUPINGS = (4, 8)
@@ -52,10 +52,12 @@ def grouped_decode_estimate(s: dict[str, Any], k: int) -> float | None:
 
 def stats_line(s: dict[str, Any], group: int) -> str:
     """``s``: a ``Loader.stats()`` dict; ``group``: the source's samples per decode group."""
+    if not s.get("judged", True):
+        return too_short(s)
     busy = ", ".join(f"{100 * b:.0f}%" for b in s["worker_busy_fraction"]) or "-"
     verdict = "input-bound" if s["input_bound"] else "compute-bound"
     parts = [f"{verdict}: consumer waited {100 * s['consumer_wait_fraction']:.0f}% of the time",
-             f"{s['samples_per_s']:.1f} samples/s", f"workers busy {busy}",
+             f"{s['samples_per_s']:.1f} samples/s after the first batch", f"workers busy {busy}",
              f"{s['samples_per_worker_s']:.1f} samples/s per busy worker"]
     per = s.get("decoded_per_frame")
     if per is not None:
@@ -73,3 +75,15 @@ def stats_line(s: dict[str, Any], group: int) -> str:
                 advice += f"; or {prepare_hint()}"
         parts.append(advice)
     return "; ".join(parts)
+
+
+def too_short(s: dict[str, Any]) -> str:
+    """The line of a run of ``JUDGE_BATCHES`` batches or fewer: what happened, no verdict (its
+    waits are the ring filling, whatever the training does next)."""
+    from .engine.stats import JUDGE_BATCHES
+
+    first = s["first_batch_s"]
+    start = "no batch yet" if first is None else f"the first after {first:.1f} s (the workers' start)"
+    return (f"too short to judge: {s['batches']} batches ({s['samples']} samples) in {s['elapsed_s']:.1f} s, "
+            f"{start}; from {JUDGE_BATCHES + 1} batches this line says whether training waits for input "
+            "and how many workers to use")

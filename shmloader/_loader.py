@@ -225,14 +225,18 @@ class Loader:
 
         ``consumer_wait_fraction``: share of the time the consumer spent waiting inside
         ``next()``; above ~0.1 the model is starved (input-bound). ``worker_busy_fraction``:
-        per worker, share of its life spent on samples. ``samples_per_worker_s``: decode rate of
-        one busy worker. ``recommended_workers``: workers needed to meet the consumer's demand
-        (what it consumed while not waiting) at that rate, at most one per CPU.
+        per worker, share of its life spent on samples. ``samples_per_s``: delivered since the
+        first batch. ``samples_per_worker_s``: decode rate of one busy worker. ``judged``: more
+        than 8 batches handed out (fewer, and ``stats_line()`` says the run is too short to
+        judge). ``recommended_workers``: workers needed to meet the consumer's demand (what it
+        consumed while not waiting) at that rate, at most one per CPU. After ``close()`` the
+        figures are the run's, frozen at close.
         """
         return self._engine.stats(usable_cpus())
 
     def stats_line(self) -> str:
-        """One line for a log or a progress bar: is training input-bound, and what to do about it:
+        """One line for a log or a progress bar: is training input-bound (or is the run, 8 batches
+        or fewer, too short to judge), and what to do about it:
         the workers to use, or, when every CPU decodes already, how many frames the workers decode
         per delivered frame and what grouped decode (``clips_per_video=K, group_clips=True``)
         would decode instead (an estimate from the workers' own counters); one clip per sample

@@ -8,6 +8,12 @@ A block is a fenced ```python block. The line before it may say how it is tested
 - ``<!-- example: NAME -->``: a named example, run by the test that calls ``doc_example(NAME)``
   with the names it needs, and which checks what it does;
 - ``<!-- no-run: REASON -->``: not run, for the reason given (e.g. it needs a GPU or a bucket).
+
+``tests/test_docs.py`` runs a named example too, in its place on the page, with only what the
+blocks before it define: a reader has no test to give it names. A line
+``<!-- new-process: REASON -->`` anywhere between blocks says the page asks for a fresh
+interpreter from the next block on (e.g. frameworks that cannot share a process): those blocks
+run in one of their own, after the page's first block (which makes what the page's blocks take).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)\s*(?P<info>[^`]*)$")
 _MARK = re.compile(r"^\s*<!--\s*(?P<kind>example|no-run):\s*(?P<value>.*?)\s*-->\s*$")
+_NEW_PROCESS = re.compile(r"^\s*<!--\s*new-process:\s*(?P<why>.+?)\s*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class Block:
     code: str
     kind: str  # "run", "example" or "no-run"
     value: str = ""  # the example's name, or why it is not run
+    new_process: str = ""  # why the page runs this block and those after it in a fresh interpreter
 
     @property
     def where(self) -> str:
@@ -50,10 +58,12 @@ def python_blocks(path: str) -> list[Block]:
     """The ```python blocks of one file, in order, with how each is tested."""
     with open(os.path.join(ROOT, path)) as f:
         lines = f.read().splitlines()
-    blocks, i = [], 0
+    blocks, i, fresh = [], 0, ""
     while i < len(lines):
         m = _FENCE.match(lines[i])
         if not m:
+            restart = _NEW_PROCESS.match(lines[i])
+            fresh = restart["why"] if restart else fresh
             i += 1
             continue
         indent, fence, info = m["indent"], m["fence"], m["info"].strip()
@@ -65,7 +75,8 @@ def python_blocks(path: str) -> list[Block]:
             mark = _MARK.match(before)
             code = textwrap.dedent("\n".join(l[len(indent):] if l.startswith(indent) else l for l in lines[i + 1:end]))
             kind, value = (mark["kind"], mark["value"]) if mark else ("run", "")
-            blocks.append(Block(path, i + 1, code + "\n", kind, value))
+            blocks.append(Block(path, i + 1, code + "\n", kind, value, fresh))
+            fresh = ""
         i = end + 1
     return blocks
 

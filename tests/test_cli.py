@@ -84,6 +84,10 @@ def test_every_option_says_what_it_does():
     for name, sub in commands.choices.items():
         bare = [a.dest for a in sub._actions if not a.help]
         assert not bare, (name, bare)
+        # an option with a default says it (scan's --timeout did not)
+        quiet = [a.dest for a in sub._actions if a.default not in (None, False, argparse.SUPPRESS)
+                 and "default" not in a.help]
+        assert not quiet, (name, quiet)
 
 
 def test_demo_accounts_for_its_time_and_says_what_next(tmp_path):
@@ -210,3 +214,56 @@ def test_scan_says_when_preparing_pays_with_a_command_that_runs(tmp_path):
                             "--workers", "1", "--quiet"], capture_output=True, text=True, timeout=150, cwd=tmp_path)
     assert again.returncode == 0 and "2 readable" in again.stderr, again.stderr
     assert hint_of(again.stderr) == [], again.stderr  # the copies are what the hint asked for
+
+
+@pytest.mark.parametrize("args, words", [
+    (("make-videos", "/proc/forbidden"), "cannot write videos in '/proc/forbidden': No such file or directory"),
+    (("make-videos", "NEW", "--size", "97x127"), "size 97x127: libx264 in yuv420p takes even heights and widths"),
+    (("make-videos", "NEW", "--size", "3x3"), "size 3x3: libx264 in yuv420p takes even heights and widths"),
+    (("scan", "VIDEO", "--out", "VIDEO", "--quiet"), "--out 'VIDEO' is one of the inputs"),
+    (("scan", "VIDEOS", "--out", "VIDEO", "--quiet"), "'VIDEO' is not a scan manifest (not text)"),
+    (("scan", "VIDEOS", "--out", "EMPTY/", "--quiet"), "--out 'EMPTY/' is a folder: give the manifest's file"),
+    (("scan", "EMPTY", "--out", "NEW.csv", "--quiet"), "no video found in ['EMPTY']"),
+    (("prepare", "EMPTY", "--out", "NEW", "--quiet"), "no video found in ['EMPTY']"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
+    """Inputs argparse cannot judge: a folder that cannot be made, a size libx264 refuses, an --out
+    that is a video or a folder, a folder without videos (scan wrote an empty manifest, exit 0,
+    that from_csv then refused): each one line naming the file and the cause, exit 2, no traceback;
+    no folder made for videos that could not be written."""
+    from shmloader.samples import make_videos
+
+    (video,), _ = make_videos(tmp_path / "videos", count=1, frames=4, size=(32, 32))
+    (tmp_path / "empty").mkdir()
+    names = {"VIDEOS": "videos", "VIDEO": os.path.relpath(video, tmp_path), "EMPTY": "empty", "NEW": "new"}
+
+    def name(text: str) -> str:
+        return re.sub("|".join(sorted(names, key=len, reverse=True)), lambda m: names[m[0]], text)
+
+    out = subprocess.run([sys.executable, "-m", "shmloader", *map(name, args)], capture_output=True, text=True,
+                         timeout=150, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and name(words) in lines[0] and lines[0].startswith(f"shmloader {args[0]}: "), out.stderr
+    assert not (tmp_path / "new").exists() and not (tmp_path / "new.csv").exists()
+    assert os.path.getsize(video) > 1000  # the video named as --out is untouched
+
+
+def test_make_videos_with_audio_writes_each_videos_tone(tmp_path):
+    """`--audio` (`make_videos(audio=True)`): a sound track as long as the video, a tone of
+    440 + 20 i Hz for video i, that the loader's audio fields read back."""
+    import numpy as np
+
+    import shmloader
+
+    out = cli("make-videos", str(tmp_path / "v"), "--count", "2", "--frames", "25", "--audio")
+    assert out.returncode == 0, out.stderr
+    paths = out.stdout.split()
+    assert all(p.endswith("_audio.mp4") for p in paths), paths
+    clips = shmloader.VideoClips(paths, clip_len=25, audio_rate=16000)
+    got = clips.reader().read([0, 1])
+    for i in range(2):
+        n = int(got["audio_len"][i])
+        assert n == 16000, n  # 25 frames at 25 fps: 1 s
+        spectrum = np.abs(np.fft.rfft(got["audio"][i, :n, 0]))
+        assert abs(int(np.argmax(spectrum)) - (440 + 20 * i)) <= 1  # 1-Hz bins over 1 s

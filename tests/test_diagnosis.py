@@ -3,6 +3,8 @@ frames the workers decode per delivered frame are counted from the keyframes (is
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -100,7 +102,7 @@ def test_one_clip_per_sample_over_long_gops_is_told_to_prepare(two_cpus, tmp_pat
     for name, (gop, clip_len, step) in cases.items():
         paths, labels = make_videos(tmp_path / f"gop{gop}", count=4, frames=96, size=(64, 64), gop=gop)
         clips = shmloader.VideoClips(paths, labels, clip_len=clip_len, frame_step=step, size=(64, 64))
-        with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, epochs=4) as loader:
+        with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, epochs=12) as loader:
             for _ in loader:
                 pass
             s, lines[name] = loader.stats(), loader.stats_line()
@@ -125,3 +127,62 @@ def test_grouped_decode_is_not_told_to_prepare(gop_videos, two_cpus):
         s, line = loader.stats(), loader.stats_line()
     assert s["decoded_per_frame"] >= 3 and "all 2 CPUs decode already" in line, line
     assert "prepare" not in line, line
+
+
+def test_a_short_run_says_it_is_too_short_to_judge(two_cpus, tmp_path):
+    """getting-started's first loader: 2 batches. Inside the block its line read "input-bound 40%",
+    after it "compute-bound: consumer waited 1% ... recommended workers: 2" (the clock ran on, the
+    pool was emptied): a run that short is the ring filling, and the line says so, the same after
+    close as inside the block."""
+    paths, labels = make_videos(tmp_path / "videos")
+    clips = shmloader.VideoClips(paths, labels, clip_len=16, frame_step=2, size=(112, 112))
+    with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, seed=0) as loader:
+        for _ in loader:
+            pass
+        inside = loader.stats_line()
+    after = loader.stats_line()
+    for line in (inside, after):
+        assert line.startswith("too short to judge: 2 batches (8 samples) in "), line
+        assert "bound" not in line and "recommended" not in line, line
+    seconds = re.compile(r"in [0-9.]+ s")  # inside was asked a moment before close
+    assert seconds.sub("", after) == seconds.sub("", inside), (inside, after)
+
+
+def test_stats_after_close_are_the_runs(two_cpus, tmp_path):
+    """close() stops the clock: the line and the shares after it are the run's, whenever asked,
+    with its workers (the pool is empty by then: the line had read "workers busy -")."""
+    import time
+
+    paths, labels = make_videos(tmp_path / "videos")
+    clips = shmloader.VideoClips(paths, labels, clip_len=8, frame_step=2, size=(64, 64))
+    with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, epochs=6) as loader:
+        for _ in loader:
+            pass
+        inside = loader.stats()
+    after = loader.stats_line()
+    time.sleep(0.3)
+    s = loader.stats()
+    assert loader.stats_line() == after and s["workers"] == 2 and len(s["worker_busy_fraction"]) == 2, after
+    assert s["input_bound"] == inside["input_bound"] and "workers busy -" not in after, after
+    assert s["elapsed_s"] - inside["elapsed_s"] < 0.25  # the close, not the sleep after it
+
+
+def test_a_scan_manifest_run_counts_frames_and_is_told_to_prepare(two_cpus, tmp_path):
+    """A loader over `shmloader scan`'s manifest (the route scan recommends) had no keyframes to
+    count from: `decoded_per_frame` None, and the line never named prepare. Its passes decode
+    from the keyframes decord's index gives, or from frame 0 where PyAV reads without any."""
+    import subprocess
+    import sys
+
+    make_videos(tmp_path / "long", count=4, frames=96, size=(64, 64), gop=96)
+    subprocess.run([sys.executable, "-m", "shmloader", "scan", str(tmp_path / "long"), "--out",
+                    str(tmp_path / "m.csv"), "--quiet", "--workers", "1"], check=True, timeout=120)
+    for decoder in ("auto", "decord"):
+        clips = shmloader.VideoClips.from_csv(str(tmp_path / "m.csv"), clip_len=8, frame_step=2, size=(64, 64),
+                                              decoder=decoder)
+        with shmloader.Loader(clips, batch_size=4, workers=2, shuffle=True, epochs=12) as loader:
+            for _ in loader:
+                pass
+            s, line = loader.stats(), loader.stats_line()
+        assert s["decoded_per_frame"] is not None and s["decoded_per_frame"] >= 3, (decoder, line)
+        assert "shmloader prepare SRC... --out DST" in line, (decoder, line)

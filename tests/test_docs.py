@@ -41,20 +41,36 @@ _PAGE_TIMEOUT_S = 240
 
 
 def _runnable_pages() -> list[str]:
-    return [p for p in doc_files() if any(b.kind == "run" for b in python_blocks(p))]
+    return [p for p in doc_files() if any(b.kind != "no-run" for b in python_blocks(p))]
+
+
+def _processes(page: str) -> list[list[list[str]]]:
+    """The page's blocks a reader runs, named examples included, in page order: one list per
+    interpreter, [where, code] each; a ``new-process`` mark starts a new one, after the page's
+    first block."""
+    blocks = python_blocks(page)
+    groups: list[list[list[str]]] = [[]]
+    for b in blocks:
+        if b.new_process and groups[-1]:
+            groups.append([[blocks[0].where, blocks[0].code]] if b is not blocks[0] else [])
+        if b.kind != "no-run":
+            groups[-1].append([b.where, b.code])
+    return [g for g in groups if g]
 
 
 @pytest.mark.parametrize("page", _runnable_pages())
 def test_the_python_blocks_of_a_page_run(page, tmp_path):
-    """Every block not marked otherwise runs, in page order, in a fresh interpreter whose working
-    folder is empty (blocks that need videos make them with ``shmloader.samples.make_videos``)."""
-    blocks = [[b.where, b.code] for b in python_blocks(page) if b.kind == "run"]
+    """Every block not marked no-run, named examples too, runs in page order in a fresh
+    interpreter whose working folder is empty, with only what the page's own blocks define
+    (blocks that need videos make them with ``shmloader.samples.make_videos``); a page that asks
+    for a new process (``<!-- new-process: ... -->``) gets one there."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "MPLBACKEND": "Agg",
            "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env.pop("KERAS_BACKEND", None)  # the pages speak of the default backend, tensorflow
-    proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(blocks)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=_PAGE_TIMEOUT_S)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    for blocks in _processes(page):
+        proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(blocks)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=_PAGE_TIMEOUT_S)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
 
 
 def test_every_python_block_is_run_or_says_why():
@@ -64,6 +80,8 @@ def test_every_python_block_is_run_or_says_why():
         for b in python_blocks(page):
             if b.kind == "no-run":
                 assert len(b.value) >= 10, f"{b.where}: a block that is not run says why, got {b.value!r}"
+            if b.new_process:
+                assert len(b.new_process) >= 10, f"{b.where}: a new process says why, got {b.new_process!r}"
             elif b.kind == "example":
                 assert f'doc_example("{b.value}")' in tests, f"{b.where}: no test runs the example {b.value!r}"
             compile(b.code, b.where, "exec")  # even a block that is not run is Python
@@ -169,3 +187,13 @@ def test_first_pages_code_fits_a_1280_px_window(page):
         elif inside and len(line.rstrip("\n")) > CODE_COLUMNS:
             long.append((n, line.rstrip()))
     assert not long, long
+
+
+def test_no_notebook_mixes_tensorflow_and_torch():
+    """TensorFlow's fit and a torch step in one process have crashed (the frameworks guide says
+    so): a notebook, one kernel, keeps to one of them."""
+    for path in glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")):
+        code = "".join("".join(c["source"]) for c in json.load(open(path))["cells"] if c["cell_type"] == "code")
+        tf = re.search(r"^\s*import (tensorflow|keras)\b", code, re.M)
+        torch = re.search(r"^\s*(import torch|from torch)\b", code, re.M)
+        assert not (tf and torch), f"{path}: TensorFlow and torch in one kernel"

@@ -141,11 +141,12 @@ def slow_decode(i, rng):
 
 def check_diagnosis(s):
     """The derived fields of ``stats()`` are what its docstring says, computed from the others."""
-    assert s["samples_per_s"] == s["samples"] / s["elapsed_s"]
+    # Delivered from the first batch on, that batch's 4 samples apart, as the shares count.
+    window = s["elapsed_s"] - s["first_batch_s"]
+    assert s["samples_per_s"] == pytest.approx((s["samples"] - 4) / window)
     assert s["samples_per_worker_s"] == pytest.approx(s["decoded"] / s["worker_busy_s"])
     assert s["input_bound"] == (s["consumer_wait_fraction"] > 0.1)
     # Workers to meet what the consumer took while not waiting, at that rate, 1 to CPUS.
-    window = s["elapsed_s"] - s["first_batch_s"]
     demand = s["samples"] / (window * (1 - s["consumer_wait_fraction"]))
     need = demand / s["samples_per_worker_s"]
     assert s["recommended_workers"] in {max(1, min(CPUS, math.ceil(need * f))) for f in (1 - 1e-6, 1 + 1e-6)}
@@ -217,11 +218,12 @@ def test_first_batch_s_is_the_start_and_is_not_counted_as_waiting():
         assert first["first_batch_s"] >= 0.5  # sample 0 naps half a second in the first batch
         assert first["consumer_wait_s"] >= 0.5  # the consumer waited for it inside next(), and yet
         assert first["consumer_wait_fraction"] == 0  # the start is not the pipeline waiting
-        assert first["samples"] == 4 and first["samples_per_s"] == 4 / first["elapsed_s"]
+        # the rate counts from the first batch, as the shares do (NOTE [ Start-up is not work ])
+        assert first["samples"] == 4 and first["samples_per_s"] == 0
         rest = list(it)
         s = loader.stats()
     assert len(rest) == 2 and s["first_batch_s"] == first["first_batch_s"]  # said once
-    assert s["samples_per_s"] == 12 / s["elapsed_s"]
+    assert s["samples_per_s"] == pytest.approx(8 / (s["elapsed_s"] - s["first_batch_s"]))
 
 
 def test_workers_keep_decoding_while_the_consumer_trains(tmp_path):

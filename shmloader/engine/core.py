@@ -103,6 +103,7 @@ class Engine:
         acquire = getattr(source, "acquire", None)
         if acquire is not None:
             acquire()  # the source's shared tables stay until the shutdown below releases them
+        self._clock = Clock()  # before the first close() below can stop it
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._ring, self._selector,
                                            getattr(source, "release", None))
         try:
@@ -112,7 +113,6 @@ class Engine:
             self.close()
             raise
         self._warned_copy = False
-        self._clock = Clock()
         self._stats = dict(batches=0, samples=0, skipped=0, dropped=0, copied=0,
                            consumer_wait_s=0.0, worker_busy_s=0.0, worker_restarts=0, epoch=0,
                            decoded=0, tasks=0, **dict.fromkeys(COUNTS, 0))
@@ -126,6 +126,7 @@ class Engine:
     def close(self) -> None:
         """Stop the workers and free the ring (NOTE [ Shutdown ] in ``engine.pool``). Idempotent."""
         self._closed = True
+        self._clock.stop(self._workers)  # stats() after close: the run's, not the time since
         self._finalizer()
 
     @property
@@ -232,7 +233,7 @@ class Engine:
                     arr[dst] = arr[src]
 
     def _hand_out(self, b: Batch, n: int) -> dict[str, np.ndarray]:
-        self._clock.handed_out()
+        self._clock.handed_out(n)
         self._stats["batches"] += 1
         self._stats["samples"] += n
         self._stats["epoch"] = b.epoch

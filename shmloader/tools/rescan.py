@@ -25,12 +25,17 @@ def earlier_rows(out: str, columns: tuple[str, ...]) -> Iterator[dict]:
     those from before the audio columns have none (``tools.scan`` reads their audio)."""
     with open(out, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames is None:
+        try:
+            fields = reader.fieldnames
+        except UnicodeDecodeError:  # a video or other binary file
+            raise ValueError(f"{out!r} is not a scan manifest (not text); pass --overwrite or another "
+                             "--out") from None
+        if fields is None:
             return
         olds = [tuple(c for c in columns if c not in left) for left in ((), ("check",), AUDIO_COLUMNS,
                                                                           ("check", *AUDIO_COLUMNS))]
-        if tuple(reader.fieldnames) not in olds:
-            raise ValueError(f"{out!r} is not a scan manifest (its columns are {reader.fieldnames}); "
+        if tuple(fields) not in olds:
+            raise ValueError(f"{out!r} is not a scan manifest (its columns are {fields}); "
                              "pass --overwrite or another --out")
         for row in reader:
             row.setdefault("check", "")

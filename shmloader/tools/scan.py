@@ -258,11 +258,20 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     passed_over: collections.Counter = collections.Counter()
     storage = Storage(storage_options, block_size=_SCAN_BLOCK)
     inputs = list(inputs)
+    if os.path.isdir(out):
+        raise ValueError(f"--out {out!r} is a folder: give the manifest's file, e.g. "
+                         f"{os.path.join(out, 'manifest.csv')!r}")
     for given in map(os.fspath, inputs):  # a mistyped path is an error, not a row
         if not (is_remote(given) or is_shards(given) or os.path.exists(given)):
             raise FileNotFoundError(f"no such file or folder: {given!r}")
+        if not (is_remote(given) or is_shards(given)) and os.path.realpath(given) == os.path.realpath(out):
+            raise ValueError(f"--out {out!r} is one of the inputs: give another file for the manifest")
     columns = _columns(inputs)
     todo = iter_inputs(inputs, passed_over=passed_over, storage=storage)
+    first_item = next(todo, None)  # nothing to probe: an error (from_csv refuses an empty manifest)
+    if first_item is None:
+        raise ValueError(f"no video found in {inputs!r}")
+    todo = itertools.chain([first_item], todo)
     earlier = earlier_rows(out, columns) if os.path.exists(out) and not overwrite else iter(())
     summary: dict[str, Any] = {"rows": 0, "resumed": 0, "kept": 0, "rechecked": collections.Counter(),
                "decoders": collections.Counter(), "problems": collections.Counter(), "unreadable": 0,

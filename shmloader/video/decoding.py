@@ -57,6 +57,16 @@ class Decoding:
             d = self._decoders[name] = Decord(self._threads) if name == "decord" else PyAV(self._threads, self.storage)
         return d
 
+    def keyframes(self, info: VideoInfo) -> np.ndarray:
+        """The keyframes a pass over ``info``'s file decoded from: the probe's; else (a scan
+        manifest's row) those decord's index gave where decord read it, or frame 0 alone, where
+        PyAV, knowing none, decodes from."""
+        if info.keyframes is not None and len(info.keyframes):
+            return info.keyframes
+        d = self._decoders.get("decord")
+        found = None if d is None else cast(Decord, d).keyframes.get(info.path)
+        return found if found is not None and len(found) else np.zeros(1, np.int64)
+
     def info(self, path: str, known: VideoInfo | None = None, stamp: tuple[int, int] | None = None) -> VideoInfo:
         """The probe of ``path``: ``known`` (a manifest row) while the file's (size, mtime_ns)
         is still ``stamp``, else read once per worker while the file stays unchanged. The file

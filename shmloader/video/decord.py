@@ -15,6 +15,7 @@ the way decord means it to be.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import sys
 from types import ModuleType
@@ -25,6 +26,9 @@ from .decoders import DecoderLimit, scratch
 from .probe import VideoInfo
 
 __all__ = ["Decord", "import_decord"]
+
+# Files whose keyframes decord's index gave (a scan manifest's rows hold none) kept per worker.
+_KEYFRAMES_KEPT = 1024
 
 
 def import_decord() -> ModuleType:
@@ -72,6 +76,9 @@ class Decord:
         self._copy = lambda nd, ptr, n: check_call(_LIB.DECORDArrayCopyToBytes(nd.handle, ptr, n))
         self._threads = threads
         self._buf: np.ndarray | None = None
+        # path -> keyframe indices, from the reader's index, where the probe knew none: what
+        # ``Loader.stats()`` counts frames decoded per delivered frame from
+        self.keyframes: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
 
     def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
                out: np.ndarray | None = None) -> np.ndarray:
@@ -80,6 +87,10 @@ class Decord:
         else:
             reader = self._decord.VideoReader(info.path, width=size[1], height=size[0], num_threads=self._threads)
         try:
+            if info.keyframes is None and info.path not in self.keyframes:
+                self.keyframes[info.path] = np.asarray(reader.get_key_indices(), np.int64)
+                if len(self.keyframes) > _KEYFRAMES_KEPT:
+                    self.keyframes.popitem(last=False)
             nd = reader.get_batch(frames.tolist())
         except self._decord.DECORDError as e:
             if "size must exactly match" in str(e):  # decord cannot copy rows of this width out

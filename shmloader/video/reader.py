@@ -98,7 +98,7 @@ class ClipReader:
         self.clips = clips
         self.decoding = Decoding(clips.decode_threads, clips.decoder, clips.storage)
         self._shared = probes
-        # Frames a decoder goes through for the passes whose keyframes the probe knows (all of
+        # Frames a decoder goes through for each pass, from the keyframes it decodes from (all of
         # them, lead = those no clip shows, head = those before each pass's first frame) and the
         # frames those passes deliver (``Loader.stats``: frames decoded per delivered frame).
         self.frames = dict.fromkeys(("frames_decoded", "frames_lead", "frames_head", "frames_delivered"), 0)
@@ -213,8 +213,7 @@ class ClipReader:
         for v, info, passes in plans:
             for size, group, union, direct in passes:
                 decoded = self.decoding.decode(info, size, union, direct)
-                if info.keyframes is not None and len(info.keyframes):
-                    self._count(union, info.keyframes, sum(g[2].size for g in group))
+                self._count(union, self.decoding.keyframes(info), sum(g[2].size for g in group))
                 for out, row, frames, _, rng in group:
                     _fill(self.clips, out, row, frames, union, decoded, rng, done=decoded is direct)
                 if vc.audio_rate is not None:

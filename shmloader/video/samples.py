@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,18 +49,24 @@ def read_codes(video: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ids, frames
 
 
+# The sound of ``audio=True``: AAC, mono, at this rate; video i's tone is 440 + 20 i Hz.
+_AUDIO_RATE = 16000
+
+
 def write_video(path: str | os.PathLike[str], video_id: int, frames: int = 48, size: tuple[int, int] = (96, 128),
-                codec: str = "libx264", fps: int = 25, gop: int | None = None) -> str:
+                codec: str = "libx264", fps: int = 25, gop: int | None = None, audio: bool = False) -> str:
     """Write one synthetic video with a real codec (``libx264`` or ``mpeg4``).
 
     ``gop``: one keyframe every ``gop`` frames exactly (frames 0, gop, 2 * gop...), as long-GOP
     phone and web videos have; None leaves it to the encoder (x264: at most 250 frames apart, and
-    at any scene cut it detects; FFmpeg's mpeg4: every 12 frames).
+    at any scene cut it detects; FFmpeg's mpeg4: every 12 frames). ``audio``: a sound track too,
+    as long as the video, a tone of ``440 + 20 * video_id`` Hz (AAC, mono, 16 kHz).
     """
     import av
 
     if gop is not None and (not isinstance(gop, int) or isinstance(gop, bool) or gop < 1):
         raise ValueError(f"gop must be a positive number of frames, got {gop!r}")
+    _check_size(size, codec)
     h, w = size
     path = os.fspath(path)
     with av.open(path, "w") as container:
@@ -75,32 +82,62 @@ def write_video(path: str | os.PathLike[str], video_id: int, frames: int = 48, s
             stream.bit_rate = 4_000_000
             if gop is not None:
                 stream.codec_context.gop_size = gop
+        sound = container.add_stream("aac", rate=_AUDIO_RATE, layout="mono") if audio else None
         for i in range(frames):
             frame = av.VideoFrame.from_ndarray(frame_image(video_id, i, h, w), format="rgb24")
             for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+        if sound is not None:
+            _write_tone(av, container, sound, 440.0 + 20 * video_id, frames / fps)
     return path
+
+
+def _write_tone(av: Any, container: Any, stream: Any, hz: float, seconds: float) -> None:
+    """``seconds`` of a sine at ``hz`` into the audio ``stream``, in AAC's 1024-sample frames."""
+    n = round(seconds * _AUDIO_RATE)
+    wave = (0.5 * np.sin(2 * np.pi * hz * np.arange(n) / _AUDIO_RATE)).astype(np.float32)
+    for at in range(0, n, 1024):
+        part = wave[None, at:at + 1024]
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(part), format="fltp", layout="mono")
+        frame.sample_rate, frame.pts = _AUDIO_RATE, at
+        for packet in stream.encode(frame):
+            container.mux(packet)
+    for packet in stream.encode():
+        container.mux(packet)
+
+
+def _check_size(size: tuple[int, int], codec: str) -> None:
+    """ValueError in words for a size the encoder refuses (its own error is a bare avcodec_open2)."""
+    h, w = size
+    if min(h, w) < 1:
+        raise ValueError(f"size {h}x{w}: height and width must be at least 1")
+    if codec == "libx264" and (h % 2 or w % 2):  # 4:2:0 chroma halves both sides
+        raise ValueError(f"size {h}x{w}: libx264 in yuv420p takes even heights and widths only "
+                         f"(e.g. {h + h % 2}x{w + w % 2}), or choose codec mpeg4")
 
 
 def make_videos(folder: str | os.PathLike[str], count: int = 8, frames: int = 48, size: tuple[int, int] = (96, 128),
                 codec: str = "libx264", classes: int = 2, fps: int = 25,
-                gop: int | None = None) -> tuple[list[str], list[int]]:
+                gop: int | None = None, audio: bool = False) -> tuple[list[str], list[int]]:
     """Write ``count`` videos ``video_000.mp4``... (skipping those already there); return paths, labels.
 
-    Video ``i`` has id ``i`` in its frame codes and label ``i % classes``. ``fps`` and ``gop``
-    (keyframe interval) go to :func:`write_video`; non-default values are part of the file name.
+    Video ``i`` has id ``i`` in its frame codes and label ``i % classes``. ``fps``, ``gop``
+    (keyframe interval) and ``audio`` (a tone for sound) go to :func:`write_video`; non-default
+    values are part of the file name.
     """
+    _check_size(size, codec)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths, labels = [], []
     for i in range(count):
-        extra = (f"_{fps}fps" if fps != 25 else "") + (f"_gop{gop}" if gop is not None else "")
+        extra = (f"_{fps}fps" if fps != 25 else "") + (f"_gop{gop}" if gop is not None else "") \
+            + ("_audio" if audio else "")
         p = folder / f"video_{i:03d}_{frames}f_{size[0]}x{size[1]}_{codec}{extra}.mp4"
         if not p.exists():
             tmp = p.with_suffix(".tmp.mp4")
-            write_video(tmp, i, frames, size, codec, fps, gop)
+            write_video(tmp, i, frames, size, codec, fps, gop, audio)
             os.replace(tmp, p)
         paths.append(str(p))
         labels.append(i % classes)
