@@ -27,12 +27,13 @@ PUBLIC = {
 }
 
 # What each part may import from the package (NOTE: the subpackages' docstrings say the same).
+_SHARED = {"shmloader._errors", "shmloader._checks"}  # every part's: the exceptions, the argument checks
 ALLOWED = {
-    "engine": {"shmloader._errors", "shmloader.engine"},
-    "video": {"shmloader._errors", "shmloader.video", "shmloader.engine.source", "shmloader.engine.shared",
-              "shmloader.engine.native_log"},
-    "tools": {"shmloader._errors", "shmloader.tools", "shmloader.video", "shmloader.engine.source"},
-    "ray": {"shmloader._errors", "shmloader.ray", "shmloader.engine", "shmloader.video", "shmloader.tools"},
+    "engine": _SHARED | {"shmloader.engine"},
+    "video": _SHARED | {"shmloader.video", "shmloader.engine.source", "shmloader.engine.shared",
+                        "shmloader.engine.native_log"},
+    "tools": _SHARED | {"shmloader._cpus", "shmloader.tools", "shmloader.video", "shmloader.engine.source"},
+    "ray": _SHARED | {"shmloader.ray", "shmloader.engine", "shmloader.video", "shmloader.tools"},
 }
 
 

@@ -65,7 +65,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ..engine.source import Spec, check_int
+from .._checks import check_int
+from ..engine.source import Spec
 from .sampling import SEGMENTS
 
 if TYPE_CHECKING:

@@ -23,7 +23,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..engine.shared import SharedStrings
-from ..engine.source import Spec, check_choice, check_int
+from .._checks import check_bool, check_choice, check_int
+from ..engine.source import Spec
 from .arguments import (FirstVideo, checked_labels, checked_paths, class_videos, columns, first_rows,
                         path_list, read_only)
 from .audio import audio_samples, check_audio
@@ -153,8 +154,7 @@ class VideoClips:
         check_int("decode_threads", decode_threads, 1)
         self.audio_rate, self.audio_channels, self.audio_seconds = check_audio(
             audio_rate, audio_channels, audio_seconds, sampling=sampling, max_frames=max_frames)
-        if not isinstance(group_clips, bool):
-            raise ValueError(f"group_clips must be True or False, got {group_clips!r}")
+        check_bool("group_clips", group_clips)
         self.fetch = dict(fetch or {})
         if set(self.fetch) - set(FETCH_OPTIONS):
             raise ValueError(f"fetch takes {FETCH_OPTIONS}, got {sorted(set(self.fetch) - set(FETCH_OPTIONS))}")

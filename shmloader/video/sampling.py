@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.source import check_choice, check_int
+from .._checks import check_choice, check_int
 
 __all__ = ["SAMPLINGS", "SEGMENTS", "SHORT_POLICIES", "CROP_AT", "check_clip_options", "check_spans",
            "clip_frames", "rate_frames", "span_frames", "scaled_size", "crop_windows", "eval_changes"]
