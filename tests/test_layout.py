@@ -15,9 +15,9 @@ PACKAGE = pathlib.Path(shmloader.__file__).parent
 # Every public import path and name, as the README and the docs use them. A move that drops or
 # renames one fails here.
 PUBLIC = {
-    "shmloader": ["ArraySource", "Calibration", "CalibrationRow", "FunctionSource", "HDF5Source", "Loader",
-                  "LoaderError", "SampleError", "StateError", "VideoClips", "WorkerDiedError", "calibrate", "eval_loader",
-                  "prepare"],
+    "shmloader": ["ArraySource", "Audio", "Calibration", "CalibrationRow", "FunctionSource", "HDF5Source", "Loader",
+                  "LoaderError", "Pixels", "Reading", "SampleError", "Sampling", "StateError", "VideoClips",
+                  "WorkerDiedError", "calibrate", "eval_loader", "prepare"],
     "shmloader.samples": ["frame_image", "make_videos", "read_codes", "write_video"],
     "shmloader.sampling": ["clip_frames", "crop_windows", "rate_frames", "scaled_size", "span_frames"],
     "shmloader.torch": ["TorchLoader", "as_torch"],

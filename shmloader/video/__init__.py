@@ -3,7 +3,8 @@
 What lives here, a module a line:
 
 - ``clips``: ``VideoClips``, the description of a video dataset (paths, labels, options, groups)
-- ``arguments``: what a ``VideoClips`` is given, checked and made read-only
+- ``options``: ``VideoClips``' options in four groups (``Sampling``, ``Pixels``, ``Audio``, ``Reading``)
+- ``arguments``: what a ``VideoClips`` is given besides them (paths, labels, spans), checked
 - ``listing``: the rows of a CSV/JSON manifest or of tar shards
 - ``manifest``: class folders, CSV/JSON manifests, the probe columns of a scan manifest
 - ``shards``: tar shard patterns and the samples their members make

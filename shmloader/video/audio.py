@@ -61,21 +61,14 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 
-from .._checks import check_int
 from ..engine.source import Spec
-from .sampling import SEGMENTS
 
-if TYPE_CHECKING:
-    from .arguments import FirstVideo
+__all__ = ["PREROLL_S", "TAIL_S", "audio_spec", "clip_spans", "read_audio", "windows"]
 
-__all__ = ["AUDIO_CHANNELS", "PREROLL_S", "TAIL_S", "check_audio", "whole_video", "audio_samples", "audio_spec",
-           "clip_spans", "read_audio", "windows"]
-
-AUDIO_CHANNELS = (1, 2)
 _LAYOUTS = {1: "mono", 2: "stereo"}
 
 # Decoding starts this long before a clip: an AAC or MP3 packet decodes whole only after the one
@@ -92,61 +85,6 @@ TAIL_S = 0.05
 _MERGE_S = 1.0
 # The converter's output comes in frames of this many samples (a second at 16 kHz): few pulls.
 _PULL_SAMPLES = 16384
-
-
-def check_audio(audio_rate: Any, audio_channels: Any, audio_seconds: Any, *, sampling: str,
-                max_frames: int | None) -> tuple[int | None, int, float | None]:
-    """``VideoClips``' audio arguments: (rate, channels, seconds) checked, or a ValueError naming
-    the argument and why."""
-    if audio_rate is None:
-        if audio_seconds is not None:
-            raise ValueError("audio_seconds needs audio_rate=: the audio's sample rate in Hz")
-        _check_channels(audio_channels)
-        return None, int(audio_channels), None
-    check_int("audio_rate", audio_rate, 1)
-    _check_channels(audio_channels)
-    if audio_seconds is not None and (isinstance(audio_seconds, bool) or not isinstance(audio_seconds, (int, float))
-                                      or not math.isfinite(audio_seconds) or audio_seconds <= 0):
-        raise ValueError(f"audio_seconds must be a positive number of seconds, got {audio_seconds!r}")
-    if audio_seconds is None and whole_video(sampling, max_frames):
-        recipe = "max_frames" if max_frames is not None else f"sampling={sampling!r}"
-        raise ValueError(f"audio_rate with {recipe} needs audio_seconds=: a sample spans the whole video "
-                         "(or its span), whose length varies, and audio_seconds sets S, the fixed room "
-                         "every sample's audio has (e.g. 30 for a Whisper encoder); a longer span is "
-                         "cut there")
-    return int(audio_rate), int(audio_channels), None if audio_seconds is None else float(audio_seconds)
-
-
-def whole_video(sampling: str, max_frames: int | None) -> bool:
-    """Does a sample spread over the whole video (or its span): segments, ``max_frames``?"""
-    return sampling in SEGMENTS or max_frames is not None
-
-
-def _check_channels(channels: Any) -> None:
-    if isinstance(channels, bool) or channels not in AUDIO_CHANNELS:
-        raise ValueError(f"audio_channels must be 1 (mono) or 2 (stereo), got {channels!r}: every file's "
-                         "sound is mixed to it (stereo to its mean, mono copied to both channels, other "
-                         "layouts by FFmpeg's matrix)")
-
-
-def audio_samples(clips: Any, first: FirstVideo) -> int:
-    """``S``, the samples every clip's audio has room for (NOTE [ Where a clip's audio lies ]);
-    0 without audio. Clips by index and no ``audio_seconds``: by the frame rate of the first
-    video (``first``: probed once, for its size too)."""
-    if clips.audio_rate is None:
-        return 0
-    seconds = clips.audio_seconds
-    if seconds is None and clips.fps is not None:
-        seconds = (clips.clip_len + 1) / clips.fps
-    elif seconds is None:
-        rate = first.info("audio_rate: cannot read the frame rate that sets the audio's length "
-                          "(or pass audio_seconds=)").fps
-        if not rate > 0:
-            raise ValueError(f"audio_rate: {clips.storage.name(first.path)!r} has no frame rate to set the "
-                             "audio's length by: pass audio_seconds=")
-        seconds = ((clips.clip_len - 1) * clips.frame_step + 1) / rate
-    # A span of exactly `seconds` at a rate that rounds is not one sample longer.
-    return max(1, math.ceil(seconds * clips.audio_rate - 1e-6))
 
 
 def audio_spec(clips_per_sample: int, samples: int, channels: int) -> Spec:
