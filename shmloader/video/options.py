@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping, TypedDict
+from typing import Any, Iterable, Mapping, TypedDict
 
 import numpy as np
 
@@ -332,17 +332,19 @@ def flat(groups: Mapping[str, Any]) -> dict[str, Any]:
 def _changed(g: str, current: Any, values: dict[str, Any]) -> Any:
     """Group ``g`` with ``values`` (by field name) replaced; an optional group made, or removed."""
     cls, key = GROUPS[g], _ABSENT_WITHOUT.get(g)
-    if key is not None and (values.get(key, 0) is None or (current is None and key not in values)):
+    if key is not None and (values[key] is None if key in values else current is None):
         extra = [f for f in fields(cls) if f.name in values and f.name != key and values[f.name] != f.default]
         if extra:  # a field of a group that is not there
-            raise ValueError(f"{_keywords(g, {extra[0].name: 0})[0]} needs {_keywords(g, {key: 0})[0]}=: "
+            raise ValueError(f"{_keywords(g, [extra[0].name])[0]} needs {_keywords(g, [key])[0]}=: "
                              f"without it there is no {g}")
         return None
     return cls(**values) if current is None else replace(current, **values)
 
 
-def _keywords(g: str, values: Mapping[str, Any]) -> list[str]:
-    return [f.metadata.get("keyword", f.name) for f in fields(GROUPS[g]) if f.name in values]
+def _keywords(g: str, names: Iterable[str]) -> list[str]:
+    """The flat keywords of group ``g``'s fields ``names``, in the group's order."""
+    names = set(names)
+    return [f.metadata.get("keyword", f.name) for f in fields(GROUPS[g]) if f.name in names]
 
 
 def _check_together(sampling: Sampling, audio: Audio | None) -> None:
