@@ -17,8 +17,10 @@ from ._errors import LoaderError, SampleError, StateError, WorkerDiedError
 from ._function import FunctionSource
 from ._loader import Loader, eval_loader
 from .video.clips import VideoClips
+from .video.options import Audio, Pixels, Reading, Sampling
 from .tools.prepare import prepare
 
-__all__ = ["ArraySource", "Calibration", "CalibrationRow", "FunctionSource", "HDF5Source", "Loader", "LoaderError",
-           "SampleError", "StateError", "VideoClips", "WorkerDiedError", "calibrate", "eval_loader", "prepare"]
+__all__ = ["ArraySource", "Audio", "Calibration", "CalibrationRow", "FunctionSource", "HDF5Source", "Loader",
+           "LoaderError", "Pixels", "Reading", "SampleError", "Sampling", "StateError", "VideoClips", "WorkerDiedError",
+           "calibrate", "eval_loader", "prepare"]
 __version__ = "0.1.0"  # the one place: pyproject.toml reads it (dynamic), CHANGELOG.md names it

@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from ._cpus import usable_cpus
 from ._diagnosis import head_per_frame, prepare_hint, prepare_pays
 from ._loader import Loader
-from .engine.source import usable_cpus
 from .engine.stats import cpu_seconds
 
 __all__ = ["Calibration", "CalibrationRow", "calibrate"]

@@ -133,7 +133,7 @@ def demo_cmd(args) -> int:
     folder = Path(args.videos) if args.videos else _cache_dir()
     print(f"sample videos: {folder}")
     paths, labels = make_videos(folder, count=args.count, frames=64, size=(240, 320))
-    from .engine.source import usable_cpus
+    from ._cpus import usable_cpus
 
     cores = usable_cpus()
     workers = args.workers or list(range(1, cores + 1))

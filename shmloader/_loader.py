@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import cloudpickle
 import numpy as np
 
+from ._checks import check_choice, check_int, check_seconds
+from ._cpus import usable_cpus
 from ._errors import LoaderError, StateError
 from .engine.core import Engine, Exhausted
 from .engine.plan import EpochPlan, check_state, plan_state
 from .engine.ring import Layout, memory_for_ring
-from .engine.source import ON_ERROR, Described, Source, check_choice, check_int, check_seconds, probe_transform, usable_cpus
+from .engine.skips import ON_ERROR
+from .engine.source import Described, Source, probe_transform
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -12,9 +12,10 @@ import shmloader
 
 
 def test_public_names():
-    assert sorted(shmloader.__all__) == ["ArraySource", "Calibration", "CalibrationRow", "FunctionSource",
-                                         "HDF5Source", "Loader", "LoaderError", "SampleError", "StateError",
-                                         "VideoClips", "WorkerDiedError", "calibrate", "eval_loader", "prepare"]
+    assert sorted(shmloader.__all__) == ["ArraySource", "Audio", "Calibration", "CalibrationRow", "FunctionSource",
+                                         "HDF5Source", "Loader", "LoaderError", "Pixels", "Reading", "SampleError",
+                                         "Sampling", "StateError", "VideoClips", "WorkerDiedError", "calibrate",
+                                         "eval_loader", "prepare"]
     for name in shmloader.__all__:
         assert getattr(shmloader, name).__module__.startswith("shmloader")
     import shmloader.tfdata as tfdata

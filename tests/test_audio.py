@@ -352,7 +352,7 @@ def test_mono_is_copied_to_both_channels_of_stereo(tmp_path):
 def test_audio_survives_with_options_and_options(files):
     clips = shmloader.VideoClips([files[("aac", "mp4")]], clip_len=4, audio_rate=RATE, audio_channels=2)
     copy = clips.with_options(clip_len=8)
-    assert (copy.audio_rate, copy.audio_channels, copy.audio_samples) == (RATE, 2, round(8 / FPS * RATE))
+    assert (copy.audio, copy.audio_samples) == (shmloader.Audio(rate=RATE, channels=2), round(8 / FPS * RATE))
     assert "audio" not in clips.with_options(audio_rate=None).spec()
     timed = clips.with_options(audio_seconds=0.5)
     assert timed.audio_samples == 8000 and timed.with_options(clip_len=2).audio_samples == 8000
@@ -370,7 +370,7 @@ def test_the_first_video_is_probed_once_for_its_size_and_its_frame_rate(files, m
     monkeypatch.setattr(arguments, "probe", lambda path, **kw: calls.append(path) or real(path, **kw))
     path = files[("aac", "mp4")]
     clips = shmloader.VideoClips([path], clip_len=4, audio_rate=RATE)
-    assert (len(calls), clips.size, clips.audio_samples) == (1, (48, 64), round(4 / FPS * RATE))
+    assert (len(calls), clips.decode_size, clips.audio_samples) == (1, (48, 64), round(4 / FPS * RATE))
     copy = clips.with_options(clip_len=8)
     assert (len(calls), copy.audio_samples) == (2, round(8 / FPS * RATE))
     shmloader.VideoClips([path], clip_len=4, size=(32, 32), audio_rate=RATE)  # the frame rate alone

@@ -182,7 +182,7 @@ def test_native_size_mismatch_names_file(videos, tmp_path):
     paths, _ = videos
     other = write_video(tmp_path / "other.mp4", 3, frames=20, size=(64, 80))
     clips = shmloader.VideoClips([paths[0], other], clip_len=4)
-    assert clips.size == (96, 128)
+    assert clips.decode_size == (96, 128)
     with shmloader.Loader(clips, batch_size=2, workers=1) as loader:
         with pytest.raises(shmloader.SampleError, match="64x80 but the loader's clips are 96x128") as info:
             list(loader)

@@ -15,9 +15,9 @@ PACKAGE = pathlib.Path(shmloader.__file__).parent
 # Every public import path and name, as the README and the docs use them. A move that drops or
 # renames one fails here.
 PUBLIC = {
-    "shmloader": ["ArraySource", "Calibration", "CalibrationRow", "FunctionSource", "HDF5Source", "Loader",
-                  "LoaderError", "SampleError", "StateError", "VideoClips", "WorkerDiedError", "calibrate", "eval_loader",
-                  "prepare"],
+    "shmloader": ["ArraySource", "Audio", "Calibration", "CalibrationRow", "FunctionSource", "HDF5Source", "Loader",
+                  "LoaderError", "Pixels", "Reading", "SampleError", "Sampling", "StateError", "VideoClips",
+                  "WorkerDiedError", "calibrate", "eval_loader", "prepare"],
     "shmloader.samples": ["frame_image", "make_videos", "read_codes", "write_video"],
     "shmloader.sampling": ["clip_frames", "crop_windows", "rate_frames", "scaled_size", "span_frames"],
     "shmloader.torch": ["TorchLoader", "as_torch"],
@@ -27,12 +27,13 @@ PUBLIC = {
 }
 
 # What each part may import from the package (NOTE: the subpackages' docstrings say the same).
+_SHARED = {"shmloader._errors", "shmloader._checks"}  # every part's: the exceptions, the argument checks
 ALLOWED = {
-    "engine": {"shmloader._errors", "shmloader.engine"},
-    "video": {"shmloader._errors", "shmloader.video", "shmloader.engine.source", "shmloader.engine.shared",
-              "shmloader.engine.native_log"},
-    "tools": {"shmloader._errors", "shmloader.tools", "shmloader.video", "shmloader.engine.source"},
-    "ray": {"shmloader._errors", "shmloader.ray", "shmloader.engine", "shmloader.video", "shmloader.tools"},
+    "engine": _SHARED | {"shmloader.engine"},
+    "video": _SHARED | {"shmloader.video", "shmloader.engine.source", "shmloader.engine.shared",
+                        "shmloader.engine.native_log"},
+    "tools": _SHARED | {"shmloader._cpus", "shmloader.tools", "shmloader.video", "shmloader.engine.source"},
+    "ray": _SHARED | {"shmloader.ray", "shmloader.engine", "shmloader.video", "shmloader.tools"},
 }
 
 

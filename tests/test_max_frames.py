@@ -49,7 +49,7 @@ def check_padding(s, n, vid):
 def test_every_frame_at_fps_up_to_the_cap(timed_videos, decoder):
     paths = [p for p, _ in timed_videos]
     clips = shmloader.VideoClips(paths, fps=F, max_frames=M, sampling="uniform", size=(48, 64), decoder=decoder)
-    assert clips.clip_len == M and clips.spec()["video"][0] == (M, 48, 64, 3)
+    assert clips.sampling.length == M and clips.spec()["video"][0] == (M, 48, 64, 3)
     # One sample a batch through 3 slots: shorter samples land in slots that held longer ones.
     got, _ = samples_of(clips, workers=1, batch_size=1, slots=3, epochs=2)
     counts = {}

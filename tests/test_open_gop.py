@@ -66,7 +66,7 @@ def test_the_default_decoder_delivers_every_clip_start_exactly(files, name):
     path = files[name]
     starts = FRAMES - CLIP + 1
     clips = shmloader.VideoClips([path], clip_len=CLIP, sampling="uniform", clips_per_video=starts)
-    assert clips.decoder == "auto"
+    assert clips.reading.decoder == "auto"
     ref, seen, wrong = sequential(path), set(), []
     # One clip a batch: a worker decodes a batch's clips of one video in one call over their union.
     with shmloader.Loader(clips, batch_size=1, workers=2, seed=1, timeout=60) as loader:

@@ -296,7 +296,7 @@ def test_the_task_log_keeps_the_most_recent_skips_once_each():
     the order reported, as many as a loader keeps; a sample a re-run task skips again counts once
     there; the counts add up per node."""
     from shmloader.ray._tasks import TaskLog
-    from shmloader.engine.source import SKIPS_KEPT as KEPT
+    from shmloader.engine.skips import SKIPS_KEPT as KEPT
 
     log = TaskLog()
     for s in range(KEPT + 5):

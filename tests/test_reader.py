@@ -92,7 +92,7 @@ def test_a_description_does_not_change_and_each_loader_runs_its_own(videos):
         clips.labels[0] = 5
     copy = pickle.loads(pickle.dumps(clips))  # by value, as a Ray task gets it
     assert copy.paths == clips.paths and copy.labels.tolist() == labels[:4]
-    assert copy.fingerprint() == clips.fingerprint() and copy.with_options(clip_len=2).clip_len == 2
+    assert copy.fingerprint() == clips.fingerprint() and copy.with_options(clip_len=2).sampling.clip_len == 2
     # equal descriptions, equal digests, in any process (Ray's task workers key readers by it)
     assert digest(copy) == digest(clips) != digest(clips.with_options(clip_len=2))
     with pytest.raises(AttributeError):

@@ -293,7 +293,7 @@ def test_random_crops_are_one_seeded_window_per_clip(textured):
     # And the evaluation version takes the center window: ((64 - 48) / 2, (85 - 40) / 2).
     clips = shmloader.VideoClips([textured], clip_len=2, frame_step=3, clips_per_sample=3, scale=(64, 80),
                                  crop=(48, 40), crop_at="random")
-    assert clips.for_eval().crop_at == "center"
+    assert clips.for_eval().pixels.crop_at == "center"
     with shmloader.eval_loader(clips, batch_size=1) as loader:
         (batch,) = list(loader)
     for k in range(3):

@@ -74,7 +74,7 @@ def test_training_takes_one_frame_in_each_segment_of_time(timed_videos, decoder)
 def test_eval_takes_the_centre_of_each_segment(timed_videos, decoder):
     paths = [p for p, _ in timed_videos]
     clips = shmloader.VideoClips(paths, clip_len=N, sampling="segments", size=(48, 64), decoder=decoder)
-    assert clips.for_eval().sampling == "segments_uniform"
+    assert clips.for_eval().sampling.mode == "segments_uniform"
     with shmloader.eval_loader(clips, batch_size=3) as loader:
         batches = [{k: np.array(v) for k, v in b.items()} for b in loader]
     assert sum(len(b["index"]) for b in batches) == len(paths)
@@ -182,7 +182,7 @@ def test_the_docs_tsn_recipe(timed_videos):
         for i, v in enumerate(t["index"]):
             times = frame_times(paths[v])
             np.testing.assert_array_equal(t["frames"][i], on_screen(times, (np.arange(N) + 0.5) * times[-1, 1] / N))
-    assert namespace["test_clips"].sampling == "segments_uniform"
+    assert namespace["test_clips"].sampling.mode == "segments_uniform"
     with shmloader.Loader(namespace["grouped"], batch_size=4, shuffle=True) as loader:
         assert sum(len(b["index"]) for b in loader) == 16 and loader.stats()["tasks"] == 4
 

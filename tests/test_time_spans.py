@@ -74,7 +74,7 @@ MODES = {
 @pytest.mark.parametrize("mode", list(MODES))
 def test_every_clip_lies_inside_its_rows_span(timed_videos, manifest, mode, decoder):
     clips = shmloader.VideoClips.from_csv(manifest, size=(48, 64), decoder=decoder, **MODES[mode])
-    assert len(clips) == len(SPANS) * clips.clips_per_video
+    assert len(clips) == len(SPANS) * clips.sampling.clips_per_video
     got, _ = samples_of(clips, batch_size=3, shuffle=True, seed=1, epochs=2)
     assert len(got) == 2 * len(clips)
     for s in got:

@@ -4,6 +4,7 @@ What lives here, a module a line:
 
 - ``core``: the loop that ties ring, pool and scheduler together
 - ``source``: the contract a source meets (``Source``, ``Spec``, ``Described``)
+- ``skips``: what becomes of a sample that cannot be read (``on_error``), the skips kept
 - ``shared``: read-only tables in one anonymous shared segment, shared with the workers
 - ``ring``: the ring of whole batches, and the slot lease
 - ``pool``: the worker processes, their pipes, their start-up and shutdown
@@ -15,7 +16,8 @@ What lives here, a module a line:
 - ``native_log``: what native code (decord, FFmpeg) prints, kept for the sample's error
 - ``interrupts``: Ctrl-C while the engine keeps its books
 
-What it may import: the standard library, numpy, psutil, cloudpickle and ``shmloader._errors``.
+What it may import: the standard library, numpy, psutil, cloudpickle, ``shmloader._errors`` and
+``shmloader._checks``.
 It knows nothing of video: a source is anything that meets ``source.Source``. Nothing here is
 public API; users import from ``shmloader``.
 """

@@ -37,7 +37,6 @@ import threading
 import time
 import warnings
 import weakref
-from collections import deque
 from typing import Any, Callable, NoReturn
 
 import numpy as np
@@ -49,7 +48,8 @@ from .pool import REAP_S, Pool, Worker, stop_workers
 from .protocol import COUNTS, ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
 from .ring import Layout, Ring
 from .schedule import Batch, Scheduler, Task, holding
-from .source import SKIPS_KEPT, Source
+from .skips import SKIPS_KEPT, Skips
+from .source import Source
 from .stats import Clock
 
 __all__ = ["Engine", "Exhausted"]
@@ -69,16 +69,6 @@ _RELEASE_POLL_S = 0.005
 
 class Exhausted(Exception):
     """The plan is done (or the loader was closed): iteration ends."""
-
-
-class Skips(deque[tuple[int, int, str]]):
-    """``(epoch, sample, reason)`` of the most recent skips, oldest first: a deque that also
-    slices (``loader.skipped[:2]``, a list)."""
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return list(self)[index]
-        return super().__getitem__(index)
 
 
 class Engine:

@@ -7,8 +7,7 @@ process never reads a sample; it only plans which index goes where.
 
 from __future__ import annotations
 
-import os
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -87,36 +86,6 @@ def check_sample(sample, spec: Spec, what: str) -> None:
             raise ValueError(f"{what}: {name!r} has shape {a.shape}, spec says {shape}")
         if not np.can_cast(a.dtype, dtype, casting="same_kind"):
             raise ValueError(f"{what}: {name!r} has dtype {a.dtype}, spec says {dtype}")
-
-
-def check_int(name: str, value, minimum: int) -> None:
-    """Raise a ValueError naming ``name`` unless ``value`` is an integer (not a bool) >= ``minimum``."""
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-# What a loader (or a Ray dataset) does with a sample it cannot read.
-ON_ERROR = ("raise", "skip")
-# Skipped samples remembered with their reason, by a loader and by a Ray dataset's task log (a
-# long run over a damaged dataset must not grow).
-SKIPS_KEPT = 10_000
-
-
-def check_seconds(name: str, value: Any) -> None:
-    """Raise a ValueError naming ``name`` unless ``value`` is a positive number of seconds."""
-    if not (isinstance(value, (int, float)) and value > 0):
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-
-
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    """Raise a ValueError naming ``name`` and its ``choices`` unless ``value`` is one of them."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (taskset, cgroup cpusets), not all the machine has."""
-    return len(os.sched_getaffinity(0)) or 1
 
 
 def probe_transform(source: Source | Described, transform, seed: int):

@@ -10,7 +10,8 @@ What lives here, a module a line:
 - ``_nodes``: waiting for a node that can run the tasks; counting their slots
 
 What it may import: the standard library, numpy, Ray (inside functions in ``_tasks``, ``_nodes``
-and ``_prepare``), ``shmloader._errors``, the engine, the reading path and the dataset tools.
+and ``_prepare``), ``shmloader._errors``, ``shmloader._checks``, the engine, the reading path and the
+dataset tools.
 
 NOTE [ Epochs on Ray ]
 The epoch plan is the loader's own (``engine.plan.EpochPlan``): epoch ``e`` holds the samples a
@@ -51,7 +52,8 @@ from ._nodes import task_slots, wait_for_a_node
 from ._prepare import prepare
 from ._tasks import decode_items, task_log
 from ..engine.plan import EpochPlan
-from ..engine.source import ON_ERROR, check_choice, check_int, check_seconds
+from .._checks import check_choice, check_int, check_seconds
+from ..engine.skips import ON_ERROR
 from ..video.clips import VideoClips, digest
 
 if TYPE_CHECKING:

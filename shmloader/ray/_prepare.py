@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._nodes import task_slots, wait_for_a_node
-from ..engine.source import check_seconds
+from .._checks import check_seconds
 from ..tools.prepare import (FILE_TIMEOUT, Spec, check_spec, failed_row, prepare_files, prepare_one, raise_for_fail_on,
                             remove_temporaries)
 from ..tools.rescan import check_fail_on

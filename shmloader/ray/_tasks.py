@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import SampleError
-from ..engine.source import SKIPS_KEPT
+from ..engine.skips import SKIPS_KEPT
 
 __all__ = ["TaskLog", "decode_items", "task_log"]
 

@@ -11,7 +11,8 @@ What lives here, a module a line:
 - ``prepare``: ``shmloader prepare``, training copies of a dataset and their manifest
 - ``transcode``: one training copy, decoded as the loader reads, encoded with short GOPs
 
-What it may import: the standard library, numpy, PyAV, tqdm, ``shmloader._errors``, the reading
-path (``shmloader.video``) and the engine's contract for sources (``shmloader.engine.source``).
+What it may import: the standard library, numpy, PyAV, tqdm, ``shmloader._errors``,
+``shmloader._checks``, ``shmloader._cpus``, the reading path (``shmloader.video``) and the engine's
+contract for sources (``shmloader.engine.source``).
 Users reach it through ``shmloader.prepare``, ``shmloader.ray.prepare`` and the command line.
 """

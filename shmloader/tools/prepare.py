@@ -44,7 +44,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..engine.source import check_int, check_seconds, usable_cpus
+from .._checks import check_int, check_seconds
+from .._cpus import usable_cpus
 from .audioprobe import AUDIO_COLUMNS, with_audio
 from .filepool import file_pool, kill
 from ..video.media import is_remote, split_member

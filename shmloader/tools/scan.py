@@ -52,7 +52,8 @@ import os
 from typing import Any, Iterable, Iterator
 
 from ..video.manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
-from ..engine.source import check_choice, check_int, check_seconds, usable_cpus
+from .._checks import check_choice, check_int, check_seconds
+from .._cpus import usable_cpus
 from .audioprobe import AUDIO_COLUMNS, audio_cells, with_audio
 from .evidence import probe_with_evidence
 from .filepool import file_pool, kill

@@ -3,7 +3,8 @@
 What lives here, a module a line:
 
 - ``clips``: ``VideoClips``, the description of a video dataset (paths, labels, options, groups)
-- ``arguments``: what a ``VideoClips`` is given, checked and made read-only
+- ``options``: ``VideoClips``' options in four groups (``Sampling``, ``Pixels``, ``Audio``, ``Reading``)
+- ``arguments``: what a ``VideoClips`` is given besides them (paths, labels, spans), checked
 - ``listing``: the rows of a CSV/JSON manifest or of tar shards
 - ``manifest``: class folders, CSV/JSON manifests, the probe columns of a scan manifest
 - ``shards``: tar shard patterns and the samples their members make
@@ -24,8 +25,8 @@ What lives here, a module a line:
 
 The offline dataset tools (scan, prepare) live in ``shmloader.tools``; nothing here imports them.
 
-What it may import: the standard library, numpy, decord, PyAV, fsspec, ``shmloader._errors`` and
-the engine's contract for sources (``shmloader.engine.source``, ``.shared``, ``.native_log``),
-never the rest of the engine. Nothing here is public API; users import from ``shmloader``,
+What it may import: the standard library, numpy, decord, PyAV, fsspec, ``shmloader._errors``,
+``shmloader._checks`` and the engine's contract for sources (``shmloader.engine.source``,
+``.shared``, ``.native_log``), never the rest of the engine. Nothing here is public API; users import from ``shmloader``,
 ``shmloader.samples`` and ``shmloader.sampling``.
 """

@@ -1,9 +1,11 @@
-"""What a ``VideoClips`` is given, checked: the paths (local, remote or FFmpeg protocols), the
-labels, the columns of a manifest or a shard listing, a class folder's videos, and the one
-thing the main process reads from a video (the first one's native size)."""
+"""What a ``VideoClips`` is given besides its options (``video.options``), checked: the paths
+(local, remote or FFmpeg protocols), the labels, the time spans, the columns of a manifest or a
+shard listing, a class folder's videos; and what the main process reads from a video (the first
+one's native size, and its frame rate where it sets the audio's room)."""
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Mapping, Sequence
 
@@ -11,11 +13,12 @@ import numpy as np
 
 from .manifest import URL, walk_folder
 from .media import is_remote, local_path
+from .options import Audio, Sampling
 from .probe import VideoInfo, probe
 from .storage import Storage
 
-__all__ = ["FirstVideo", "first_rows", "class_videos", "path_list", "checked_paths", "columns",
-           "read_only", "checked_labels"]
+__all__ = ["FirstVideo", "audio_samples", "first_rows", "class_videos", "path_list", "checked_paths", "columns",
+           "read_only", "checked_labels", "check_spans"]
 
 
 class FirstVideo:
@@ -124,3 +127,50 @@ def checked_labels(labels: Sequence[int], count: int) -> np.ndarray:
     if codes.dtype.kind not in "iub":
         raise ValueError(f"labels must be integers, got dtype {codes.dtype}")
     return codes.astype(np.int64)
+
+
+def check_spans(spans: Any, count: int) -> np.ndarray | None:
+    """Per-video time spans ``[(start, end)]`` in seconds (None or NaN: open) as a float64
+    ``[count, 2]`` array (open ends 0 and inf), or a ValueError naming the bad one."""
+    if spans is None:
+        return None
+    out = np.empty((count, 2), np.float64)
+    try:
+        rows = list(spans)
+    except TypeError:
+        raise ValueError("spans must be a sequence of (start, end) pairs in seconds, one per path") from None
+    if len(rows) != count:
+        raise ValueError(f"spans has {len(rows)} entries, expected {count}: one per path")
+    for i, span in enumerate(rows):
+        try:
+            a, b = span
+            a = 0.0 if a is None else float(a)
+            b = np.inf if b is None else float(b)
+        except (TypeError, ValueError):
+            raise ValueError(f"spans[{i}] must be (start, end) in seconds, got {span!r}") from None
+        a = 0.0 if np.isnan(a) else a
+        b = np.inf if np.isnan(b) else b
+        if not (np.isfinite(a) and a >= 0 and b > a):
+            raise ValueError(f"spans[{i}] = {span!r}: need 0 <= start < end (seconds)")
+        out[i] = a, b
+    return out
+
+
+def audio_samples(sampling: Sampling, audio: Audio | None, first: FirstVideo) -> int:
+    """``S``, the samples every clip's audio has room for (NOTE [ Where a clip's audio lies ]);
+    0 without audio. Clips by index and no ``audio_seconds``: by the frame rate of the first
+    video (``first``: probed once, for its size too)."""
+    if audio is None:
+        return 0
+    seconds = audio.seconds
+    if seconds is None and sampling.fps is not None:
+        seconds = (sampling.length + 1) / sampling.fps
+    elif seconds is None:
+        rate = first.info("audio_rate: cannot read the frame rate that sets the audio's length "
+                          "(or pass audio_seconds=)").fps
+        if not rate > 0:
+            raise ValueError(f"audio_rate: {first.storage.name(first.path)!r} has no frame rate to set the "
+                             "audio's length by: pass audio_seconds=")
+        seconds = ((sampling.length - 1) * sampling.frame_step + 1) / rate
+    # A span of exactly `seconds` at a rate that rounds is not one sample longer.
+    return max(1, math.ceil(seconds * audio.rate - 1e-6))

@@ -61,20 +61,14 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from ..engine.source import Spec, check_int
-from .sampling import SEGMENTS
+from ..engine.source import Spec
 
-if TYPE_CHECKING:
-    from .arguments import FirstVideo
+__all__ = ["PREROLL_S", "TAIL_S", "audio_spec", "clip_spans", "read_audio", "windows"]
 
-__all__ = ["AUDIO_CHANNELS", "PREROLL_S", "TAIL_S", "check_audio", "whole_video", "audio_samples", "audio_spec",
-           "clip_spans", "read_audio", "windows"]
-
-AUDIO_CHANNELS = (1, 2)
 _LAYOUTS = {1: "mono", 2: "stereo"}
 
 # Decoding starts this long before a clip: an AAC or MP3 packet decodes whole only after the one
@@ -91,61 +85,6 @@ TAIL_S = 0.05
 _MERGE_S = 1.0
 # The converter's output comes in frames of this many samples (a second at 16 kHz): few pulls.
 _PULL_SAMPLES = 16384
-
-
-def check_audio(audio_rate: Any, audio_channels: Any, audio_seconds: Any, *, sampling: str,
-                max_frames: int | None) -> tuple[int | None, int, float | None]:
-    """``VideoClips``' audio arguments: (rate, channels, seconds) checked, or a ValueError naming
-    the argument and why."""
-    if audio_rate is None:
-        if audio_seconds is not None:
-            raise ValueError("audio_seconds needs audio_rate=: the audio's sample rate in Hz")
-        _check_channels(audio_channels)
-        return None, int(audio_channels), None
-    check_int("audio_rate", audio_rate, 1)
-    _check_channels(audio_channels)
-    if audio_seconds is not None and (isinstance(audio_seconds, bool) or not isinstance(audio_seconds, (int, float))
-                                      or not math.isfinite(audio_seconds) or audio_seconds <= 0):
-        raise ValueError(f"audio_seconds must be a positive number of seconds, got {audio_seconds!r}")
-    if audio_seconds is None and whole_video(sampling, max_frames):
-        recipe = "max_frames" if max_frames is not None else f"sampling={sampling!r}"
-        raise ValueError(f"audio_rate with {recipe} needs audio_seconds=: a sample spans the whole video "
-                         "(or its span), whose length varies, and audio_seconds sets S, the fixed room "
-                         "every sample's audio has (e.g. 30 for a Whisper encoder); a longer span is "
-                         "cut there")
-    return int(audio_rate), int(audio_channels), None if audio_seconds is None else float(audio_seconds)
-
-
-def whole_video(sampling: str, max_frames: int | None) -> bool:
-    """Does a sample spread over the whole video (or its span): segments, ``max_frames``?"""
-    return sampling in SEGMENTS or max_frames is not None
-
-
-def _check_channels(channels: Any) -> None:
-    if isinstance(channels, bool) or channels not in AUDIO_CHANNELS:
-        raise ValueError(f"audio_channels must be 1 (mono) or 2 (stereo), got {channels!r}: every file's "
-                         "sound is mixed to it (stereo to its mean, mono copied to both channels, other "
-                         "layouts by FFmpeg's matrix)")
-
-
-def audio_samples(clips: Any, first: FirstVideo) -> int:
-    """``S``, the samples every clip's audio has room for (NOTE [ Where a clip's audio lies ]);
-    0 without audio. Clips by index and no ``audio_seconds``: by the frame rate of the first
-    video (``first``: probed once, for its size too)."""
-    if clips.audio_rate is None:
-        return 0
-    seconds = clips.audio_seconds
-    if seconds is None and clips.fps is not None:
-        seconds = (clips.clip_len + 1) / clips.fps
-    elif seconds is None:
-        rate = first.info("audio_rate: cannot read the frame rate that sets the audio's length "
-                          "(or pass audio_seconds=)").fps
-        if not rate > 0:
-            raise ValueError(f"audio_rate: {clips.storage.name(first.path)!r} has no frame rate to set the "
-                             "audio's length by: pass audio_seconds=")
-        seconds = ((clips.clip_len - 1) * clips.frame_step + 1) / rate
-    # A span of exactly `seconds` at a rate that rounds is not one sample longer.
-    return max(1, math.ceil(seconds * clips.audio_rate - 1e-6))
 
 
 def audio_spec(clips_per_sample: int, samples: int, channels: int) -> Spec:
@@ -224,6 +163,22 @@ def windows(spans: np.ndarray) -> list[list[int]]:
     return groups
 
 
+class _Stretch(NamedTuple):
+    """A run of contiguous audio: decoded frames of one format and rate, and the time each starts
+    at (seconds on the container's timeline, from its timestamp)."""
+
+    frames: list[Any]
+    times: list[float]
+
+
+class _Decoded(NamedTuple):
+    """What the decoding from one seek gives: its stretches in order, and ``track_end``, the time
+    the track ends at where that is before the span's end (None: it goes on past the span)."""
+
+    stretches: list[_Stretch]
+    track_end: float | None
+
+
 def _read_span(c: Any, s: Any, t0: float, t1: float, rate: int, layout: str, out: np.ndarray,
                anchor: float) -> float | None:
     """Decode ``s`` around ``[t0, t1)`` and place its samples, resampled, into ``out``; the time
@@ -237,32 +192,31 @@ def _read_span(c: Any, s: Any, t0: float, t1: float, rate: int, layout: str, out
             _seek_start(c, s)
         else:
             c.seek(_ticks(t0 - back, tb), stream=s, backward=True)
-        got = _stretches(c, s, tb, t0, t1, None if from_start else -math.inf if start is None else start)
+        # A first frame after the stream's start, too late for the clip, means the seek landed
+        # late; never so from the start, always where the stream's start is unknown.
+        late_after = math.inf if from_start else -math.inf if start is None else start
+        got = _stretches(c, s, tb, t0, t1, late_after)
         if got is not None:
-            stretches, end = got
             out[...] = 0
-            for stretch in stretches:
+            for stretch in got.stretches:
                 _place(stretch, tb, rate, layout, t0, anchor, out)
-            return end
+            return got.track_end
         back *= 2  # the seek landed too late: go further back
     raise AssertionError("unreachable: the last attempt decodes from the start")
 
 
-def _stretches(c: Any, s: Any, tb: Fraction, t0: float, t1: float,
-               start: float | None) -> tuple[list[list[tuple[Any, float]]], float | None] | None:
+def _stretches(c: Any, s: Any, tb: Fraction, t0: float, t1: float, late_after: float) -> _Decoded | None:
     """The frames decoded from where ``c`` stands to past ``t1``, as stretches of contiguous
-    audio ``[(frame, time)...]`` (a gap in the timestamps, a change of format or a damaged packet
-    starts another), and the time the track ends at when before ``t1``; None when the first
-    frame comes too late for the clip and later than the stream's ``start`` (None: decoding
-    from the start): seek further back."""
-    stretches: list[list[tuple[Any, float]]] = []
+    audio (a gap in the timestamps, a change of format or a damaged packet starts another); None
+    when the first frame comes too late for the clip and after ``late_after``: seek further back."""
+    stretches: list[_Stretch] = []
     key, expected, last_end, slack = None, 0.0, None, 0.0
     num, den = tb.numerator, tb.denominator  # pts * num / den: float(pts * tb), without a Fraction
     for frame in _decoded(c, s):
         if isinstance(frame, _Damage):
             at = None if frame.pts is None else float(frame.pts * tb)
             if at is not None and at >= t1:
-                return stretches, None
+                return _Decoded(stretches, None)
             # The packet after a damaged one decodes wrong too (its transform overlaps it).
             reach = PREROLL_S / 2 if not frame.duration else 2 * float(frame.duration * tb) + 0.005
             if at is None or at + reach > t0:  # a packet the clip's samples come from
@@ -275,34 +229,35 @@ def _stretches(c: Any, s: Any, tb: Fraction, t0: float, t1: float,
         if pts is None or n == 0:
             continue
         ft = pts * num / den
-        if not stretches and ft > t0 - PREROLL_S / 2 and start is not None and ft > start + 1e-3:
+        if not stretches and ft > t0 - PREROLL_S / 2 and ft > late_after + 1e-3:
             return None
         if ft >= t1 + TAIL_S:
-            return stretches, None  # the track goes on past the span
+            return _Decoded(stretches, None)  # the track goes on past the span
         sr = frame.sample_rate
         now = (frame.format.name, frame.layout.name, sr)
         if now != key or abs(ft - expected) > slack:
-            stretches.append([])
+            stretches.append(_Stretch([], []))
             key, expected = now, ft
             # Contiguous within a tick of the stream's clock (Matroska's 1 ms) or two samples.
             slack = max(float(tb) * 1.5, 2.0 / sr)
-        stretches[-1].append((frame, ft))
+        stretches[-1].frames.append(frame)
+        stretches[-1].times.append(ft)
         expected += n / sr
         last_end = ft + n / sr
     if last_end is None:
-        return stretches, t0  # nothing from the span on: the track ended before it
-    return stretches, last_end if last_end < t1 else None
+        return _Decoded(stretches, t0)  # nothing from the span on: the track ended before it
+    return _Decoded(stretches, last_end if last_end < t1 else None)
 
 
-def _begin(stretch: list[tuple[Any, float]], tb: Fraction) -> float:
+def _begin(stretch: _Stretch, tb: Fraction) -> float:
     """When a stretch's first sample plays. Each frame's timestamp, less the samples before it,
     says so to within half a tick of the stream's clock; where the clock is coarser than the
     samples (Matroska's milliseconds) the frames together narrow it down. The first frame is
     left out where others speak: after a seek the decoder may drop its first samples (Opus's
     pre-skip) and move its timestamp by a rounded amount."""
-    sr = stretch[0][0].sample_rate
-    before = np.cumsum([0] + [f.samples for f, _ in stretch[:-1]]) / sr
-    says = np.array([ft for _, ft in stretch]) - before
+    sr = stretch.frames[0].sample_rate
+    before = np.cumsum([0] + [f.samples for f in stretch.frames[:-1]]) / sr
+    says = np.array(stretch.times) - before
     if len(says) > 1:
         says = says[1:]
     half = float(tb) / 2
@@ -310,17 +265,16 @@ def _begin(stretch: list[tuple[Any, float]], tb: Fraction) -> float:
     return (lo + hi) / 2 if lo <= hi else float(np.median(says))
 
 
-def _place(stretch: list[tuple[Any, float]], tb: Fraction, rate: int, layout: str, t0: float,
-           anchor: float, out: np.ndarray) -> None:
+def _place(stretch: _Stretch, tb: Fraction, rate: int, layout: str, t0: float, anchor: float,
+           out: np.ndarray) -> None:
     """A stretch of contiguous audio resampled in one go into ``out`` (sample 0 at ``t0``), its
     output on the grid of a decode of the whole track, which starts at ``anchor``."""
     begin = _begin(stretch, tb)
-    first = _on_grid(stretch[0][0], begin, rate, anchor, t0)
-    if first is not None:
-        stretch = [first, *stretch[1:]]
+    trimmed = _on_grid(stretch, begin, rate, anchor, t0)
+    if trimmed is not None:
+        stretch, begin = trimmed, trimmed.times[0]
     written = 0
-    begin = stretch[0][1] if first is not None else begin
-    for data in _Converter(stretch[0][0], rate, layout)([f for f, _ in stretch]):
+    for data in _Converter(stretch.frames[0], rate, layout)(stretch.frames):
         m = data.shape[1]  # [C, m]: one channel is copied to both of stereo
         at = round((begin - t0) * rate) + written
         written += m
@@ -329,11 +283,12 @@ def _place(stretch: list[tuple[Any, float]], tb: Fraction, rate: int, layout: st
             out[lo:hi] = data[:, lo - at : hi - at].T
 
 
-def _on_grid(frame: Any, begin: float, rate: int, anchor: float, t0: float) -> tuple[Any, float] | None:
-    """``frame`` (playing from ``begin``) without its first samples, and its new start, so that
-    the stretch starts where the input's and output's sample grids from the track's start meet:
-    the output samples are then those of a decode of the whole track (not half a sample off).
-    None to keep it whole: a stretch that starts inside the clip keeps all its samples."""
+def _on_grid(stretch: _Stretch, begin: float, rate: int, anchor: float, t0: float) -> _Stretch | None:
+    """``stretch`` (playing from ``begin``) without its first frame's first samples, starting
+    where the input's and output's sample grids from the track's start meet: the output samples
+    are then those of a decode of the whole track (not half a sample off). None to keep it
+    whole: a stretch that starts inside the clip keeps all its samples."""
+    frame = stretch.frames[0]
     sr = frame.sample_rate
     step = 1.0 / math.gcd(sr, rate)  # the grids meet every `step` seconds
     target = anchor + math.ceil((begin - anchor) / step - 1e-9) * step
@@ -347,7 +302,7 @@ def _on_grid(frame: Any, begin: float, rate: int, anchor: float, t0: float) -> t
     trimmed = av.AudioFrame.from_ndarray(np.ascontiguousarray(cut), format=frame.format.name,
                                          layout=frame.layout.name)
     trimmed.sample_rate = sr
-    return trimmed, target
+    return _Stretch([trimmed, *stretch.frames[1:]], [target, *stretch.times[1:]])
 
 
 class _Damage:

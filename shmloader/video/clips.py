@@ -15,34 +15,36 @@ samples of one video (see ``group_clips`` and ``engine.schedule``) decodes them 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from functools import cached_property
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from ..engine.shared import SharedStrings
-from ..engine.source import Spec, check_choice, check_int
-from .arguments import (FirstVideo, checked_labels, checked_paths, class_videos, columns, first_rows,
-                        path_list, read_only)
-from .audio import audio_samples, check_audio
+from ..engine.source import Spec
+from .arguments import (FirstVideo, audio_samples, check_spans, checked_labels, checked_paths, class_videos, columns,
+                        first_rows, path_list, read_only)
 from .listing import SHARD_VIDEO_KEYS, csv_listing, shard_listing
 from .manifest import MANIFEST_INTS, VIDEO_EXTENSIONS, class_folders
-from .probe import DECODERS
+from .options import GROUPS, Audio, OptionKeywords, Pixels, Reading, Sampling, flat, merged
 from .reader import ClipReader, sample_spec
-from .sampling import check_clip_options, check_spans, eval_changes
 from .storage import Storage
 from .tables import SharedClips
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["VideoClips", "digest"]
 
-_DECODER_CHOICES = ("auto", *DECODERS)
-FETCH_OPTIONS = ("retries", "timeout", "block_size", "cache_bytes", "stat_ttl")
 # Columns of a scan manifest a reader takes instead of probing (``video.manifest.row_info``), and
 # of tar members' places (``from_shards``).
 MANIFEST_COLUMNS = (*MANIFEST_INTS, "fps", "decoder", "cfr")
 MEMBER_COLUMNS = ("offset", "size")
+# What a description is given besides its paths and options: a column (or list) per path.
+_ROWS = ("labels", "spans", "manifest", "members", "classes")
 
 
 class VideoClips:
@@ -53,114 +55,60 @@ class VideoClips:
     ``[V, T, H, W, 3]`` (view ``k * 3 + c`` is clip ``k``, crop ``c``); ``frames`` int64
     ``[T]`` (``[K, T]``), the index in the video of every delivered frame; ``start`` int64
     (``[K]``), each clip's first frame; ``label`` int64 (-1 without labels); ``index`` int64,
-    the video's position in ``paths``. There are ``len(paths) * clips_per_video`` samples.
+    the video's position in ``paths``; with audio, ``audio`` and ``audio_len`` (:class:`Audio`).
+    There are ``len(paths) * clips_per_video`` samples.
 
-    Which frames: ``clip_len`` frames every ``frame_step`` frames, or with ``fps=F`` every
-    ``1/F`` seconds of video time. ``sampling``: ``"random"`` (independent seeded starts, new
-    each epoch), ``"uniform"`` (spread evenly over the video), ``"center"``. ``short_video``:
-    ``"error"``, ``"repeat_last"`` or ``"wrap"`` for videos shorter than one clip.
-
-    Which pixels: ``size=(h, w)`` stretches every frame to ``h x w`` while decoding; ``None``
-    keeps the native size (every video must share it unless ``crop`` is set).
-    ``scale=S`` or ``(S_min, S_max)`` scales the short side to ``S`` (drawn per sample, or per
-    video and epoch with ``group_clips``) keeping the aspect ratio, in the decoder; ``crop=(h,
-    w)`` then cuts a window at ``crop_at``: ``"center"``, ``"random"`` (seeded, one per clip)
-    or ``"three"`` (left/top, center, right/bottom along the long side).
-
-    ``group_clips=True``: the ``clips_per_video`` samples of a video may be decoded together,
-    in one pass by one worker, and placed at several positions of the coming batches (the
-    loader's shuffle window, see ``Loader``).
+    The options come in four groups, each field documented once there: which frames
+    (:class:`Sampling`), which pixels (:class:`Pixels`), the sound (:class:`Audio`) and how the
+    files are read (:class:`Reading`). Give a field by its keyword (``clip_len=8``,
+    ``sampling="uniform"``, ``size=(112, 112)``, ``audio_rate=16000``, ``fetch={...}``), or a
+    group whole (``sampling=Sampling(clip_len=8, mode="uniform")``, ``pixels=Pixels(...)``), but
+    not both for one group. Each is read back as ``clips.sampling.clip_len``, ``clips.pixels.crop``,
+    ``clips.audio.rate`` (``clips.audio`` is None without sound), ``clips.reading.decoder``.
 
     Where the videos live: ``paths`` are local files or fsspec URLs (``s3://``, ``gs://``,
     ``az://``, ``https://``, ``hf://``, members of tar shards as ``tar://key.mp4::<shard URL>``;
-    the protocol's package is an extra, e.g. ``shmloader[s3]``), with ``storage_options`` passed
-    to the filesystem (credentials, endpoint; or one dict per protocol). A remote file is read by
-    byte range, only what a clip needs (NOTE [ Reading remote files ] in ``video.storage``), and
-    PyAV decodes it, as ``fetch`` says (below). Other strings with a protocol prefix (FFmpeg's
-    ``concat:``, ``pipe:``...) are refused unless ``allow_urls=True``.
-
-    Which decoder: ``decoder="auto"`` lets each file's probe choose — decord only in the
-    (container, codec) shapes whose random access is shown exact, and there not for long videos,
-    edit lists that drop frames, size changes, rotation, a frame count the container
-    contradicts, and any file decord refuses; PyAV for everything else (NOTE [ Which decoder
-    reads a file ] in ``video.probe``); ``"decord"``
-    or ``"pyav"`` forces one. Frame counts, indices and timestamps are the probe's whichever
-    decoder runs. ``decode_threads``: threads each worker's decoder uses (1: the workers are the
-    parallelism).
+    the protocol's package is an extra, e.g. ``shmloader[s3]``), read as :class:`Reading` says.
 
     :param paths: video files, fsspec URLs or tar members (``tar://key.mp4::<shard>``).
     :param labels: an integer per path (``label`` is -1 without them).
-    :param clip_len: frames per clip (16 by default; not with ``max_frames``).
-    :param frame_step: take every ``frame_step``-th frame.
-    :param clips_per_video: samples per video in an epoch.
-    :param clips_per_sample: clips of one video in each sample (a ``[K, ...]`` leading axis).
-    :param sampling: ``"random"``, ``"uniform"``, ``"center"``, ``"segments"`` (TSN: one frame
-        in each of ``clip_len`` equal stretches) or ``"segments_uniform"``.
-    :param fps: pick frames every ``1/fps`` seconds of presentation time instead of by index.
-    :param max_frames: with ``fps``: up to this many frames of the whole video (or span), evenly
-        thinned, padded, with a ``mask`` field.
+    :param sampling: which frames, a :class:`Sampling`; or its ``mode``, a string.
+    :param pixels: which pixels, a :class:`Pixels`.
+    :param audio: the sound, an :class:`Audio`; None: none.
+    :param reading: how the files are read, a :class:`Reading`.
     :param spans: per path ``(start, end)`` seconds (None: open) the clips must lie in.
-    :param short_video: ``"error"``, ``"repeat_last"`` or ``"wrap"`` for a video shorter than a clip.
-    :param size: ``(height, width)`` every frame is stretched to while decoding; None: native.
-    :param scale: the short side scaled to ``S``, or drawn in ``(S_min, S_max)``; needs ``crop``.
-    :param crop: ``(height, width)`` window cut at ``crop_at``.
-    :param crop_at: ``"center"``, ``"random"`` or ``"three"`` (three views per clip).
-    :param group_clips: decode the samples of a video together, in one pass by one worker.
-    :param allow_urls: hand other protocol strings (``concat:``, ``pipe:``...) to FFmpeg.
-    :param decode_threads: threads each worker's decoder uses.
-    :param decoder: ``"auto"`` (each file's probe chooses), ``"decord"`` or ``"pyav"``.
-    :param storage_options: options of the fsspec filesystem (credentials, endpoint), or one
-        dict per protocol.
-    :param fetch: remote reads, per worker: ``retries`` (5, backoff from 0.1 s), ``timeout`` (30 s
-        a request), ``block_size`` (128 KiB), ``cache_bytes`` (64 MiB), ``stat_ttl`` (60 s: how
-        long a file's size and mtime are trusted before asked again).
     :param manifest: a scan manifest's probe columns, one row per path (``from_csv``).
     :param members: tar members' ``offset`` and ``size`` per path, -1 where unknown (``from_shards``).
     :param classes: the class names, label ``i`` is ``classes[i]`` (``from_folder``).
-    :param audio_rate: Hz of each clip's audio (``audio``, ``audio_len``: ``video.audio``); None: none.
-    :param audio_channels: 1 (mono: stereo's mean) or 2 (stereo: mono copied to both).
-    :param audio_seconds: the longest span a clip may have (``S``); None: from the clips.
-        Required with segments and ``max_frames``, whose samples span the whole video (or its
-        span): the room every sample's audio has, a longer span cut there (``audio_len == S``).
+    :param options: any field of the groups by its keyword.
     :raises ValueError: a bad argument, naming it.
 
     A ``VideoClips`` is a description and does not change once made (``with_options`` makes a
     changed copy); each loader keeps what it needs to run it (``for_workers``).
     """
 
+    sampling: Sampling
+    pixels: Pixels
+    audio: Audio | None
+    reading: Reading
+
     def __init__(self, paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None = None, *,
-                 clip_len: int | None = None, frame_step: int = 1, clips_per_video: int = 1,
-                 clips_per_sample: int = 1, sampling: str = "random", fps: float | None = None,
-                 max_frames: int | None = None, spans: Sequence[tuple[float | None, float | None]] | None = None,
-                 short_video: str = "error", size: tuple[int, int] | None = None,
-                 scale: int | tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
-                 crop_at: str = "center", group_clips: bool = False, allow_urls: bool = False,
-                 decode_threads: int = 1, decoder: str = "auto",
-                 storage_options: dict[str, Any] | None = None, fetch: dict[str, Any] | None = None,
+                 sampling: str | Sampling | None = None, pixels: Pixels | None = None, audio: Audio | None = None,
+                 reading: Reading | None = None, spans: Sequence[tuple[float | None, float | None]] | None = None,
                  manifest: Mapping[str, np.ndarray] | None = None, members: Mapping[str, np.ndarray] | None = None,
-                 classes: Sequence[str] | None = None, audio_rate: int | None = None, audio_channels: int = 1,
-                 audio_seconds: float | None = None) -> None:
+                 classes: Sequence[str] | None = None, **options: Unpack[OptionKeywords]) -> None:
         given = path_list(paths)
         if not given:
             raise ValueError("paths is empty")
-        clip_len, fps, size, scale, crop = check_clip_options(
-            clip_len=clip_len, frame_step=frame_step, clips_per_video=clips_per_video,
-            clips_per_sample=clips_per_sample, sampling=sampling, fps=fps, short_video=short_video,
-            size=size, scale=scale, crop=crop, crop_at=crop_at, max_frames=max_frames)
+        whole = {"sampling": sampling, "pixels": pixels, "audio": audio, "reading": reading}
+        groups = merged({}, {**{k: v for k, v in whole.items() if v is not None}, **options})
+        for g, value in groups.items():
+            setattr(self, g, value)
         times = check_spans(spans, len(given))
         codes = None if labels is None else checked_labels(labels, len(given))
-        check_choice("decoder", decoder, _DECODER_CHOICES)
-        check_int("decode_threads", decode_threads, 1)
-        self.audio_rate, self.audio_channels, self.audio_seconds = check_audio(
-            audio_rate, audio_channels, audio_seconds, sampling=sampling, max_frames=max_frames)
-        if not isinstance(group_clips, bool):
-            raise ValueError(f"group_clips must be True or False, got {group_clips!r}")
-        self.fetch = dict(fetch or {})
-        if set(self.fetch) - set(FETCH_OPTIONS):
-            raise ValueError(f"fetch takes {FETCH_OPTIONS}, got {sorted(set(self.fetch) - set(FETCH_OPTIONS))}")
-        self.storage = Storage(storage_options, **self.fetch)
-        resolved, remote = checked_paths(given, allow_urls)
-        if remote and decoder == "decord":
+        self.storage = self.reading.storage()
+        resolved, remote = checked_paths(given, self.reading.allow_urls)
+        if remote and self.reading.decoder == "decord":
             raise ValueError("decoder='decord' reads local files only; remote paths are read by PyAV "
                              "(decoder='auto' or 'pyav')")
         self.paths = resolved
@@ -170,18 +118,13 @@ class VideoClips:
         # Rows of one file (several spans of a video): the first row's index, so that a worker
         # handed several of them decodes the file once (read_many).
         self.files = None if times is None else first_rows(resolved)
-        self.max_frames = None if max_frames is None else int(max_frames)
-        self.clip_len, self.frame_step = clip_len, int(frame_step)
-        self.clips_per_video, self.clips_per_sample = int(clips_per_video), int(clips_per_sample)
-        self.sampling, self.fps, self.short_video = sampling, fps, short_video
-        self.scale, self.crop, self.crop_at = scale, crop, crop_at
-        self.group_clips, self.decode_threads, self.decoder = group_clips, int(decode_threads), decoder
-        # Decoded at the file's own size: with a crop, any size at least the crop will do;
-        # without, every video must have the first one's size.
-        self.native = size is None and scale is None
         first = FirstVideo(self.paths[0], self.storage)  # probed here when asked, once
-        self.size = first.native_size() if self.native and crop is None else size  # decoded at, when fixed
-        self.audio_samples = audio_samples(self, first)  # S, 0 without audio
+        # The size every frame is decoded at, where one serves all: the given size, or without a
+        # crop the first video's native size, which every video must then have; None: each
+        # video's own (scaled, or cropped from native frames of any size at least the crop).
+        px = self.pixels
+        self.decode_size = first.native_size() if px.native and px.crop is None else px.size
+        self.audio_samples = audio_samples(self.sampling, self.audio, first)  # S, 0 without audio
         read_only(self.labels, self.spans, self.files)
         self.manifest = columns("manifest", manifest, MANIFEST_COLUMNS, len(resolved))
         self.members = columns("members", members, MEMBER_COLUMNS, len(resolved))
@@ -248,42 +191,38 @@ class VideoClips:
         once here (tarfile seeks past the members' data); the workers get every member's offset
         and size and read a member by byte range (``tar://key.mp4::<shard>`` paths).
         """
-        listed = shard_listing(urls, video_key, label_key, Storage(storage_options, **(fetch or {})))
-        return cls(listed.paths, listed.labels, storage_options=storage_options, fetch=fetch,
-                   members=listed.members, **kwargs)
+        reading = kwargs.get("reading") or Reading(storage_options=storage_options, fetch=fetch)
+        listed = shard_listing(urls, video_key, label_key, reading.storage())
+        given = {"storage_options": storage_options, "fetch": fetch}
+        kwargs.update({k: v for k, v in given.items() if v is not None})
+        return cls(listed.paths, listed.labels, members=listed.members, **kwargs)
 
     def options(self) -> dict[str, Any]:
-        """The constructor's keyword arguments that made this source (paths aside)."""
-        return dict(labels=self.labels, clip_len=None if self.max_frames else self.clip_len,
-                    frame_step=self.frame_step, clips_per_video=self.clips_per_video,
-                    clips_per_sample=self.clips_per_sample, sampling=self.sampling, fps=self.fps,
-                    max_frames=self.max_frames, spans=None if self.spans is None else self.spans.tolist(),
-                    short_video=self.short_video,
-                    size=None if self.native else self.size, scale=self.scale, crop=self.crop,
-                    crop_at=self.crop_at, group_clips=self.group_clips, allow_urls=True,
-                    decode_threads=self.decode_threads, decoder=self.decoder,
-                    storage_options=self.storage.options, fetch=self.fetch, manifest=self.manifest,
-                    members=self.members, classes=self.classes, audio_rate=self.audio_rate,
-                    audio_channels=self.audio_channels, audio_seconds=self.audio_seconds)
+        """The constructor's keyword arguments that made this source (paths aside): every option
+        by its keyword, and the columns given per path."""
+        return dict(labels=self.labels, spans=None if self.spans is None else self.spans.tolist(),
+                    manifest=self.manifest, members=self.members, classes=self.classes, **flat(self._groups()))
 
     def with_options(self, **changes: Any) -> VideoClips:
-        """A copy with some constructor arguments changed, e.g. ``sampling="uniform"`` for evaluation."""
-        kwargs = self.options()
-        if "audio_rate" in changes and changes["audio_rate"] is None:
-            kwargs["audio_seconds"] = None  # no audio: no room for it
-        kwargs.update(changes)
-        return type(self)(self.paths, **kwargs)
+        """A copy with some constructor arguments changed, e.g. ``sampling="uniform"`` for
+        evaluation, ``audio_rate=None`` (no sound) or a group whole (``pixels=Pixels(...)``)."""
+        current = self.options()
+        rows = {k: changes.pop(k, current[k]) for k in _ROWS}
+        return type(self)(self.paths, **rows, **merged(self._groups(), changes))
 
     def for_eval(self) -> VideoClips:
         """The same clips made deterministic for evaluation: ``sampling="uniform"`` instead of
         random starts (``"segments_uniform"`` instead of ``"segments"``: each segment's centre),
         the short side ``S_min`` of a ``scale`` range, ``crop_at="center"`` instead of random
         windows (``"three"`` stays)."""
-        changes = eval_changes(self.sampling, self.scale, self.crop_at)
-        return self.with_options(**changes) if changes else self
+        s, p = self.sampling.for_eval(), self.pixels.for_eval()
+        return self if s is self.sampling and p is self.pixels else self.with_options(sampling=s, pixels=p)
+
+    def _groups(self) -> dict[str, Any]:
+        return {g: getattr(self, g) for g in GROUPS}
 
     def __len__(self) -> int:
-        return len(self.paths) * self.clips_per_video
+        return len(self.paths) * self.sampling.clips_per_video
 
     def fingerprint(self) -> str:
         """A hash of the videos, in order, and their labels, which a loader's saved state carries."""
@@ -296,33 +235,33 @@ class VideoClips:
     @property
     def views(self) -> int:
         """Views per sample: clips, times three with ``crop_at="three"``."""
-        return self.clips_per_sample * (3 if self.crop_at == "three" else 1)
+        return self.sampling.clips_per_sample * (3 if self.pixels.crop_at == "three" else 1)
 
     @property
     def group_size(self) -> int:
         """Consecutive sample indices the loader may hand to one worker to decode in one pass
         (with rows sharing a video, see ``group_ids``: the mean samples per video, rounded up)."""
-        if not self.group_clips:
+        if not self.reading.group_clips:
             return 1
         ids = self.group_ids()
-        return self.clips_per_video if ids is None else -(-len(ids) // (int(ids.max()) + 1))
+        return self.sampling.clips_per_video if ids is None else -(-len(ids) // (int(ids.max()) + 1))
 
     def group_ids(self) -> np.ndarray | None:
         """With ``group_clips`` and several rows (spans) of one video: the video of each sample
         (0, 1, ... in order of first appearance), so that the loader groups every sample of a
         video, of all its rows; else None (groups are ``group_size`` consecutive samples)."""
-        if not self.group_clips or self.files is None or np.array_equal(self.files, np.arange(len(self.files))):
+        if not self.reading.group_clips or self.files is None or np.array_equal(self.files, np.arange(len(self.files))):
             return None
         _, dense = np.unique(self.files, return_inverse=True)
-        return np.repeat(dense.astype(np.int64), self.clips_per_video)
+        return np.repeat(dense.astype(np.int64), self.sampling.clips_per_video)
 
     def spec(self) -> Spec:
         return sample_spec(self)
 
     def describe(self, index: int) -> str:
-        v, c = divmod(index, self.clips_per_video)
+        v, c = divmod(index, self.sampling.clips_per_video)
         name = repr(self.storage.name(self.paths[v]))
-        return f"{name}, clip {c}" if self.clips_per_video > 1 else name
+        return f"{name}, clip {c}" if self.sampling.clips_per_video > 1 else name
 
     def reader(self) -> ClipReader:
         """A reader of these samples in this process: ``reader().read([0, 5, 9])`` gives their
@@ -357,6 +296,9 @@ def _feed(h: Any, value: Any) -> None:
     elif isinstance(value, (list, tuple)):
         for v in value:
             _feed(h, v)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):  # an option group
+        h.update(type(value).__name__.encode())
+        _feed(h, {f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
     elif isinstance(value, Storage):
         _feed(h, value.__getstate__())
     else:

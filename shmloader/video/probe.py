@@ -71,7 +71,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..engine.source import check_choice
+from .._checks import check_choice
 from .media import Media
 from .mp4index import INDEXED_MIN_FRAMES, audio_packets, from_index
 from .packets import RAW_EXTENSIONS, Pass, RawStream, open_gop, read_open

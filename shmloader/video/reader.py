@@ -27,10 +27,11 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from ..engine.source import Spec, seeded
-from .audio import audio_spec, clip_spans, whole_video
+from .audio import audio_spec, clip_spans
 from .decoding import Decoding
 from .manifest import row_info
 from .media import split_member
+from .options import Audio, Pixels, Reading, Sampling
 from .probe import VideoInfo
 from .probestore import ProbeStore
 from .sampling import SEGMENTS, clip_frames, crop_windows, rate_frames, scaled_size
@@ -54,24 +55,11 @@ class Clips(Protocol):
     members: dict[str, np.ndarray] | None
     storage: Storage
     remote: bool
-    decoder: str
-    decode_threads: int
-    clip_len: int
-    frame_step: int
-    clips_per_video: int
-    clips_per_sample: int
-    sampling: str
-    fps: float | None
-    max_frames: int | None
-    short_video: str
-    native: bool
-    size: tuple[int, int] | None
-    scale: tuple[int, int] | None
-    crop: tuple[int, int] | None
-    crop_at: str
-    group_clips: bool
-    audio_rate: int | None
-    audio_channels: int
+    sampling: Sampling
+    pixels: Pixels
+    audio: Audio | None
+    reading: Reading
+    decode_size: tuple[int, int] | None
     audio_samples: int
 
     def __len__(self) -> int: ...
@@ -96,7 +84,7 @@ class ClipReader:
 
     def __init__(self, clips: Clips, probes: ProbeStore | None = None) -> None:
         self.clips = clips
-        self.decoding = Decoding(clips.decode_threads, clips.decoder, clips.storage)
+        self.decoding = Decoding(clips.reading.decode_threads, clips.reading.decoder, clips.storage)
         self._shared = probes
         # Frames a decoder goes through for each pass, from the keyframes it decodes from (all of
         # them, lead = those no clip shows, head = those before each pass's first frame) and the
@@ -125,7 +113,7 @@ class ClipReader:
         that would otherwise count as its first task's decoding (NOTE [ Start-up is not work ]
         in ``engine.stats``). Returns this reader."""
         vc = self.clips
-        for name in ("pyav",) if vc.decoder == "pyav" or vc.remote else ("pyav", "decord"):
+        for name in ("pyav",) if vc.reading.decoder == "pyav" or vc.remote else ("pyav", "decord"):
             self.decoding.decoder(name)
         return self
 
@@ -195,15 +183,16 @@ class ClipReader:
         ``group_clips`` (the scale), so grouping never changes what a sample holds.
         """
         vc = self.clips
+        per_video = vc.sampling.clips_per_video
         by_file: dict[int, list[int]] = {}
         for i, index in enumerate(indices):
-            v = index // vc.clips_per_video
+            v = index // per_video
             by_file.setdefault(v if vc.files is None else int(vc.files[v]), []).append(i)
         remote = vc.remote  # decided once, when the paths were given
         if remote and len(by_file) > 1:  # their probes' requests together, not one after another
             self._probe_ahead(list(by_file))
-        plans = [self._plan_video(v, [(indices[i] // vc.clips_per_video, indices[i] % vc.clips_per_video,
-                                       rngs[i], outs[i]) for i in items], epoch_key)
+        plans = [self._plan_video(v, [(indices[i] // per_video, indices[i] % per_video, rngs[i], outs[i])
+                                      for i in items], epoch_key)
                  for v, items in by_file.items()]
         if remote:  # every clip's bytes in one round of requests (NOTE [ Reading remote files ])
             # the audio's too where the probe placed its packets (video.audiobytes)
@@ -216,7 +205,7 @@ class ClipReader:
                 self._count(union, self.decoding.keyframes(info), sum(g[2].size for g in group))
                 for out, row, frames, _, rng in group:
                     _fill(self.clips, out, row, frames, union, decoded, rng, done=decoded is direct)
-                if vc.audio_rate is not None:
+                if vc.audio is not None:
                     self._audio(info, [(g[2], g[0], g[1]) for g in group])
 
     def _audio(self, info: VideoInfo, samples: list[tuple[np.ndarray, dict[str, np.ndarray], int]]) -> None:
@@ -224,26 +213,26 @@ class ClipReader:
         read together (NOTE [ Where a clip's audio lies ]): a whole-video sample's span is cut to
         its row's span and to ``S`` samples."""
         vc = self.clips
-        assert vc.audio_rate is not None, "read with audio only"
+        assert vc.audio is not None, "read with audio only"
         outs = []
         for frames, out, _ in samples:
             k = frames.shape[0]
-            audio = _view(out["audio"], (k, vc.audio_samples, vc.audio_channels))
+            audio = _view(out["audio"], (k, vc.audio_samples, vc.audio.channels))
             lens = _view(out["audio_len"], (k,))
             outs += [(audio[j], lens[j, ...]) for j in range(k)]
         spans = self._spans(info, [(frames, row) for frames, _, row in samples])
         assert spans is not None
-        self.decoding.audio(info, spans, vc.audio_rate, outs)
+        self.decoding.audio(info, spans, vc.audio.rate, outs)
 
     def _spans(self, info: VideoInfo, clips: list[tuple[np.ndarray, int]]) -> np.ndarray | None:
         """``[K, 2]`` seconds on the container's timeline that the clips of ``clips`` =
         [(frames [k, T], row)...] span, in order: what their audio is read for (a whole-video
         sample's cut to its row's span and to ``S`` samples); None without audio."""
         vc = self.clips
-        if vc.audio_rate is None:
+        if vc.audio is None:
             return None
-        whole = whole_video(vc.sampling, vc.max_frames)
-        longest = vc.audio_samples / vc.audio_rate if whole else None
+        whole = vc.sampling.whole_video
+        longest = vc.audio_samples / vc.audio.rate if whole else None
         times, at = self.decoding.timeline(info)
         spans = []
         for frames, row in clips:
@@ -264,38 +253,40 @@ class ClipReader:
         """What the samples ``items`` = [(row, clip, rng, out)] of the rows of file ``v`` take:
         ``(v, info, passes)``, a pass per decode size: ``(size, [(out, row, frames [K, T], size,
         rng)...], union of their frames, the slot to decode into directly or None)``."""
-        vc = self.clips
-        path, k = vc.paths[v], vc.clips_per_sample
+        vc, sm, px = self.clips, self.clips.sampling, self.clips.pixels
+        path, k = vc.paths[v], sm.clips_per_sample
         info = self._info(v, path)
         n = info.frames
         pts = None
-        if vc.fps is not None or vc.sampling in SEGMENTS or vc.spans is not None:
+        if sm.fps is not None or sm.mode in SEGMENTS or vc.spans is not None:
             pts = info.times()
             if pts is None:  # a manifest row of a variable-rate video: read the timestamps
                 pts = self.decoding.info(path).times()
         native = (info.height, info.width)
-        if vc.native and vc.crop is None and vc.size is not None and native != tuple(vc.size):
+        size = vc.decode_size
+        if px.native and size is not None and native != tuple(size):
             raise ValueError(f"video is {native[0]}x{native[1]} but the loader's clips are "
-                             f"{vc.size[0]}x{vc.size[1]}; pass size=(height, width) to resize, or crop=")
-        fixed = None if vc.native else vc.size  # decode size unless scaled per video
+                             f"{size[0]}x{size[1]}; pass size=(height, width) to resize, or crop=")
+        fixed = None if px.native else size  # decode size unless scaled per video
+        scale = px.short_side
         shared_scale = None
-        if vc.scale is not None and vc.group_clips and epoch_key is not None:
-            shared_scale = _draw_scale(np.random.default_rng((*epoch_key, v, 1)), vc.scale)
+        if scale is not None and vc.reading.group_clips and epoch_key is not None:
+            shared_scale = _draw_scale(np.random.default_rng((*epoch_key, v, 1)), scale)
         plans = []  # (out, row, frames [K, T], decode size, rng) per sample
         for row, c, rng, out in items:
             span = None if vc.spans is None else (float(vc.spans[row][0]), float(vc.spans[row][1]))
-            if vc.max_frames is not None:
-                assert vc.fps is not None, "max_frames comes with fps"
-                frames = rate_frames(n, pts, fps=vc.fps, max_frames=vc.max_frames, sampling=vc.sampling,
-                                     short_video=vc.short_video, rng=rng, span=span)[None]
+            if sm.max_frames is not None:
+                assert sm.fps is not None, "max_frames comes with fps"
+                frames = rate_frames(n, pts, fps=sm.fps, max_frames=sm.max_frames, sampling=sm.mode,
+                                     short_video=sm.short_video, rng=rng, span=span)[None]
             else:
-                frames = clip_frames(n, pts, clip_len=vc.clip_len, frame_step=vc.frame_step, fps=vc.fps,
-                                     sampling=vc.sampling, clips=[c * k + j for j in range(k)],
-                                     total_clips=vc.clips_per_video * k, short_video=vc.short_video, rng=rng,
+                frames = clip_frames(n, pts, clip_len=sm.length, frame_step=sm.frame_step, fps=sm.fps,
+                                     sampling=sm.mode, clips=[c * k + j for j in range(k)],
+                                     total_clips=sm.clips_per_video * k, short_video=sm.short_video, rng=rng,
                                      span=span)
             size = fixed
-            if vc.scale is not None:
-                s = shared_scale if shared_scale is not None else _draw_scale(rng, vc.scale)
+            if scale is not None:
+                s = shared_scale if shared_scale is not None else _draw_scale(rng, scale)
                 size = scaled_size(*native, s)
             plans.append((out, row, frames, size, rng))
         passes = []
@@ -303,7 +294,7 @@ class ClipReader:
             group = [p for p in plans if p[3] == size]
             union = np.unique(np.concatenate([p[2].ravel() for p in group]))
             direct = None
-            if len(group) == 1 and k == 1 and vc.crop is None and np.array_equal(union, group[0][2][0]):
+            if len(group) == 1 and k == 1 and px.crop is None and np.array_equal(union, group[0][2][0]):
                 # the clip is the union: decode straight into the slot
                 direct = group[0][0]["video"][: len(union)]
             passes.append((size, group, union, direct))
@@ -312,19 +303,19 @@ class ClipReader:
 
 def sample_spec(clips: Clips) -> Spec:
     """The fields of a sample of ``clips`` (``VideoClips.spec``): shapes and dtypes."""
-    shape = clips.crop or clips.size
+    shape = clips.pixels.crop or clips.decode_size
     assert shape is not None, "the constructor fixes a crop or a size"
     h, w = shape
-    k, t, v = clips.clips_per_sample, clips.clip_len, clips.views
+    k, t, v = clips.sampling.clips_per_sample, clips.sampling.length, clips.views
     scalar = ((), np.dtype(np.int64))
     lead = () if k == 1 else (k,)
     spec: Spec = {"video": ((t, h, w, 3) if v == 1 else (v, t, h, w, 3), np.dtype(np.uint8)),
                   "label": scalar, "index": scalar, "start": (lead, np.dtype(np.int64)),
                   "frames": ((*lead, t), np.dtype(np.int64))}
-    if clips.max_frames is not None:  # up to max_frames frames: which are real
+    if clips.sampling.max_frames is not None:  # up to max_frames frames: which are real
         spec["mask"] = ((t,), np.dtype(np.bool_))
-    if clips.audio_rate is not None:
-        spec.update(audio_spec(k, clips.audio_samples, clips.audio_channels))
+    if clips.audio is not None:
+        spec.update(audio_spec(k, clips.audio_samples, clips.audio.channels))
     return spec
 
 
@@ -349,16 +340,17 @@ def _fill(clips: Clips, out: dict[str, np.ndarray], v: int, frames: np.ndarray, 
     With ``max_frames``, the ``t = frames.shape[1]`` frames found fill the front of ``video``
     and the rest is padding: zeros, ``frames`` -1, ``mask`` False."""
     k, t = frames.shape
-    m = clips.clip_len  # frames per clip in the batch: clip_len, or max_frames
+    m = clips.sampling.length  # frames per clip in the batch: clip_len, or max_frames
     video = _view(out["video"], (k, clips.views // k, m, *out["video"].shape[-3:]))
     if not done:
         where = np.searchsorted(union, frames)  # [K, T] rows of `decoded`
-        if clips.crop is None:
+        crop = clips.pixels.crop
+        if crop is None:
             for j in range(k):
                 np.copyto(video[j, 0, :t], decoded[where[j]])
         else:
-            ch, cw = clips.crop
-            corners = crop_windows(decoded.shape[1], decoded.shape[2], clips.crop, clips.crop_at, k, rng)
+            ch, cw = crop
+            corners = crop_windows(decoded.shape[1], decoded.shape[2], crop, clips.pixels.crop_at, k, rng)
             for j in range(k):
                 for c, (y, x) in enumerate(corners[j]):
                     np.copyto(video[j, c, :t], decoded[where[j], y : y + ch, x : x + cw])

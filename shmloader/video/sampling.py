@@ -33,149 +33,16 @@ first two seconds a player shows, whatever the first timestamp is).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from ..engine.source import check_choice, check_int
+__all__ = ["SEGMENTS", "clip_frames", "rate_frames", "span_frames", "scaled_size", "crop_windows"]
 
-__all__ = ["SAMPLINGS", "SEGMENTS", "SHORT_POLICIES", "CROP_AT", "check_clip_options", "check_spans",
-           "clip_frames", "rate_frames", "span_frames", "scaled_size", "crop_windows", "eval_changes"]
-
-SAMPLINGS = ("random", "uniform", "center", "segments", "segments_uniform")
-SEGMENTS = ("segments", "segments_uniform")
-SHORT_POLICIES = ("error", "repeat_last", "wrap")
-CROP_AT = ("center", "random", "three")
+SEGMENTS = ("segments", "segments_uniform")  # the sampling modes that cut a video in equal stretches
 
 # Sampling instants are nudged forward by this much before looking up the frame that holds
 # them: an instant that lands on a frame's start time (the usual case when the video's frame
 # rate is a multiple of `fps`) must not fall into the previous frame by a rounding error.
 _EPS_S = 1e-6
-
-
-def check_clip_options(*, clip_len: int | None, frame_step: int, clips_per_video: int, clips_per_sample: int,
-                       sampling: str, fps: float | None, short_video: str, size: Any, scale: Any, crop: Any,
-                       crop_at: str, max_frames: int | None = None
-                       ) -> tuple[int, float | None, tuple[int, int] | None, tuple[int, int] | None, tuple[int, int] | None]:
-    """``VideoClips``' clip arguments checked together: (clip_len, fps, size, scale, crop)
-    normalised, or a ValueError naming the argument. ``clip_len=None``: 16, or ``max_frames``."""
-    if max_frames is not None:
-        check_int("max_frames", max_frames, 1)
-        if clip_len is not None:
-            raise ValueError("max_frames and clip_len exclude each other: with max_frames a sample holds "
-                             "the frames at fps= frames per second, up to max_frames")
-        if fps is None:
-            raise ValueError("max_frames needs fps=: the frames are taken fps per second, up to max_frames")
-        if sampling in SEGMENTS:
-            raise ValueError(f"sampling={sampling!r} needs clip_len (the number of segments), not max_frames")
-        if clips_per_sample != 1:
-            raise ValueError("max_frames takes clips_per_sample=1: a sample already spans the whole video")
-        clip_len = max_frames
-    elif clip_len is None:
-        clip_len = 16
-    for name, v in (("clip_len", clip_len), ("frame_step", frame_step),
-                    ("clips_per_video", clips_per_video), ("clips_per_sample", clips_per_sample)):
-        check_int(name, v, 1)
-    check_choice("sampling", sampling, SAMPLINGS)
-    if sampling in SEGMENTS and (fps is not None or frame_step != 1):
-        raise ValueError(f"sampling={sampling!r} takes one frame per segment of time: "
-                         "it excludes fps and frame_step")
-    check_choice("short_video", short_video, SHORT_POLICIES)
-    check_choice("crop_at", crop_at, CROP_AT)
-    if fps is not None:
-        if not isinstance(fps, (int, float, np.integer, np.floating)) or isinstance(fps, bool) \
-                or not np.isfinite(fps) or fps <= 0:
-            raise ValueError(f"fps must be a positive number of frames per second, got {fps!r}")
-        if frame_step != 1:
-            raise ValueError("fps and frame_step exclude each other: with fps= frames are picked by time")
-        fps = float(fps)
-    if size is not None:
-        size = _pair("size", size)
-    if crop is not None:
-        crop = _pair("crop", crop)
-    elif crop_at != "center":
-        raise ValueError(f"crop_at={crop_at!r} needs crop=(height, width)")
-    if scale is not None:
-        scale = _scale_range(scale)
-        if crop is None:
-            raise ValueError("scale needs crop=(height, width): scaled videos of different aspect "
-                             "ratios only share a shape once cropped")
-        if size is not None:
-            raise ValueError("scale and size exclude each other: size stretches, scale keeps the aspect ratio")
-        if crop[0] > scale[0] or crop[1] > scale[0]:
-            raise ValueError(f"crop={crop} does not fit in an S_min x S_min = {scale[0]}x{scale[0]} "
-                             "square: it must fit a scaled video of any aspect ratio")
-    if crop is not None and size is not None and (crop[0] > size[0] or crop[1] > size[1]):
-        raise ValueError(f"crop={crop} does not fit in size={size}")
-    return int(clip_len), fps, size, scale, crop
-
-
-def eval_changes(sampling: str, scale: tuple[int, int] | None, crop_at: str) -> dict[str, Any]:
-    """The options that make clips deterministic for evaluation (``VideoClips.for_eval``)."""
-    changes: dict[str, Any] = {}
-    if sampling in ("random", "segments"):
-        changes["sampling"] = {"random": "uniform", "segments": "segments_uniform"}[sampling]
-    if scale is not None and scale[0] != scale[1]:
-        changes["scale"] = scale[0]
-    if crop_at == "random":
-        changes["crop_at"] = "center"
-    return changes
-
-
-def check_spans(spans: Any, count: int) -> np.ndarray | None:
-    """Per-video time spans ``[(start, end)]`` in seconds (None or NaN: open) as a float64
-    ``[count, 2]`` array (open ends 0 and inf), or a ValueError naming the bad one."""
-    if spans is None:
-        return None
-    out = np.empty((count, 2), np.float64)
-    try:
-        rows = list(spans)
-    except TypeError:
-        raise ValueError("spans must be a sequence of (start, end) pairs in seconds, one per path") from None
-    if len(rows) != count:
-        raise ValueError(f"spans has {len(rows)} entries, expected {count}: one per path")
-    for i, span in enumerate(rows):
-        try:
-            a, b = span
-            a = 0.0 if a is None else float(a)
-            b = np.inf if b is None else float(b)
-        except (TypeError, ValueError):
-            raise ValueError(f"spans[{i}] must be (start, end) in seconds, got {span!r}") from None
-        a = 0.0 if np.isnan(a) else a
-        b = np.inf if np.isnan(b) else b
-        if not (np.isfinite(a) and a >= 0 and b > a):
-            raise ValueError(f"spans[{i}] = {span!r}: need 0 <= start < end (seconds)")
-        out[i] = a, b
-    return out
-
-
-def _pair(name: str, value: Any) -> tuple[int, int]:
-    try:
-        a, b = value
-        ok = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in (a, b))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} must be (height, width) with positive integers, got {value!r}")
-    return int(a), int(b)
-
-
-def _scale_range(scale: Any) -> tuple[int, int]:
-    if isinstance(scale, (int, np.integer)) and not isinstance(scale, bool):
-        lo = hi = int(scale)
-    else:
-        try:
-            lo, hi = scale
-            if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (lo, hi)):
-                raise TypeError
-        except (TypeError, ValueError):
-            raise ValueError(f"scale must be a short-side length or (S_min, S_max), got {scale!r}") from None
-        lo, hi = int(lo), int(hi)
-    if lo < 1:
-        raise ValueError(f"scale must be positive, got {scale!r}")
-    if lo > hi:
-        raise ValueError(f"scale=(S_min, S_max) needs S_min <= S_max, got {scale!r}")
-    return lo, hi
 
 
 def clip_frames(num_frames: int, pts: np.ndarray | None, *, clip_len: int, frame_step: int,
