@@ -19,7 +19,7 @@ import pytest
 import shmloader
 from shmloader.video.decord import Decord
 from shmloader.video.decoding import Decoding
-from shmloader.video.evidence import probe_with_evidence, seek_positions
+from shmloader.tools.evidence import probe_with_evidence, seek_positions
 from shmloader.video.probe import DECORD_SHAPES, probe
 import shmloader.video.probe as probe_module
 from shmloader.video.samples import frame_image
