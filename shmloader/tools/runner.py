@@ -35,7 +35,7 @@ import collections
 import concurrent.futures as cf
 import signal
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -129,11 +129,13 @@ class _Try:
     def __init__(self, work: Work, deadline: float | None) -> None:
         self.work, self.deadline = work, deadline
         self.handle: Any = None
-        self.done, self.value, self.failure, self.tries = False, None, None, 1
+        self.done, self.tries = False, 1
+        self.value: Any = None
+        self.failure: Failure | None = None
 
 
 def run(items: Iterable[Work | Ready], backend: Backend, timeout: float | None,
-        reuse: int = 0) -> Iterator[Outcome]:
+        reuse: int = 0) -> Generator[Outcome, None, None]:
     """Each item's outcome, in input order (NOTE [ Running per-file work ]): a Work's answer,
     or a Failure after its retry; a Ready's value. ``timeout``: seconds a try may run from when
     it is the oldest unanswered one (None: no limit). Closing the iterator early, or a stop
