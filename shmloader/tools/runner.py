@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .filepool import file_pool, kill
+from .interrupts import held
 
 __all__ = ["Backend", "Crashed", "Failure", "Outcome", "ProcessBackend", "Ready", "Work", "run"]
 
@@ -186,7 +187,8 @@ def run(items: Iterable[Work | Ready], backend: Backend, timeout: float | None,
             _retry(t, others, backend, flying, settle, start)
             oldest = None
     finally:
-        backend.close()
+        with held():  # NOTE [ A stop that leaves every output whole ]: no worker left writing
+            backend.close()
 
 
 def _try_of(item: Work | Ready, recent: collections.OrderedDict, reuse: int, timeout: float | None,
