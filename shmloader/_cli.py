@@ -419,7 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="x264's quality, 0-51, lower is better and larger (default 23)")
     p.add_argument("--workers", type=_at_least(1), help="processes, one core each (default: one per CPU)")
     p.add_argument("--timeout", type=_seconds, default=3600.0,
-                   help="seconds one file may take (default 3600); its row then says so")
+                   help="seconds one file may take (default 3600); it is tried once more alone with twice "
+                        "the time, and its row then says so")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--fail-on", metavar="KINDS",
                    help="exit 1 when a row has one of these problems (comma-separated, as scan's): unreadable "

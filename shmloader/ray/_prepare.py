@@ -65,7 +65,8 @@ def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], 
     ``sources``, ``short_side``, ``size``, ``gop``, ``crf``, ``fail_on``, ``progress`` and
     ``storage_options`` as ``shmloader.prepare``'s; a rerun into ``out`` keeps the copies it
     finished, as there. ``timeout``: seconds a file may take from when it is the oldest in
-    flight (None: no limit); its task is cancelled and its row says so.
+    flight (None: no limit); its task is cancelled and tried once more as a task of its own with
+    twice the time, and then its row says so.
 
     :param num_cpus: CPUs each task takes (a task encodes on one core).
     :param resources: custom resources each task needs, e.g. ``{"decode": 1}`` to keep the work

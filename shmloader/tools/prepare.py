@@ -376,7 +376,8 @@ def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], 
     x264's quality ``crf`` (lower: better and larger). ``out`` mirrors the sources' relative
     paths; it may not be inside a source folder. ``workers``: processes, one per CPU by
     default. A run into an ``out`` prepared before keeps the copies whose sources are unchanged.
-    A file that takes over ``timeout`` seconds (None: no limit) is stopped and its row says so.
+    A file that takes over ``timeout`` seconds (None: no limit), or whose process dies, is tried
+    once more alone with twice the time, and then its row says so.
 
     A file that cannot be prepared is a manifest row that says why (the others are prepared);
     ValueError after the manifest is written when a row has a problem of a kind in ``fail_on``

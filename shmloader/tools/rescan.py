@@ -44,11 +44,12 @@ def _unions(groups: tuple[tuple[str, ...], ...], n: int) -> Iterator[tuple[str, 
 
 def unchanged(path: str, recorded: tuple[str, str], storage: Storage) -> bool:
     """Whether the file ``path`` has the (bytes, mtime_ns) an earlier row ``recorded`` (a file
-    that cannot be asked has not)."""
+    that cannot be asked has none: ``("", "")``, as the row of a file that was not there)."""
     try:
-        return [str(x) for x in storage.stamp(path)] == list(recorded)
+        now = [str(x) for x in storage.stamp(path)]
     except (OSError, ValueError):
-        return False
+        now = ["", ""]
+    return now == list(recorded)
 
 
 def earlier_rows(out: str, columns: tuple[str, ...]) -> Iterator[dict]:
@@ -79,11 +80,7 @@ def changed(row: dict) -> bool | None:
     path = row["path"]
     if is_remote(path) or split_member(path) is not None:
         return None
-    try:
-        now = [str(x) for x in LOCAL.stamp(path)]
-    except OSError:
-        now = ["", ""]
-    return now != [row["bytes"], row["mtime_ns"]]
+    return not unchanged(path, (row["bytes"], row["mtime_ns"]), LOCAL)
 
 
 # What --fail-on takes besides "any": the start of a problem's text (FAIL_KINDS lists the usual ones).
