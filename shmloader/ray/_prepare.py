@@ -5,21 +5,21 @@ here may run at ``import shmloader``.
 
 NOTE [ Preparing on Ray ]
 The driver lists the sources, keeps what an earlier run finished and writes the manifest, as
-``shmloader.prepare`` does (``tools.prepare.prepare_files``); only the per-file work moves: the
-same function (``tools.prepare.prepare_one``), one Ray task a file, twice as many in flight as
-the cluster has slots for them, through the local run's runner (``tools.runner``, with
-``RayBackend``: NOTE [ Running per-file work ]). Ray runs a task lost with its node or worker
-again elsewhere (up to ``_RETRIES`` times). Each try writes its copy under a temporary name of its own (a random
-tag) and renames it when whole, so a try that runs on after Ray gave its task up for lost (its
-raylet gone, its worker not yet) never writes into the file of the try that replaced it; the
-manifest has one row a file, the answer the driver got. The temporary files of tries that died
-are removed at the end of the run, or of a stop, once every task has answered. Plain tasks
-rather than Ray Data's ``map``: the driver cancels one task (its worker killed) whose file is
-over ``timeout`` from when it is the oldest in flight (and tries it once more, with twice the
-time, as a task of its own), and a file whose worker dies on every try is a row that says so; Ray Data stops neither one task, and its failed task ends the
-dataset. A cancel waits a moment for tasks that are answering (``_stop``: Ray aborts the driver
-when a cancel meets one). ``out`` must be a folder every node writes at the same path (a shared
-file system).
+``shmloader.prepare`` does (``tools.prepare.prepare_files``); only the per-file work moves: the same
+function (``tools.prepare.prepare_one``), one Ray task a file, twice as many in flight as the
+cluster has slots for them, through the local run's runner (``tools.runner``, with ``RayBackend``:
+NOTE [ Running per-file work ]). Ray runs a task lost with its node or worker again elsewhere (up to
+``_RETRIES`` times). Each try writes its copy under a temporary name of its own (a random tag) and
+renames it when whole, so a try that runs on after Ray gave its task up for lost (its raylet gone,
+its worker not yet) never writes into the file of the try that replaced it; the manifest has one row
+a file, the answer the driver got. The temporary files of tries that died are removed at the end of
+the run, or of a stop, once every task has answered. Plain tasks rather than Ray Data's ``map``: the
+driver cancels one task (its worker killed) whose file is over ``timeout`` from when it is the
+oldest in flight (and tries it once more, with twice the time, as a task of its own), and a file
+whose worker dies on every try is a row that says so; Ray Data stops neither one task, and its
+failed task ends the dataset. A cancel waits a moment for tasks that are answering
+(``RayBackend.stop``: Ray aborts the driver when a cancel meets one). ``out`` must be a folder every
+node writes at the same path (a shared file system).
 """
 
 from __future__ import annotations

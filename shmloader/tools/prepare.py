@@ -106,8 +106,8 @@ class Listed:
 
 
 def _listing(inputs: list[str], out: str, storage: Storage, passed_over: collections.Counter) -> list[Listed]:
-    """Every video the inputs name, each once, in input order; ValueError where DST is inside a source folder, a copy would land on a source,
-    or two sources would have the same copy."""
+    """Every video the inputs name, each once, in input order; ValueError where DST is inside a
+    source folder, a copy would land on a source, or two sources would have the same copy."""
     out = os.path.realpath(out)
     for item in inputs:
         if not is_remote(item) and not is_shards(item) and not os.path.exists(item):
@@ -274,11 +274,11 @@ def _prepare_files(sources, out, spec: Spec, workers: int | None, timeout: float
     attempt = prepare_tagged if tagged else prepare_one
     work = (Work(attempt, (item, spec, storage), meta=item) for item in todo)
     try:
-        with tqdm(total=len(listed), initial=len(rows), unit=" files", desc="prepare", disable=not progress) as bar:
-            with contextlib.closing(run(work, backend, timeout)) as outcomes:
-                for outcome in outcomes:
-                    rows[outcome.meta.source] = _row(outcome, spec, storage)
-                    bar.update(1)
+        with tqdm(total=len(listed), initial=len(rows), unit=" files", desc="prepare", disable=not progress) as bar, \
+                contextlib.closing(run(work, backend, timeout)) as outcomes:
+            for outcome in outcomes:
+                rows[outcome.meta.source] = _row(outcome, spec, storage)
+                bar.update(1)
     finally:
         with held():  # the workers are gone (the runner's stop): what they left, then the manifest
             remove_temporaries(todo, tagged)

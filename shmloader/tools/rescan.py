@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import os
 import re
 from typing import Iterable, Iterator
 

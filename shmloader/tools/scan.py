@@ -270,8 +270,9 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     with stoppable():  # NOTE [ A stop that leaves every output whole ]
         work = _work(iter_inputs(inputs, passed_over=passed_over, storage=storage), earlier, check, storage,
                      summary, out)
-        _write(out, first is not None, columns, work, earlier, summary, ProcessBackend(workers or usable_cpus(), _IN_FLIGHT),
-               timeout, fail_on, _total(inputs) if progress else None, progress)
+        backend = ProcessBackend(workers or usable_cpus(), _IN_FLIGHT)
+        _write(out, first is not None, columns, work, earlier, summary, backend, timeout, fail_on,
+               _total(inputs) if progress else None, progress)
     for k in ("decoders", "problems", "passed_over", "rechecked", "gops", "short_sides"):
         summary[k] = dict(summary[k])
     return summary
@@ -317,8 +318,9 @@ def _write(out: str, resuming: bool, columns: tuple[str, ...], work: Iterator[Wo
            summary: dict, backend: ProcessBackend, timeout: float, fail_on: tuple[str, ...], total: int | None,
            progress: bool) -> None:
     """The manifest ``out``, a row an input as the probes answer, in input order. ``resuming``:
-    ``out`` has earlier rows (``earlier``, read as ``work`` reaches them); the rows then go to a temporary file beside it, renamed over it when done, or
-    when stopped where they cover the earlier ones (the earlier file stays otherwise)."""
+    ``out`` has earlier rows (``earlier``, read as ``work`` reaches them); the rows then go to a
+    temporary file beside it, renamed over it when done, or when stopped where they cover the
+    earlier ones (the earlier file stays otherwise)."""
     from tqdm import tqdm
 
     target = f"{out}.scanning" if resuming else out
