@@ -143,13 +143,17 @@ def test_a_try_slow_once_answers_on_its_retry(tmp_path):
 
 
 def test_items_of_one_key_share_one_try_and_its_failure(tmp_path):
-    """A file listed again (a video's spans) is tried once for all its items, a failure too."""
+    """A file listed again (a video's spans) is tried once for all its items, and a file that
+    failed is not tried again for its later items (one item in flight: the tries are counted
+    exactly, none lost with a pool another file broke)."""
     folder = str(tmp_path)
-    items = [Work(crash_on, (folder, x, 7), key=str(x), meta=i) for i, x in enumerate([3, 3, 7, 4, 3, 7])]
-    got = list(run(items, ProcessBackend(2, 2), timeout=30, reuse=8))
-    assert values(got)[:2] == [9, 9] and values(got)[3:5] == [16, 9]
-    assert got[2].failure is not None and got[5].failure == got[2].failure
-    assert tries(folder, 3) == 1 and tries(folder, 7) == 2
+    items = [Work(square, (folder, x), key=str(x), meta=i) for i, x in enumerate([3, 3, 4, 3])]
+    assert values(list(run(items, ProcessBackend(2, 2), timeout=30, reuse=8))) == [9, 9, 16, 9]
+    assert tries(folder, 3) == 1 and tries(folder, 4) == 1
+    items = [Work(crash_on, (folder, x, 7), key=str(x), meta=i) for i, x in enumerate([7, 5, 7])]
+    got = list(run(items, ProcessBackend(1, 1), timeout=30, reuse=8))
+    assert got[0].failure == got[2].failure == Failure("crash", detail="its process died", tries=2)
+    assert got[1].value == 25 and tries(folder, 7) == 2
 
 
 def test_closing_the_run_early_ends_its_workers(tmp_path):

@@ -170,25 +170,30 @@ def run(items: Iterable[Work | Ready], backend: Backend, timeout: float | None,
             if not waiting:
                 return
             item, t = waiting[0]
-            if t is None or t.done:
+            if t is None or (t.done and _stands(t, backend)):
                 waiting.popleft()
                 yield _outcome(item, t)
                 continue
-            if t is not oldest:
-                oldest, since = t, time.monotonic()
-            left = None if t.deadline is None else since + t.deadline - time.monotonic()
-            for handle in backend.wait(list(flying), _POLL_S if left is None else max(0.0, min(left, _POLL_S))):
-                settle(handle)
-            if t.done and (t.failure is None or t.tries > 1 or not backend.shared):
-                continue  # an answer, or a failure that stands: given back next
-            if not t.done and (t.deadline is None or time.monotonic() < since + t.deadline):
-                continue  # back here within _POLL_S: a Ctrl-C is raised at the latest then
+            if not t.done:
+                if t is not oldest:
+                    oldest, since = t, time.monotonic()
+                left = None if t.deadline is None else since + t.deadline - time.monotonic()
+                for handle in backend.wait(list(flying), _POLL_S if left is None else max(0.0, min(left, _POLL_S))):
+                    settle(handle)
+                if t.done or t.deadline is None or time.monotonic() < since + t.deadline:
+                    continue  # back here within _POLL_S: a Ctrl-C is raised at the latest then
             others = list({id(x): x for _, x in waiting if x is not None and x is not t}.values())
             _retry(t, others, backend, flying, settle, start)
             oldest = None
     finally:
         with held():  # NOTE [ A stop that leaves every output whole ]: no worker left writing
             backend.close()
+
+
+def _stands(t: _Try, backend: Backend) -> bool:
+    """Whether an answered try is its item's outcome: an answer, a failure after its retry, or a
+    crash on a backend whose tries fail alone (its retry is the backend's own)."""
+    return t.failure is None or t.tries > 1 or not backend.shared
 
 
 def _try_of(item: Work | Ready, recent: collections.OrderedDict, reuse: int, timeout: float | None,
@@ -272,7 +277,12 @@ class ProcessBackend:
     def submit(self, work: Work) -> cf.Future:
         if self._pool is None:
             self._pool = file_pool(self._workers, _ignore_sigint)
-        return self._pool.submit(work.fn, *work.args)
+        try:
+            return self._pool.submit(work.fn, *work.args)
+        except cf.process.BrokenProcessPool as e:  # broken by a try in flight: this one is lost with it
+            lost: cf.Future = cf.Future()
+            lost.set_exception(e)
+            return lost
 
     def wait(self, handles: list[cf.Future], timeout: float | None) -> list[cf.Future]:
         if not handles:
