@@ -64,6 +64,18 @@ def crash_once(folder: str, x: int) -> int:
     return x * x
 
 
+def meet(folder: str, x: int, other: int, die: bool) -> int:
+    """Once ``other`` has started too (or after 10 s): die at once, or answer ``x * x`` a second later."""
+    note(folder, x)
+    deadline = time.monotonic() + 10
+    while not tries(folder, other) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if die:
+        os._exit(1)
+    time.sleep(1)
+    return x * x
+
+
 def hang_on(folder: str, x: int, bad: int) -> int:
     """``x * x``; ``bad`` never ends."""
     note(folder, x)
@@ -119,6 +131,17 @@ def test_a_crash_is_tried_once_more_alone_then_fails(tmp_path):
     assert values(got[:2] + got[3:]) == [0, 1, 9, 16, 25]
     assert got[2].failure == Failure("crash", detail="its process died", tries=2)
     assert tries(folder, 2) >= 2
+
+
+def test_a_file_lost_with_anothers_crash_is_not_blamed(tmp_path):
+    """The first file is still running when the second one's process dies and breaks the pool
+    (each waits until the other has started): the first is lost with it and answers when done
+    again alone; the second, sent again with the files lost beside it, fails alone too."""
+    folder = str(tmp_path)
+    items = [Work(meet, (folder, 0, 1, False)), Work(meet, (folder, 1, 0, True)), Work(square, (folder, 2))]
+    got = list(run(items, ProcessBackend(2, 1), timeout=30))
+    assert values(got) == [0, Failure("crash", detail="its process died", tries=2), 4]
+    assert tries(folder, 0) == 2 and tries(folder, 1) == 3  # 1: in the pool, sent again, alone
 
 
 def test_a_crash_that_does_not_come_back_alone_is_an_answer(tmp_path):
