@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -194,17 +195,15 @@ def scan_cmd(args) -> int:
     except (ValueError, ImportError, OSError) as e:
         print(f"shmloader scan: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return _stopped(f"shmloader scan: stopped; {args.out} lists the files probed, and the same command again "
+                        "probes the rest")
     say = lambda text: print(text, file=sys.stderr)  # noqa: E731
     rows, bad = summary["rows"], summary["unreadable"]
     decoders = ", ".join(f"{n} by {name}" for name, n in sorted(summary["decoders"].items()))
     say(f"{_files(rows)} in {args.out}: {rows - bad} readable" + (f" ({decoders})" if decoders else "")
         + f", {bad} unreadable" + earlier_line(summary))
-    if summary["problems"]:
-        say("problems (the manifest's problem column), with the first file of each:")
-    for kind, n in sorted(summary["problems"].items(), key=lambda kv: -kv[1]):
-        path, text = summary["first"].get(kind, ("", ""))
-        text = text.removesuffix(f": {path!r}")  # FFmpeg's errors end with the path, said just before
-        say(f"  {kind}: {_files(n)}" + (f", {path}: {text}" if path else ""))
+    _problems(summary, say)
     if summary["unlabelled"]:
         n = summary["unlabelled"]
         say(f"{_files(n)} {'has' if n == 1 else 'have'} no label (-1): {'it is' if n == 1 else 'they are'} not in "
@@ -226,6 +225,24 @@ def scan_cmd(args) -> int:
     say(f"next: shmloader.VideoClips.from_csv({args.out!r}, ...) loads it"
         + (" (unreadable rows are left out)" if bad else ""))
     return 0
+
+
+def _stopped(message: str) -> int:
+    """Exit 130 after a Ctrl-C, in one line (NOTE [ A stop that leaves every output whole ]): the
+    stop is done, and a Ctrl-C more must not turn the exit into a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print(message, file=sys.stderr)
+    return 130
+
+
+def _problems(summary: dict, say) -> None:
+    """Each kind of problem a scan's or a prepare's rows have, counted, with its first file."""
+    if summary["problems"]:
+        say("problems (the manifest's problem column), with the first file of each:")
+    for kind, n in sorted(summary["problems"].items(), key=lambda kv: -kv[1]):
+        path, text = summary["first"].get(kind, ("", ""))
+        text = text.removesuffix(f": {path!r}")  # FFmpeg's errors end with the path, said just before
+        say(f"  {kind}: {_files(n)}" + (f", {path}: {text}" if path else ""))
 
 
 def _prepare_command(inputs: list[str], options: list[str], storage_options: str | None) -> str:
@@ -277,9 +294,8 @@ def prepare_cmd(args) -> int:
         print(f"shmloader prepare: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"shmloader prepare: stopped; {os.path.join(args.out, 'manifest.csv')} lists the copies finished, "
-              "and the same command again prepares the rest", file=sys.stderr)
-        return 130
+        return _stopped(f"shmloader prepare: stopped; {os.path.join(args.out, 'manifest.csv')} lists the copies "
+                        "finished, and the same command again prepares the rest")
 
     def say(text: str) -> None:
         print(text, file=sys.stderr)
@@ -289,9 +305,7 @@ def prepare_cmd(args) -> int:
     say(f"{_files(rows)} in {summary['manifest']}: {made} prepared in {summary['seconds']:.1f} s, "
         f"{summary['kept']} kept from an earlier run, {bad} could not be prepared; copies "
         f"{_megabytes(summary['copy_bytes'])}, {ratio:.2f}x their sources' {_megabytes(summary['source_bytes'])}")
-    if bad:
-        _, text = summary["first"]["unreadable"]
-        say(f"  the first that could not be prepared: {text} (the manifest's problem column lists each)")
+    _problems(summary, say)
     if summary["unlabelled"]:
         say(f"{_files(summary['unlabelled'])} without a label (-1): not in class sub-folders of a folder given "
             "(nor labelled by an input manifest or a shard's .cls)")
@@ -412,7 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="x264's quality, 0-51, lower is better and larger (default 23)")
     p.add_argument("--workers", type=_at_least(1), help="processes, one core each (default: one per CPU)")
     p.add_argument("--timeout", type=_seconds, default=3600.0,
-                   help="seconds one file may take (default 3600); its row then says so")
+                   help="seconds one file may take (default 3600); it is tried once more alone with twice "
+                        "the time, and its row then says so")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--fail-on", metavar="KINDS",
                    help="exit 1 when a row has one of these problems (comma-separated, as scan's): unreadable "

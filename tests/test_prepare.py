@@ -472,7 +472,8 @@ def test_a_file_over_the_timeout_is_stopped_and_the_rest_prepared(tmp_path):
     write_video(src / "b_short.mp4", 2, frames=12)
     r = run_prepare(src, "--out", dst, "--workers", "1", "--timeout", "3", "--size", "1080x1920")
     rows = {row["path"]: row for row in rows_of(dst / "manifest.csv")}
-    assert rows["a_long.mp4"]["problem"] == f"unreadable: cannot prepare {src / 'a_long.mp4'}: took over 3 s (timeout)"
+    # Over 3 s, then over 6 s alone (NOTE [ Running per-file work ]).
+    assert rows["a_long.mp4"]["problem"] == f"unreadable: cannot prepare {src / 'a_long.mp4'}: took over 6 s (timeout)"
     assert rows["b_short.mp4"]["frames"] == "12" and "1 could not be prepared" in r.stderr, r.stderr
     assert sorted(os.listdir(dst)) == ["b_short.mp4", "manifest.csv"]
 
@@ -690,3 +691,64 @@ def test_a_copys_clips_have_the_sources_sound(tmp_path):
         edge = 16 if name == "before" else 0
         atol = 0.03 if name == "ts" else 1e-6
         np.testing.assert_allclose(got["audio"][:, edge:], want["audio"][:, edge:], atol=atol, err_msg=name)
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.05, 0.4])
+def test_ctrl_c_twice_leaves_every_file_whole_or_absent(tmp_path, gap):
+    """Ctrl-C twice to the process group (a terminal's), ``gap`` seconds apart, while a copy is
+    being written: the second one does not cut the stop's cleanup short. No temporary file, a
+    manifest that parses, every copy listed whole, exit 130 and one line."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    for i in range(3):
+        write_video(src / f"v{i}.mp4", i, frames=150, size=(240, 320), gop=150)
+    p = subprocess.Popen([sys.executable, "-m", "shmloader", "prepare", str(src), "--out", str(dst), "--workers", "1",
+                          "--quiet"], stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (dst / ".v1.mp4.preparing").exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.005)
+    kids = psutil.Process(p.pid).children(recursive=True)
+    os.killpg(p.pid, signal.SIGINT)
+    time.sleep(gap)
+    try:
+        os.killpg(p.pid, signal.SIGINT)
+    except ProcessLookupError:
+        pass  # already gone: the stop was quicker than the gap
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err.strip().splitlines() == [
+        f"shmloader prepare: stopped; {dst / 'manifest.csv'} lists the copies finished, and the same command again "
+        "prepares the rest"], err
+    assert not psutil.wait_procs(kids, timeout=10)[1]
+    files = sorted(os.listdir(dst))
+    assert not [f for f in files if f.startswith(".") or f.endswith((".preparing", ".writing"))], files
+    with open(dst / "manifest.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert tuple(reader.fieldnames or ()) == PREPARE_COLUMNS
+    assert [r["path"] for r in rows] == ["v0.mp4"] and set(files) <= {"manifest.csv", "v0.mp4", "v1.mp4"}
+    ids, numbers = codes(every_frame(str(dst / "v0.mp4")))
+    assert (ids == 0).all() and list(numbers) == list(range(150))
+
+
+def test_a_file_cut_short_is_copied_up_to_its_cut_and_the_summary_counts_every_kind(tmp_path):
+    """A download that stopped (its index lists 64 frames, its data holds fewer): the copy has
+    the frames scan and the loader find in it, frame for frame, and its row says ``truncated at
+    frame N of 64`` as scan's does; the summary counts each kind of problem with its first file."""
+    from .test_scan import cut_after_index
+
+    src = tmp_path / "src"
+    src.mkdir()
+    cut = cut_after_index(src / "cut.mp4")
+    (src / "notes.mp4").write_text("not a video\n")
+    scanned = probe(cut, check="keyframes")
+    assert scanned.problem.startswith("truncated at frame ") and scanned.problem.endswith(" of 64")
+    r = run_prepare(src, "--out", tmp_path / "dst", "--short-side", SHORT)
+    rows = {row["path"]: row for row in rows_of(tmp_path / "dst" / "manifest.csv")}
+    assert rows["cut.mp4"]["problem"] == scanned.problem and rows["cut.mp4"]["frames"] == str(scanned.frames)
+    ids, numbers = codes(every_frame(str(tmp_path / "dst" / "cut.mp4")))
+    assert (ids == 3).all() and list(numbers) == list(range(scanned.frames))
+    lines = r.stderr.splitlines()
+    assert "1 prepared" in lines[0] and "1 could not be prepared" in lines[0], r.stderr
+    assert f"  truncated at frame N of N: 1 file, {tmp_path / 'dst' / 'cut.mp4'}: {scanned.problem}" in lines, r.stderr
+    assert any(line.startswith(f"  unreadable: 1 file, {tmp_path / 'dst' / 'notes.mp4'}: cannot prepare "
+                               f"{src / 'notes.mp4'}: not a video") for line in lines), r.stderr

@@ -82,18 +82,18 @@ def test_the_arguments_shared_with_prepare_default_alike():
 def test_the_temporary_files_of_every_try_go_and_no_other_file(tmp_path):
     """What the driver removes once a run's tasks have answered (no cluster): each try's
     ``.NAME.TAG.preparing`` of the run's files; not a finished copy, not another file's."""
-    from shmloader.tools.prepare import remove_temporaries, temporary
+    from shmloader.tools.prepare import Listed, remove_temporaries, temporary
 
     (tmp_path / "a").mkdir()
-    items = [(f"/src/{n}", 0, None, str(tmp_path / "a" / n), "mp4") for n in ("v.mp4", "w.mp4")]
-    tries = [temporary(items[0][3], tag) for tag in ("0123456789ab", "ba9876543210")]
-    kept = [items[0][3], str(tmp_path / "a" / ".v.mp4.x.mp4.0123456789ab.preparing"),
+    items = [Listed(f"/src/{n}", 0, None, str(tmp_path / "a" / n), "mp4") for n in ("v.mp4", "w.mp4")]
+    tries = [temporary(items[0].copy, tag) for tag in ("0123456789ab", "ba9876543210")]
+    kept = [items[0].copy, str(tmp_path / "a" / ".v.mp4.x.mp4.0123456789ab.preparing"),
             str(tmp_path / "a" / ".other.mp4.0123456789ab.preparing")]
     for f in tries + kept:
         open(f, "w").close()
     remove_temporaries(items, tagged=True)
     assert sorted(os.listdir(tmp_path / "a")) == sorted(os.path.basename(f) for f in kept)
-    remove_temporaries([(*items[0][:3], str(tmp_path / "gone" / "v.mp4"), "mp4")], tagged=True)  # no folder
+    remove_temporaries([Listed("/src/v.mp4", 0, None, str(tmp_path / "gone" / "v.mp4"), "mp4")], tagged=True)  # no folder
 
 
 def test_the_copies_and_manifest_are_the_local_prepares(cluster, tmp_path):
@@ -141,17 +141,18 @@ def test_a_file_that_cannot_be_prepared_is_a_row_and_fail_on_raises_after_the_ma
 
 
 def test_a_file_over_the_timeout_is_cancelled_and_the_rest_prepared(cluster, tmp_path):
-    """Its task is cancelled (its worker killed) 3 s after it is the oldest in flight; its row
-    says so, its temporary file is gone, the short file is prepared."""
+    """Its task is cancelled (its worker killed) 3 s after it is the oldest in flight, and its
+    second try, a task of its own, 6 s after that; its row says so, its temporary files are
+    gone, the short file is prepared."""
     src = tmp_path / "src"
     src.mkdir()
-    # Copies at 1080x1920: 300 frames are many seconds of encoding, 12 frames a fraction of the timeout.
-    write_video(src / "a_long.mp4", 1, frames=300, size=(240, 320), gop=300)
+    # Copies at 1080x1920: 1500 frames are many seconds of encoding, 12 frames a fraction of the timeout.
+    write_video(src / "a_long.mp4", 1, frames=1500, size=(240, 320), gop=1500)
     write_video(src / "b_short.mp4", 2, frames=12)
     t0 = time.monotonic()
     sray.prepare(src, tmp_path / "dst", size=(1080, 1920), timeout=3, resources=DECODE)
     rows = {r["path"]: r for r in rows_of(tmp_path / "dst" / "manifest.csv")}
-    assert rows["a_long.mp4"]["problem"] == f"unreadable: cannot prepare {src / 'a_long.mp4'}: took over 3 s (timeout)"
+    assert rows["a_long.mp4"]["problem"] == f"unreadable: cannot prepare {src / 'a_long.mp4'}: took over 6 s (timeout)"
     assert rows["b_short.mp4"]["frames"] == "12" and time.monotonic() - t0 < 60
     assert sorted(os.listdir(tmp_path / "dst")) == ["b_short.mp4", "manifest.csv"]
 

@@ -620,6 +620,32 @@ def test_a_probe_that_crashes_gets_its_row_and_the_rest_go_on(dataset, tmp_path)
     assert "5 files in" in err and "unreadable: 2" in err
 
 
+def test_ctrl_c_stops_a_scan_in_one_line_and_keeps_its_rows(dataset, tmp_path):
+    """Ctrl-C to the process group (a terminal's) while a probe hangs: exit 130 and one line, no
+    traceback, no process left, and the manifest keeps the rows written before it; the same
+    command again goes on from there."""
+    import signal
+
+    files = {os.path.basename(p): str(p) for p in dataset.glob("*/*")}
+    listed = [files["plain.mp4"], never_ending(tmp_path / "stuck.dv"), files["rotated.mp4"]]
+    (tmp_path / "list.txt").write_text("\n".join(listed) + "\n")
+    out = tmp_path / "m.csv"
+    p = subprocess.Popen([sys.executable, "-m", "shmloader", "scan", str(tmp_path / "list.txt"), "--out", str(out),
+                          "--workers", "1", "--quiet", "--timeout", "60"], stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    deadline = time.monotonic() + 60
+    while (not out.exists() or len(out.read_text().splitlines()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    kids = psutil.Process(p.pid).children(recursive=True)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err.strip().splitlines() == [
+        f"shmloader scan: stopped; {out} lists the files probed, and the same command again probes the rest"], err
+    assert not psutil.wait_procs(kids, timeout=10)[1]
+    assert [row["path"] for row in rows_of(out)] == listed[:1]
+    assert sorted(os.listdir(tmp_path)) == ["list.txt", "m.csv", "stuck.dv"]
+
+
 # The scan process's own peak memory may differ by this much between 5 000 and 100 000 files
 # (measured: 0.5 MiB). Keeping what it has written would not fit: the 95 000 more paths of
 # ~190 characters are ~25 MiB as strings alone, their rows ~140 MiB.

@@ -6,7 +6,7 @@ What lives here, a module a line:
 
 - this module: ``dataset``, ``plan_items``, ``skipped``, ``stats``: the epoch plan as Ray tasks
 - ``_tasks``: what runs inside the decode tasks, and the skip log
-- ``_prepare``: ``prepare``, prepare's per-file work as Ray tasks
+- ``_prepare``: ``prepare``, prepare's per-file work as Ray tasks (the runner's Ray backend)
 - ``_nodes``: waiting for a node that can run the tasks; counting their slots
 
 What it may import: the standard library, numpy, Ray (inside functions in ``_tasks``, ``_nodes``

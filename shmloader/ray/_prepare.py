@@ -5,42 +5,37 @@ here may run at ``import shmloader``.
 
 NOTE [ Preparing on Ray ]
 The driver lists the sources, keeps what an earlier run finished and writes the manifest, as
-``shmloader.prepare`` does (``tools.prepare.prepare_files``); only the per-file work moves: the
-same function (``tools.prepare.prepare_one``), one Ray task a file, twice as many in flight as
-the cluster has slots for them. Ray runs a task lost with its node or worker again elsewhere (up
-to ``_RETRIES`` times). Each try writes its copy under a temporary name of its own (a random
-tag) and renames it when whole, so a try that runs on after Ray gave its task up for lost (its
-raylet gone, its worker not yet) never writes into the file of the try that replaced it; the
-manifest has one row a file, the answer the driver got. The temporary files of tries that died
-are removed at the end of the run, or of a stop, once every task has answered. Plain tasks
-rather than Ray Data's ``map``: the driver cancels one task (its worker killed) whose file is
-over ``timeout`` from when it is the oldest in flight, and a file whose worker dies on every
-try is a row that says so; Ray Data stops neither one task, and its failed task ends the
-dataset. A cancel waits a moment for tasks that are answering (``_stop``: Ray aborts the driver
-when a cancel meets one). ``out`` must be a folder every node writes at the same path (a shared
-file system).
+``shmloader.prepare`` does (``tools.prepare.prepare_files``); only the per-file work moves: the same
+function (``tools.prepare.prepare_one``), one Ray task a file, twice as many in flight as the
+cluster has slots for them, through the local run's runner (``tools.runner``, with ``RayBackend``:
+NOTE [ Running per-file work ]). Ray runs a task lost with its node or worker again elsewhere (up to
+``_RETRIES`` times). Each try writes its copy under a temporary name of its own (a random tag) and
+renames it when whole, so a try that runs on after Ray gave its task up for lost (its raylet gone,
+its worker not yet) never writes into the file of the try that replaced it; the manifest has one row
+a file, the answer the driver got. The temporary files of tries that died are removed at the end of
+the run, or of a stop, once every task has answered. Plain tasks rather than Ray Data's ``map``: the
+driver cancels one task (its worker killed) whose file is over ``timeout`` from when it is the
+oldest in flight (and tries it once more, with twice the time, as a task of its own), and a file
+whose worker dies on every try is a row that says so; Ray Data stops neither one task, and its
+failed task ends the dataset. A cancel waits a moment for tasks that are answering
+(``RayBackend.stop``: Ray aborts the driver when a cancel meets one). ``out`` must be a folder every
+node writes at the same path (a shared file system).
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import time
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from ._nodes import task_slots, wait_for_a_node
 from .._checks import check_seconds
-from ..tools.prepare import (FILE_TIMEOUT, Spec, check_spec, failed_row, prepare_files, prepare_one, raise_for_fail_on,
-                            remove_temporaries)
+from ..tools.prepare import FILE_TIMEOUT, check_spec, prepare_files, raise_for_fail_on
 from ..tools.rescan import check_fail_on
-from ..video.storage import Storage
+from ..tools.runner import Crashed, Work
 
 __all__ = ["prepare"]
-
-# A listed file: (source, label, place in its shard, copy path, muxer), as video.prepare lists it.
-Item = tuple[Any, ...]
 
 # Tries of a file's task after the first when its worker or node is lost (Ray's own default
 # for tasks): a lost node costs one; a file that crashes its decoder every time is given up.
@@ -50,11 +45,9 @@ _SLOTS_EVERY_S = 10.0
 # How long the driver waits for a cancelled task's worker to be gone before it removes the
 # task's temporary file (a force-cancel kills the worker; the answer comes once it has).
 _SETTLE_S = 30.0
-# How long tasks about to be cancelled may still answer first (see ``_stop``): a task's answer
-# comes within milliseconds of its end.
+# How long tasks about to be cancelled may still answer first (see ``RayBackend.stop``): a
+# task's answer comes within milliseconds of its end.
 _GRACE_S = 0.2
-# The longest the driver waits in Ray's code at a time: a Ctrl-C stops the run within it.
-_POLL_S = 0.5
 
 
 def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -72,7 +65,8 @@ def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], 
     ``sources``, ``short_side``, ``size``, ``gop``, ``crf``, ``fail_on``, ``progress`` and
     ``storage_options`` as ``shmloader.prepare``'s; a rerun into ``out`` keeps the copies it
     finished, as there. ``timeout``: seconds a file may take from when it is the oldest in
-    flight (None: no limit); its task is cancelled and its row says so.
+    flight (None: no limit); its task is cancelled and tried once more as a task of its own with
+    twice the time, and then its row says so.
 
     :param num_cpus: CPUs each task takes (a task encodes on one core).
     :param resources: custom resources each task needs, e.g. ``{"decode": 1}`` to keep the work
@@ -97,98 +91,82 @@ def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], 
     need = {"CPU": num_cpus, **(resources or {})}
     wait_for_a_node(need, node_timeout, "prepare tasks")
     options = {"num_cpus": num_cpus, "resources": resources, "max_retries": _RETRIES, **ray_remote_args}
-
-    def run(todo: list[Item], spec: Spec, storage: Storage, timeout: float | None, rows: dict[str, Any],
-            bar: Any) -> None:
-        _run(todo, spec, storage, timeout, rows, bar, options)
-
     summary = prepare_files(sources, out, short_side=short_side, size=size, gop=gop, crf=crf,
                             timeout=timeout, fail_on=fail_on, progress=progress,
-                            storage_options=storage_options, run=run)
+                            storage_options=storage_options, backend=RayBackend(options), tagged=True)
     return raise_for_fail_on(summary, fail_on)
 
 
-def _attempt(item: Item, spec: Spec, storage: Storage) -> dict[str, Any]:
-    """One try at ``item``'s copy, in a Ray task: its row, the copy under this try's own
-    temporary name until it is whole."""
-    path, label, place, copy, fmt = item
-    return prepare_one(path, label, place, copy, fmt, spec, storage, tag=uuid.uuid4().hex[:12])
+def _call(work: Work) -> Any:
+    """A try, in a Ray task."""
+    return work.fn(*work.args)
 
 
-def _run(todo: list[Item], spec: Spec, storage: Storage, timeout: float | None, rows: dict[str, Any], bar: Any,
-         options: dict[str, Any]) -> None:
-    """Prepare ``todo`` in Ray tasks, each row into ``rows`` as it comes (NOTE [ Preparing on
-    Ray ]); a stop (Ctrl-C, an error) cancels the tasks in flight. Either way the temporary files
-    of every try are removed at the end, once each task has answered."""
-    import ray
+class RayBackend:
+    """``tools.runner``'s tries as Ray tasks with ``options`` (NOTE [ Preparing on Ray ]): twice
+    as many in flight as the cluster has slots for them; a try fails or is cancelled alone."""
 
-    task = ray.remote(_attempt).options(**options)
-    queue = collections.deque(todo)
-    pending: dict[Any, Item] = {}  # task -> its file, oldest first
-    oldest, since = None, time.monotonic()
-    slots, counted = 0, -_SLOTS_EVERY_S
-    try:
-        while queue or pending:
-            if time.monotonic() - counted >= _SLOTS_EVERY_S:
-                slots, counted = task_slots(options["num_cpus"], options["resources"]), time.monotonic()
-            while queue and len(pending) < 2 * max(1, slots):
-                item = queue.popleft()
-                pending[task.remote(item, spec, storage)] = item
-            first = next(iter(pending))
-            if first is not oldest:
-                oldest, since = first, time.monotonic()
-            left = None if timeout is None else max(0.0, since + timeout - time.monotonic())
-            wait = _POLL_S if left is None else min(left, _POLL_S)
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
-            if not ready and (left is None or left > _POLL_S):
-                continue  # back in Python: a Ctrl-C is raised here at the latest
-            if ready:
-                ref = ready[0]
-                item = pending.pop(ref)
-                row = _answer(ref, item, spec, storage, options)
-            else:  # the oldest is over its time: its worker is killed (a cancelled task is not retried)
-                item = pending.pop(first)
-                answered = _stop([first])
-                row = _answer(first, item, spec, storage, options) if answered else \
-                    failed_row(item, spec, storage, f"took over {timeout:g} s (timeout)")
-            rows[item[0]] = row
-            bar.update(1)
-    finally:
-        if pending:
-            _stop(list(pending))
-            for ref, item in pending.items():  # a file finished as the run stops has its row
-                try:
-                    if ray.wait([ref], timeout=0)[0]:
-                        rows[item[0]] = dict(ray.get(ref))
-                except ray.exceptions.RayError:
-                    pass  # cancelled: the next run prepares it
-        remove_temporaries(todo, tagged=True)  # a folder listed once, whatever the files in it
+    shared = False
 
+    def __init__(self, options: dict[str, Any]) -> None:
+        self._options = options
+        self._task: Any = None
+        self._slots, self._counted = 0, -_SLOTS_EVERY_S
+        self._flying: set[Any] = set()
 
-def _answer(ref: Any, item: Item, spec: Spec, storage: Storage, options: dict[str, Any]) -> dict[str, Any]:
-    """The row the task ``ref`` answered for ``item``, or one saying why it did not."""
-    import ray
+    def window(self) -> int:
+        if time.monotonic() - self._counted >= _SLOTS_EVERY_S:
+            self._slots = task_slots(self._options["num_cpus"], self._options["resources"])
+            self._counted = time.monotonic()
+        return 2 * max(1, self._slots)
 
-    try:
-        return dict(ray.get(ref))
-    except ray.exceptions.RayError as e:
-        return failed_row(item, spec, storage, _why(e, options["max_retries"]))
+    def submit(self, work: Work) -> Any:
+        import ray
 
+        if self._task is None:
+            self._task = ray.remote(_call).options(**self._options)
+        ref = self._task.remote(work)
+        self._flying.add(ref)
+        return ref
 
-def _stop(refs: list[Any]) -> list[Any]:
-    """The tasks of ``refs`` that answer within ``_GRACE_S``; the others are cancelled (their
-    workers killed), and waited for, up to ``_SETTLE_S``, until Ray has answered for each: their
-    workers write no more. Why not cancel them all: Ray (2.60) aborts the driver ("Tried to
-    complete task that was not pending") when a cancel meets a task that is answering, whose
-    answer ``ray.wait`` already sees; a stop raised as ``ray.wait`` returns meets one."""
-    import ray
+    def wait(self, handles: list[Any], timeout: float | None) -> list[Any]:
+        import ray
 
-    ready, rest = ray.wait(refs, num_returns=len(refs), timeout=_GRACE_S)
-    for ref in rest:
-        ray.cancel(ref, force=True)
-    if rest:
-        ray.wait(rest, num_returns=len(rest), timeout=_SETTLE_S)
-    return list(ready)
+        if not handles:
+            return []
+        return list(ray.wait(handles, num_returns=1, timeout=timeout)[0])
+
+    def result(self, handle: Any) -> Any:
+        import ray
+
+        self._flying.discard(handle)
+        try:
+            return dict(ray.get(handle))
+        except ray.exceptions.RayError as e:
+            raise Crashed(_why(e, self._options["max_retries"])) from None
+
+    def stop(self, handles: list[Any]) -> list[Any]:
+        """The tasks of ``handles`` that answer within ``_GRACE_S``; the others are cancelled
+        (their workers killed), and waited for, up to ``_SETTLE_S``, until Ray has answered for
+        each: their workers write no more. Why not cancel them all: Ray (2.60) aborts the driver
+        ("Tried to complete task that was not pending") when a cancel meets a task that is
+        answering, whose answer ``ray.wait`` already sees; a stop raised as ``ray.wait`` returns
+        meets one."""
+        import ray
+
+        if not handles:
+            return []
+        ready, rest = ray.wait(handles, num_returns=len(handles), timeout=_GRACE_S)
+        for ref in rest:
+            ray.cancel(ref, force=True)
+            self._flying.discard(ref)
+        if rest:
+            ray.wait(rest, num_returns=len(rest), timeout=_SETTLE_S)
+        return list(ready)
+
+    def close(self) -> None:
+        flying, self._flying = list(self._flying), set()
+        self.stop(flying)  # a file finished as the run stops: the next run finds its copy unlisted, makes it again
 
 
 def _why(e: Exception, retries: int) -> str:

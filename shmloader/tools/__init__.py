@@ -4,10 +4,12 @@ before training; the reading path (``shmloader.video``) never imports them.
 What lives here, a module a line:
 
 - ``scan``: ``shmloader scan``, every video probed once into a manifest
-- ``rescan``: an earlier manifest's rows kept or probed again; a summary's counts
+- ``rescan``: an earlier manifest's rows kept or done again (scan's and prepare's); a summary's counts
 - ``evidence``: decord's seeking checked against PyAV before a manifest trusts it
 - ``audioprobe``: a manifest's audio columns, a file's first audio stream described
-- ``filepool``: the process pool of the per-file work (scan's probes, prepare's copies)
+- ``runner``: the one runner of per-file work (ordered, bounded, killable) and its retry policy
+- ``filepool``: the process pool the runner's local backend runs the per-file work in
+- ``interrupts``: Ctrl-C during a tool's run, one stop whose cleanup a second one does not cut
 - ``prepare``: ``shmloader prepare``, training copies of a dataset and their manifest
 - ``transcode``: one training copy, decoded as the loader reads, encoded with short GOPs
 

@@ -21,11 +21,11 @@ A file that could not be prepared is a row whose ``problem`` starts with
 NOTE [ Preparing safely, again ]
 Nothing is written inside a source: DST may not be in a folder given as a source, and no copy
 may land on a source file. Each copy is written to a hidden temporary name beside its place
-(``.NAME.preparing``) and renamed there when whole; a stopped run (Ctrl-C, an error) kills its
-workers and removes their temporary files, and writes the manifest of what is finished. A
-process that dies breaks the pool and every file in flight: the file is tried again alone, the
-others in a new pool; a file over ``timeout`` (from when it is the oldest in flight) is stopped
-the same way and its row says so. A run
+(``.NAME.preparing``) and renamed there when whole; a stopped run (Ctrl-C, once or more, an
+error) kills its workers, removes their temporary files and writes the manifest of what is
+finished (NOTE [ A stop that leaves every output whole ]). A file whose process dies, or that
+takes over ``timeout``, is tried once more alone with twice the time before its row says so
+(NOTE [ Running per-file work ]). A run
 into a DST that has a manifest keeps each earlier row whose source has its recorded size and
 modification time, whose copy has the size and modification time its row records and whose
 ``spec`` is this run's; every other file (new, changed, failed before) is prepared again.
@@ -35,26 +35,28 @@ On Ray a try writes ``.NAME.TAG.preparing``, a name of its own (NOTE [ Preparing
 from __future__ import annotations
 
 import collections
-import concurrent.futures as cf
+import contextlib
 import csv
 import os
 import re
-import signal
 import time
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from .._checks import check_int, check_seconds
 from .._cpus import usable_cpus
 from .audioprobe import AUDIO_COLUMNS, with_audio
-from .filepool import file_pool, kill
+from .interrupts import held, stoppable
 from ..video.media import is_remote, split_member
-from .rescan import check_fail_on, count, fails
+from .rescan import check_fail_on, count, fails, read_manifest, unchanged
+from .runner import Backend, Failure, Outcome, ProcessBackend, Work, run
 from .scan import COLUMNS, blank_row, is_shards, iter_inputs, probe_row
 from ..video.storage import LOCAL, Storage
 from .transcode import Spec, container_of, transcode
 
-__all__ = ["FILE_TIMEOUT", "MANIFEST", "PREPARE_COLUMNS", "check_spec", "failed_row", "prepare", "prepare_files",
+__all__ = ["FILE_TIMEOUT", "MANIFEST", "PREPARE_COLUMNS", "Listed", "check_spec", "prepare", "prepare_files",
            "prepare_one", "raise_for_fail_on", "remove_temporaries"]
 
 PREPARE_COLUMNS = COLUMNS + ("source", "source_bytes", "source_mtime_ns", "spec", "note")
@@ -92,10 +94,21 @@ def _relative(item: str, path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def _listing(inputs: list[str], out: str, storage: Storage, passed_over: collections.Counter) -> list[tuple]:
-    """(source, label, place, copy path, muxer) of every video the inputs name, each once, in
-    input order; ValueError where DST is inside a source folder, a copy would land on a source,
-    or two sources would have the same copy."""
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A file to prepare: its ``source`` (path or URL), ``label``, ``place`` in its tar shard
+    (offset, size; None for other files), where its ``copy`` goes and the copy's muxer ``fmt``."""
+
+    source: str
+    label: int
+    place: tuple[int, int] | None
+    copy: str
+    fmt: str
+
+
+def _listing(inputs: list[str], out: str, storage: Storage, passed_over: collections.Counter) -> list[Listed]:
+    """Every video the inputs name, each once, in input order; ValueError where DST is inside a
+    source folder, a copy would land on a source, or two sources would have the same copy."""
     out = os.path.realpath(out)
     for item in inputs:
         if not is_remote(item) and not is_shards(item) and not os.path.exists(item):
@@ -105,7 +118,7 @@ def _listing(inputs: list[str], out: str, storage: Storage, passed_over: collect
             if out == folder or out.startswith(folder + os.sep):
                 raise ValueError(f"--out {out!r} is inside the source folder {item!r}: prepare never writes "
                                  "inside its sources; give a folder outside it")
-    listed: list[tuple] = []
+    listed: list[Listed] = []
     by_copy: dict[str, str] = {}
     for item in inputs:
         for path, label, place, _ in iter_inputs([item], passed_over=passed_over, storage=storage):
@@ -119,7 +132,7 @@ def _listing(inputs: list[str], out: str, storage: Storage, passed_over: collect
             if not is_remote(path) and os.path.realpath(path) == copy:
                 raise ValueError(f"the copy of {path!r} would overwrite it: give an --out outside the sources")
             by_copy[copy] = path
-            listed.append((path, label, place, copy, fmt))
+            listed.append(Listed(path, label, place, copy, fmt))
     if not listed:
         raise ValueError(f"no video found in {inputs!r}")
     return listed
@@ -136,16 +149,11 @@ def temporary(copy: str, tag: str = "") -> str:
     return os.path.join(folder, f".{name}.{tag}.preparing" if tag else f".{name}.preparing")
 
 
-def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the main process, which stops them (NOTE [ Preparing safely, again ])."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def prepare_one(path: str, label: int, place, copy: str, fmt: str, spec: Spec, storage: Storage,
-                tag: str = "") -> dict:
-    """The manifest row of ``path``'s copy, made (in a worker process or a Ray task) under its
+def prepare_one(listed: Listed, spec: Spec, storage: Storage, tag: str = "") -> dict:
+    """The manifest row of ``listed``'s copy, made (in a worker process or a Ray task) under its
     temporary name (``temporary(copy, tag)``); a file that cannot be prepared gets a row saying
     why, and leaves no file behind."""
+    path, label, place, copy = listed.source, listed.label, listed.place, listed.copy
     tmp = temporary(copy, tag)
     extra: dict[str, Any] = {"source": path, "spec": _spec_text(spec)}
     try:
@@ -155,7 +163,7 @@ def prepare_one(path: str, label: int, place, copy: str, fmt: str, spec: Spec, s
         media = storage.resolve(path)
         extra["source_bytes"], extra["source_mtime_ns"] = media.stamp
         os.makedirs(os.path.dirname(copy), exist_ok=True)
-        made = transcode(media, tmp, fmt, spec, storage)
+        made = transcode(media, tmp, listed.fmt, spec, storage)
         os.replace(tmp, copy)
     except Exception as e:  # noqa: BLE001  # every file gets its row; the reason goes in it
         if os.path.exists(tmp):
@@ -168,35 +176,31 @@ def prepare_one(path: str, label: int, place, copy: str, fmt: str, spec: Spec, s
         os.unlink(copy)
         row = blank_row(copy, label, f"unreadable: cannot prepare {storage.name(path)}: its copy counts "
                                   f"{row['frames'] or 'no'} frames, not the {made['frames']} written")
+    elif made["problem"]:  # the source's, which the copy's probe cannot see (a cut file's copy is whole)
+        row["problem"] = "; ".join(p for p in (made["problem"], row["problem"]) if p)
     return dict(row, note=made["note"], **extra)
+
+
+def prepare_tagged(listed: Listed, spec: Spec, storage: Storage) -> dict:
+    """``prepare_one`` under a temporary name of this try's own (a Ray task: NOTE [ Preparing on Ray ])."""
+    return prepare_one(listed, spec, storage, tag=uuid.uuid4().hex[:12])
 
 
 def _earlier(manifest: str) -> dict[str, dict]:
     """source -> row of an earlier run's manifest in DST ({} where there is none)."""
     if not os.path.exists(manifest):
         return {}
-    with open(manifest, newline="") as f:
-        reader = csv.DictReader(f)
-        # A manifest from before the audio columns: its kept rows get them (``prepare_files``).
-        older = tuple(c for c in PREPARE_COLUMNS if c not in AUDIO_COLUMNS)
-        if reader.fieldnames is not None and tuple(reader.fieldnames) not in (PREPARE_COLUMNS, older):
-            raise ValueError(f"{manifest!r} is not a manifest of shmloader prepare (its columns are "
-                             f"{reader.fieldnames}): give another --out")
-        base = os.path.dirname(manifest)
-        return {row["source"]: dict(row, path=os.path.normpath(os.path.join(base, row["path"]))) for row in reader}
+    base = os.path.dirname(manifest)
+    rows = read_manifest(manifest, PREPARE_COLUMNS, "a manifest of shmloader prepare", "give another --out")
+    return {row["source"]: dict(row, path=os.path.normpath(os.path.join(base, row["path"]))) for row in rows}
 
 
 def _finished(row: dict | None, spec: str, storage: Storage) -> bool:
     """Whether an earlier row stands: its copy made at ``spec``, both files as the row records them."""
     if row is None or row["spec"] != spec or row["problem"].startswith("unreadable"):
         return False
-    try:
-        source = storage.stamp(row["source"])
-        st = os.stat(row["path"])
-    except (OSError, ValueError):
-        return False
-    return [str(x) for x in source] == [row["source_bytes"], row["source_mtime_ns"]] \
-        and [str(st.st_size), str(st.st_mtime_ns)] == [row["bytes"], row["mtime_ns"]]
+    return unchanged(row["source"], (row["source_bytes"], row["source_mtime_ns"]), storage) \
+        and unchanged(row["path"], (row["bytes"], row["mtime_ns"]), LOCAL)
 
 
 def check_spec(short_side: int | None, size: tuple[int, int] | None, gop: int, crf: int) -> Spec:
@@ -218,23 +222,28 @@ def check_spec(short_side: int | None, size: tuple[int, int] | None, gop: int, c
     return Spec(short_side, size, gop, crf)
 
 
-# What runs a prepare's files: (files to prepare, spec, storage, timeout, rows to fill, progress bar).
-Run = Callable[[list[tuple], Spec, Storage, float | None, dict, Any], None]
-
-
 def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *,
                   short_side: int | None = None, size: tuple[int, int] | None = None, gop: int = 16,
                   crf: int = 23, workers: int | None = None, timeout: float | None = FILE_TIMEOUT,
                   fail_on: Iterable[str] | str = (), progress: bool = False,
-                  storage_options: dict | None = None, run: Run | None = None) -> dict[str, Any]:
+                  storage_options: dict | None = None, backend: Backend | None = None,
+                  tagged: bool = False) -> dict[str, Any]:
     """:func:`prepare`'s work; returns a summary: ``{"manifest", "rows", "prepared", "kept",
     "unreadable", "failed", "problems": {kind: rows}, "first": {kind: (path, problem)},
     "unlabelled", "passed_over": {extension: files}, "source_bytes", "copy_bytes", "seconds"}``
     (bytes of the readable rows' sources and copies; ``failed``: rows with a problem of a kind
     in ``fail_on``, as scan's). The listing, the check of an earlier run's rows and the manifest
-    are this process's; ``run`` prepares the files left (each with ``prepare_one``, putting its
-    row in the rows it is given), by default in ``workers`` local processes."""
+    are this process's; the files left are prepared through ``tools.runner`` on ``backend``, by
+    default ``workers`` local processes; ``tagged``: each try under a temporary name of its own
+    (``prepare_tagged``, for a backend whose lost tries may run on: NOTE [ Preparing on Ray ])."""
     spec = check_spec(short_side, size, gop, crf)
+    with stoppable():  # NOTE [ A stop that leaves every output whole ]
+        return _prepare_files(sources, out, spec, workers, timeout, fail_on, progress, storage_options, backend,
+                              tagged)
+
+
+def _prepare_files(sources, out, spec: Spec, workers: int | None, timeout: float | None, fail_on, progress: bool,
+                   storage_options: dict | None, backend: Backend | None, tagged: bool) -> dict[str, Any]:
     if workers is not None:
         check_int("workers", workers, 1)
     if timeout is not None:
@@ -251,30 +260,36 @@ def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathL
     rows: dict[str, dict] = {}  # source -> its row of this run
     todo = []
     for item in listed:
-        old = earlier.get(item[0])
-        if old is not None and old["path"] == item[3] and _finished(old, text, storage):
+        old = earlier.get(item.source)
+        if old is not None and old["path"] == item.copy and _finished(old, text, storage):
             if AUDIO_COLUMNS[0] not in old:  # the copy's audio, read as a scan reads it
                 old = with_audio(old, LOCAL)
-            rows[item[0]] = dict(old, label=item[1], _kept=True)
+            rows[item.source] = dict(old, label=item.label, _kept=True)
         else:
             todo.append(item)
     t0 = time.perf_counter()
     from tqdm import tqdm
 
+    if backend is None:
+        backend = ProcessBackend(min(workers or usable_cpus(), max(1, len(todo))), _IN_FLIGHT)
+    attempt = prepare_tagged if tagged else prepare_one
+    work = (Work(attempt, (item, spec, storage), meta=item) for item in todo)
     try:
-        with tqdm(total=len(listed), initial=len(rows), unit=" files", desc="prepare", disable=not progress) as bar:
-            if run is not None:
-                run(todo, spec, storage, timeout, rows, bar)
-            else:
-                _run(todo, spec, storage, workers or usable_cpus(), timeout, rows, bar)
+        with tqdm(total=len(listed), initial=len(rows), unit=" files", desc="prepare", disable=not progress) as bar, \
+                contextlib.closing(run(work, backend, timeout)) as outcomes:
+            for outcome in outcomes:
+                rows[outcome.meta.source] = _row(outcome, spec, storage)
+                bar.update(1)
     finally:
-        _write(manifest, listed, rows, earlier)
+        with held():  # the workers are gone (the runner's stop): what they left, then the manifest
+            remove_temporaries(todo, tagged)
+            _write(manifest, listed, rows, earlier)
     summary: dict[str, Any] = {"manifest": manifest, "rows": 0, "prepared": 0, "kept": 0, "unreadable": 0,
                                "failed": 0, "problems": collections.Counter(), "first": {}, "unlabelled": 0,
                                "decoders": collections.Counter(), "passed_over": dict(passed_over),
                                "source_bytes": 0, "copy_bytes": 0, "seconds": time.perf_counter() - t0}
-    for path, *_ in listed:
-        row = rows[path]
+    for item in listed:
+        row = rows[item.source]
         count(summary, row, kinds)
         if row["problem"].startswith("unreadable"):
             continue
@@ -286,87 +301,38 @@ def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathL
     return summary
 
 
-def _run(todo: list[tuple], spec: Spec, storage: Storage, workers: int, timeout: float | None, rows: dict,
-         bar) -> None:
-    """Prepare ``todo`` in ``workers`` processes, each row into ``rows`` as it comes. A file
-    whose process dies (which breaks the pool) is tried once more alone before its row says so;
-    a file that takes over ``timeout`` seconds (from when it is the oldest in flight) is stopped
-    and its row says so; a stop kills the workers and removes their temporary files."""
-    if not todo:
-        return
-    pending: collections.deque = collections.deque()
-    queue = collections.deque(todo)
-    pool: cf.ProcessPoolExecutor | None = None
-
-    def submit(item) -> cf.Future:
-        path, label, place, copy, fmt = item
-        assert pool is not None
-        return pool.submit(prepare_one, path, label, place, copy, fmt, spec, storage)
-
-    def failed(item, why: str) -> dict:
-        return failed_row(item, spec, storage, why)
-
-    try:
-        pool = file_pool(min(workers, max(1, len(todo))), _ignore_sigint)
-        while queue or pending:
-            while queue and len(pending) < workers * _IN_FLIGHT:
-                item = queue.popleft()
-                pending.append((item, submit(item)))
-            item, fut = pending[0]  # left in pending while it runs: a stop removes its temporary file
-            try:
-                row = fut.result(timeout=timeout)
-            except cf.TimeoutError:
-                row = failed(item, f"took over {timeout:g} s (timeout)")
-            except cf.process.BrokenProcessPool:
-                # One process died and took the pool with it: every file in flight is lost, not
-                # only the one that died. This one again, alone, in a new pool; then the rest.
-                kill(pool)
-                pool = file_pool(1, _ignore_sigint)
-                try:
-                    row = submit(item).result(timeout=timeout)
-                except cf.TimeoutError:
-                    row = failed(item, f"took over {timeout:g} s (timeout)")
-                except cf.process.BrokenProcessPool:
-                    row = failed(item, "its process died (a crash in the decoder or encoder)")
-            else:
-                pending.popleft()
-                rows[item[0]] = row
-                bar.update(1)
-                continue
-            # The pool cannot stop one file: a new pool, and the files in flight submitted again.
-            kill(pool)
-            pool = file_pool(workers, _ignore_sigint)
-            pending.popleft()
-            remove_temporaries([item])
-            queue.extendleft(reversed([it for it, _ in pending]))
-            pending.clear()
-            remove_temporaries(queue)
-            rows[item[0]] = row
-            bar.update(1)
-    finally:
-        if pool is not None:
-            kill(pool)
-        remove_temporaries([it for it, _ in pending])
+def _row(outcome: Outcome, spec: Spec, storage: Storage) -> dict:
+    """The row of a file the runner gave back: its try's, or one saying why there is none."""
+    if outcome.failure is None:
+        return outcome.value
+    return failed_row(outcome.meta, spec, storage, _words(outcome.failure))
 
 
-def failed_row(item: tuple, spec: Spec, storage: Storage, why: str) -> dict:
-    """The row of a listed file (``item``) that its worker or task did not answer for, saying why."""
-    row = blank_row(item[3], item[1], f"unreadable: cannot prepare {storage.name(item[0])}: {why}")
-    return dict(row, source=item[0], spec=_spec_text(spec))
+def _words(failure: Failure) -> str:
+    if failure.kind == "timeout":
+        return f"took over {failure.seconds:g} s (timeout)"
+    return failure.detail if failure.detail != "its process died" else \
+        "its process died (a crash in the decoder or encoder)"
 
 
-def remove_temporaries(items: Iterable[tuple], tagged: bool = False) -> None:
+def failed_row(listed: Listed, spec: Spec, storage: Storage, why: str) -> dict:
+    """The row of a listed file that its worker or task did not answer for, saying why."""
+    row = blank_row(listed.copy, listed.label, f"unreadable: cannot prepare {storage.name(listed.source)}: {why}")
+    return dict(row, source=listed.source, spec=_spec_text(spec))
+
+
+def remove_temporaries(items: Iterable[Listed], tagged: bool = False) -> None:
     """Remove the temporary files of the listed files ``items``: the untagged one, or with
     ``tagged`` every attempt's (a folder listed once, whatever the number of its files)."""
     if not tagged:
         for item in items:
-            tmp = temporary(item[3])
+            tmp = temporary(item.copy)
             if os.path.exists(tmp):
                 os.unlink(tmp)
         return
     names: dict[str, set[str]] = collections.defaultdict(set)
     for item in items:
-        folder, name = os.path.split(item[3])
+        folder, name = os.path.split(item.copy)
         names[folder].add(name)
     for folder, mine in names.items():
         try:
@@ -382,15 +348,15 @@ def remove_temporaries(items: Iterable[tuple], tagged: bool = False) -> None:
                     pass  # its attempt renamed or removed it meanwhile
 
 
-def _write(manifest: str, listed: list[tuple], rows: dict, earlier: dict) -> None:
+def _write(manifest: str, listed: list[Listed], rows: dict, earlier: dict) -> None:
     """The manifest, rewritten whole (a temporary file, renamed): this run's rows, and an earlier
     run's for the files this run did not reach."""
     tmp = manifest + ".writing"
     with open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, PREPARE_COLUMNS, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
-        for path, *_ in listed:
-            row = rows.get(path, earlier.get(path))
+        for item in listed:
+            row = rows.get(item.source, earlier.get(item.source))
             if row is not None:  # paths below DST relative to it: the folder can move
                 writer.writerow(dict(row, path=os.path.relpath(row["path"], os.path.dirname(manifest))))
     os.replace(tmp, manifest)
@@ -411,7 +377,8 @@ def prepare(sources: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], 
     x264's quality ``crf`` (lower: better and larger). ``out`` mirrors the sources' relative
     paths; it may not be inside a source folder. ``workers``: processes, one per CPU by
     default. A run into an ``out`` prepared before keeps the copies whose sources are unchanged.
-    A file that takes over ``timeout`` seconds (None: no limit) is stopped and its row says so.
+    A file that takes over ``timeout`` seconds (None: no limit), or whose process dies, is tried
+    once more alone with twice the time, and then its row says so.
 
     A file that cannot be prepared is a manifest row that says why (the others are prepared);
     ValueError after the manifest is written when a row has a problem of a kind in ``fail_on``

@@ -1,45 +1,69 @@
-"""The rows of a ``shmloader scan`` manifest: those of an earlier run of the same inputs, read back
-and kept or probed again (``tools.scan`` writes the manifest anew from them), and every row
-counted into the summary, with the problem kinds ``--fail-on`` takes."""
+"""The rows of a manifest written before: read back and kept or done again (one way for
+``shmloader scan``'s rows and ``shmloader prepare``'s copies: a row stands while its file has
+the size and modification time it records), and every row counted into the summary, with the
+problem kinds ``--fail-on`` takes."""
 
 from __future__ import annotations
 
 import csv
-import os
+import itertools
 import re
 from typing import Iterable, Iterator
 
 from .audioprobe import AUDIO_COLUMNS
-from ..video.media import is_remote, local_path, split_member
+from ..video.media import is_remote, split_member
 from ..video.probe import CHECKS, LONG_GOP
+from ..video.storage import LOCAL, Storage
 
 __all__ = ["FAIL_KINDS", "PREPARED_SIDE", "RUN_PROBLEMS", "changed", "check_fail_on", "count", "earlier_rows",
-           "fails", "preparing_pays", "problem_kind", "stale"]
+           "fails", "preparing_pays", "problem_kind", "read_manifest", "stale", "unchanged"]
 
 # Problems that say how the probe ran, not what the file is: a later run probes such rows again.
 RUN_PROBLEMS = ("unreadable: probe took over", "unreadable: probe crashed")
 
-def earlier_rows(out: str, columns: tuple[str, ...]) -> Iterator[dict]:
-    """The rows of the manifest ``out`` written by an earlier run, lazily; ValueError where it is
-    not a scan manifest. Rows of a manifest from before the ``check`` column have it empty;
-    those from before the audio columns have none (``tools.scan`` reads their audio)."""
-    with open(out, newline="") as f:
+
+def read_manifest(path: str, columns: tuple[str, ...], what: str, instead: str,
+                  optional: tuple[tuple[str, ...], ...] = (AUDIO_COLUMNS,)) -> Iterator[dict]:
+    """The rows of the manifest ``path`` an earlier run wrote, lazily; ValueError (saying
+    ``instead``) where its columns are not ``columns``, or those without some of the ``optional``
+    groups (a manifest from before them: its rows lack those keys)."""
+    with open(path, newline="") as f:
         reader = csv.DictReader(f)
         try:
             fields = reader.fieldnames
         except UnicodeDecodeError:  # a video or other binary file
-            raise ValueError(f"{out!r} is not a scan manifest (not text); pass --overwrite or another "
-                             "--out") from None
+            raise ValueError(f"{path!r} is not {what} (not text); {instead}") from None
         if fields is None:
             return
-        olds = [tuple(c for c in columns if c not in left) for left in ((), ("check",), AUDIO_COLUMNS,
-                                                                          ("check", *AUDIO_COLUMNS))]
-        if tuple(fields) not in olds:
-            raise ValueError(f"{out!r} is not a scan manifest (its columns are {fields}); "
-                             "pass --overwrite or another --out")
-        for row in reader:
-            row.setdefault("check", "")
-            yield row
+        left = [()] + [group for n in range(1, len(optional) + 1) for group in _unions(optional, n)]
+        if tuple(fields) not in [tuple(c for c in columns if c not in out) for out in left]:
+            raise ValueError(f"{path!r} is not {what} (its columns are {fields}); {instead}")
+        yield from reader
+
+
+def _unions(groups: tuple[tuple[str, ...], ...], n: int) -> Iterator[tuple[str, ...]]:
+    for chosen in itertools.combinations(groups, n):
+        yield tuple(c for g in chosen for c in g)
+
+
+def unchanged(path: str, recorded: tuple[str, str], storage: Storage) -> bool:
+    """Whether the file ``path`` has the (bytes, mtime_ns) an earlier row ``recorded`` (a file
+    that cannot be asked has none: ``("", "")``, as the row of a file that was not there)."""
+    try:
+        now = [str(x) for x in storage.stamp(path)]
+    except (OSError, ValueError):
+        now = ["", ""]
+    return now == list(recorded)
+
+
+def earlier_rows(out: str, columns: tuple[str, ...]) -> Iterator[dict]:
+    """The rows of the scan manifest ``out`` written by an earlier run, lazily. Rows of a manifest
+    from before the ``check`` column have it empty; those from before the audio columns have
+    none (``tools.scan`` reads their audio)."""
+    for row in read_manifest(out, columns, "a scan manifest", "pass --overwrite or another --out",
+                             optional=(("check",), AUDIO_COLUMNS)):
+        row.setdefault("check", "")
+        yield row
 
 
 def stale(row: dict, check: str) -> str | None:
@@ -60,12 +84,7 @@ def changed(row: dict) -> bool | None:
     path = row["path"]
     if is_remote(path) or split_member(path) is not None:
         return None
-    try:
-        st = os.stat(local_path(path))
-        now = [str(st.st_size), str(st.st_mtime_ns)]
-    except OSError:
-        now = ["", ""]
-    return now != [row["bytes"], row["mtime_ns"]]
+    return not unchanged(path, (row["bytes"], row["mtime_ns"]), LOCAL)
 
 
 # What --fail-on takes besides "any": the start of a problem's text (FAIL_KINDS lists the usual ones).

@@ -29,8 +29,9 @@ seeking into it); ``problem`` is empty when the file is fine, else ``unreadable:
 drops N frames``, ``timestamp gap at frame N``, ``variable frame rate``, ``decord seeks wrong
 at frame N (read by PyAV)``... (``; `` between several). A probe that passes ``timeout`` or
 whose process dies (which breaks the whole pool) is tried once more alone, with twice the
-time, before its file is blamed: ``unreadable: probe took over N s`` (N = 2 x ``timeout``) or
-``unreadable: probe crashed`` when that try fails too.
+time, before its file is blamed (NOTE [ Running per-file work ] in ``tools.runner``):
+``unreadable: probe took over N s`` (N = 2 x ``timeout``) or ``unreadable: probe crashed``
+when that try fails too.
 Files in the folders given without a video extension are passed over and counted in the summary.
 ``VideoClips.from_csv`` reads the manifest and spares its workers the probes. When an input
 manifest has ``start`` / ``end`` columns (time spans, see ``VideoClips``), the manifest written
@@ -45,10 +46,11 @@ stopped) resumes: rows already in ``--out`` are checked against the inputs and s
 from __future__ import annotations
 
 import collections
-import concurrent.futures as cf
+import contextlib
 import csv
 import itertools
 import os
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from ..video.manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
@@ -56,10 +58,11 @@ from .._checks import check_choice, check_int, check_seconds
 from .._cpus import usable_cpus
 from .audioprobe import AUDIO_COLUMNS, audio_cells, with_audio
 from .evidence import probe_with_evidence
-from .filepool import file_pool, kill
+from .interrupts import held, stoppable
 from ..video.media import is_remote, member_url, split_member
 from ..video.probe import CHECKS
 from .rescan import changed, check_fail_on, count, earlier_rows, stale
+from .runner import Outcome, ProcessBackend, Ready, Work, run
 from ..video.shards import expand, shard_samples
 from ..video.storage import Storage, tar_members
 
@@ -76,10 +79,6 @@ _RECENT = 4096
 
 # A scan reads whole remote files in order (every keyframe): larger blocks, fewer requests.
 _SCAN_BLOCK = 4 << 20
-
-# A probe that passed its deadline, or died with its pool, is tried once more alone with this
-# many times the deadline before its row calls the file unreadable.
-_RETRY_TIMES = 2
 
 # Probes in flight per worker: enough to keep every worker busy, few enough that memory and
 # the work lost to a stuck probe stay small.
@@ -255,7 +254,6 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
         check_int("workers", workers, 1)
     check_seconds("timeout", timeout)
     fail_on = check_fail_on(fail_on)
-    workers = workers or usable_cpus()
     passed_over: collections.Counter = collections.Counter()
     storage = Storage(storage_options, block_size=_SCAN_BLOCK)
     inputs = list(inputs)
@@ -274,124 +272,116 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
         raise ValueError(f"no video found in {inputs!r}")
     todo = itertools.chain([first_item], todo)
     earlier = earlier_rows(out, columns) if os.path.exists(out) and not overwrite else iter(())
+    first = next(earlier, None)  # rows of an earlier run: the new rows are written beside them
+    earlier = itertools.chain([first], earlier) if first is not None else earlier
     summary: dict[str, Any] = {"rows": 0, "resumed": 0, "kept": 0, "rechecked": collections.Counter(),
                "decoders": collections.Counter(), "problems": collections.Counter(), "unreadable": 0,
                "passed_over": passed_over, "first": {}, "unlabelled": 0, "failed": 0,
                "gops": collections.Counter(), "short_sides": collections.Counter()}
+    with stoppable():  # NOTE [ A stop that leaves every output whole ]
+        work = _work(todo, earlier, check, storage,
+                     summary, out)
+        backend = ProcessBackend(workers or usable_cpus(), _IN_FLIGHT)
+        _write(out, first is not None, columns, work, earlier, summary, backend, timeout, fail_on,
+               _total(inputs) if progress else None, progress)
+    for k in ("decoders", "problems", "passed_over", "rechecked", "gops", "short_sides"):
+        summary[k] = dict(summary[k])
+    return summary
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """What a row takes from its input rather than from the probe: the path, label and span cells."""
+
+    path: str
+    label: int
+    span: dict
+
+
+def _work(todo: Iterator, earlier: Iterator[dict], check: str, storage: Storage, summary: dict,
+          out: str) -> Iterator[Work | Ready]:
+    """Each input's probe, or its earlier row where that stands (``resumed`` and ``rechecked``
+    counted into ``summary``); ValueError where the earlier rows are not of these inputs."""
+    for path, label, place, span in todo:
+        entry = _Entry(path, label, span)
+        old = next(earlier, None)
+        if old is None:  # a file listed again (a video's spans) shares its probe
+            yield Work(probe_row, (path, label, check, storage, place), key=path, meta=entry)
+            continue
+        summary["resumed"] += 1
+        if old["path"] != path:
+            raise ValueError(f"{out!r} row {summary['resumed'] + 1} is {old['path']!r}, but the inputs "
+                             f"list {path!r} there: not a scan of these inputs; pass --overwrite to start again")
+        why = stale(old, check)
+        moved = changed(old) if why is None else True
+        if why is None and moved:
+            why = "changed since"
+        if why is not None:
+            summary["rechecked"][why] += 1
+            yield Work(probe_row, (path, label, check, storage, place), key=path, meta=entry)
+        elif moved is None or AUDIO_COLUMNS[0] not in old:  # remote, or no audio cells: its worker
+            yield Work(probe_row, (path, label, check, storage, place, old), meta=entry)  # compares the stamp
+        else:
+            yield Ready(dict(old, _kept=True), entry)
+
+
+def _write(out: str, resuming: bool, columns: tuple[str, ...], work: Iterator[Work | Ready], earlier: Iterator[dict],
+           summary: dict, backend: ProcessBackend, timeout: float, fail_on: tuple[str, ...], total: int | None,
+           progress: bool) -> None:
+    """The manifest ``out``, a row an input as the probes answer, in input order. ``resuming``:
+    ``out`` has earlier rows (``earlier``, read as ``work`` reaches them); the rows then go to a
+    temporary file beside it, renamed over it when done, or when stopped where they cover the
+    earlier ones (the earlier file stays otherwise)."""
     from tqdm import tqdm
 
-    total = _total(inputs) if progress else None
-    # Rows go to a temporary file beside ``out`` when it has earlier rows: they may change.
-    first = next(earlier, None)
-    target = f"{out}.scanning" if first is not None else out
-    earlier = itertools.chain([first], earlier) if first is not None else earlier
+    target = f"{out}.scanning" if resuming else out
     written = 0
     f = open(target, "w", newline="")
     try:
         with tqdm(unit=" files", desc="scan", disable=not progress, total=total) as bar:
             writer = csv.DictWriter(f, columns, lineterminator="\n", extrasaction="ignore")
             writer.writeheader()
-            pending: collections.deque = collections.deque()
-            recent: collections.OrderedDict = collections.OrderedDict()  # path -> its probe's future
-            failed: dict[str, str] = {}  # path -> why its probe never answered
-
-            def submit(item, old=None):
-                """(item, a future of its row); ``old``: a remote file's earlier row, kept where unchanged."""
-                if item[0] in failed:
-                    return item, None
-                if old is not None:
-                    return item, pool.submit(probe_row, item[0], item[1], check, storage, item[2], old)
-                fut = recent.get(item[0])
-                if fut is None:
-                    fut = recent[item[0]] = pool.submit(probe_row, item[0], item[1], check, storage, item[2])
-                    if len(recent) > _RECENT:
-                        recent.popitem(last=False)
-                return item, fut
-
-            def take(item):
-                """What to wait for to write ``item``'s row: its earlier row, or a probe."""
-                old = next(earlier, None)
-                if old is None:
-                    return submit(item)
-                summary["resumed"] += 1
-                if old["path"] != item[0]:
-                    raise ValueError(f"{out!r} row {summary['resumed'] + 1} is {old['path']!r}, but the inputs "
-                                     f"list {item[0]!r} there: not a scan of these inputs; pass --overwrite to "
-                                     "start again")
-                why = stale(old, check)
-                moved = changed(old) if why is None else True
-                if why is None and moved:
-                    why = "changed since"
-                if why is not None:
-                    summary["rechecked"][why] += 1
-                    return submit(item)
-                if moved is None or AUDIO_COLUMNS[0] not in old:  # remote, or no audio cells: its worker
-                    return submit(item, old)  # compares the stamp (and reads the audio)
-                done = cf.Future()
-                done.set_result(dict(old, _kept=True))
-                return item, done
-
-            pool = file_pool(workers)
-            try:
-                while True:
-                    while len(pending) < workers * _IN_FLIGHT:
-                        item = next(todo, None)
-                        if item is None:
-                            break
-                        pending.append(take(item))
-                    if not pending:
-                        break
-                    item, fut = pending.popleft()
-                    path, label, place, span = item
-                    if fut is None:
-                        row = blank_row(path, label, failed[path])
-                    else:
-                        got, why = _answer(fut, timeout)
-                        if why is not None:
-                            # The pool cannot cancel one running probe: start a new pool, resubmit the rest.
-                            # Probe this file again first, alone, with _RETRY_TIMES the time: a process
-                            # that dies breaks the whole pool (every probe in flight fails with it, not
-                            # only the one that died), and a probe on a busy machine, or one that waited
-                            # for the pool to start, may pass a deadline its file does not deserve.
-                            pool = _renew(pool, workers, recent)
-                            _, fut = submit(item)  # the new pool's only probe while it runs
-                            got, why = _answer(fut, timeout * _RETRY_TIMES)
-                            if why is not None:
-                                pool = _renew(pool, workers, recent)
-                                failed[path] = f"unreadable: {why}"  # the same file in later rows: no new wait
-                            pending = collections.deque((it, f_) if f_ is None or _answered(f_) else submit(it)
-                                                        for it, f_ in pending)
-                        row = blank_row(path, label, failed[path]) if got is None else dict(got, label=label)
-                    if row.pop("_kept", False):
-                        summary["kept"] += 1
-                    if row.pop("_changed", False):  # a remote file whose stamp its worker found changed
-                        summary["rechecked"]["changed since"] += 1
-                    row.update(span)
+            with contextlib.closing(run(work, backend, timeout, reuse=_RECENT)) as outcomes:
+                for outcome in outcomes:
+                    row = _row(outcome, summary)
                     writer.writerow(row)
                     written += 1
                     f.flush()
                     count(summary, row, fail_on)
                     bar.update(1)
-            finally:
-                kill(pool)
         if next(earlier, None) is not None:  # the inputs end before the earlier rows do
             raise ValueError(f"{out!r} has more rows than the inputs give: not a scan of these inputs; "
                              "pass --overwrite to start again")
     except BaseException:
-        f.close()
-        # Stopped: the rewritten rows replace the earlier ones only where they cover them all.
-        if target != out:
-            if written >= summary["resumed"] and summary["resumed"] and next(earlier, None) is None:
-                os.replace(target, out)
-            else:
-                os.unlink(target)
+        with held():
+            f.close()
+            if target != out:
+                if written >= summary["resumed"] and summary["resumed"] and next(earlier, None) is None:
+                    os.replace(target, out)
+                else:
+                    os.unlink(target)
         raise
-    f.close()
-    if target != out:
-        os.replace(target, out)
-    for k in ("decoders", "problems", "passed_over", "rechecked", "gops", "short_sides"):
-        summary[k] = dict(summary[k])
-    return summary
+    with held():
+        f.close()
+        if target != out:
+            os.replace(target, out)
+
+
+def _row(outcome: Outcome, summary: dict) -> dict[str, Any]:
+    """The manifest row of an input: its probe's (labelled and spanned as the input says), or
+    one saying why the probe gave none; an earlier run's row kept or found changed is counted."""
+    entry = outcome.meta
+    if outcome.failure is not None:
+        why = "probe crashed" if outcome.failure.kind == "crash" else f"probe took over {outcome.failure.seconds:g} s"
+        row = blank_row(entry.path, entry.label, f"unreadable: {why}")
+    else:
+        row = dict(outcome.value, label=entry.label)
+    if row.pop("_kept", False):
+        summary["kept"] += 1
+    if row.pop("_changed", False):  # a remote file whose stamp its worker found changed
+        summary["rechecked"]["changed since"] += 1
+    row.update(entry.span)
+    return row
 
 
 def _total(inputs: list[str]) -> int | None:
@@ -403,25 +393,3 @@ def _total(inputs: list[str]) -> int | None:
         return sum(1 for _ in iter_inputs(inputs))
     except (OSError, ValueError):
         return None  # the scan itself reports it
-
-
-def _answer(fut: cf.Future, timeout: float) -> tuple[dict[str, Any] | None, str | None]:
-    """(the row, None), or (None, why the probe gave none)."""
-    try:
-        return fut.result(timeout=timeout), None
-    except cf.TimeoutError:
-        return None, f"probe took over {timeout:g} s"
-    except cf.process.BrokenProcessPool:
-        return None, "probe crashed"
-
-
-def _answered(fut: cf.Future) -> bool:
-    """Whether ``fut`` holds a row (an earlier run's, or a probe that finished before its pool went)."""
-    return fut.done() and not fut.cancelled() and fut.exception() is None
-
-
-def _renew(pool: cf.ProcessPoolExecutor, workers: int, recent: dict) -> cf.ProcessPoolExecutor:
-    """A new pool in place of ``pool``, whose probes are all lost."""
-    kill(pool)
-    recent.clear()
-    return file_pool(workers)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -127,13 +128,18 @@ class _Turner:
 
 def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -> dict[str, Any]:
     """Write the copy of ``media`` to ``dest`` (NOTE [ A copy's frame i is the source's frame i ]);
-    return what the row says of it: ``{"frames", "note"}``. Raises ValueError naming the frame
-    and the cause where the source cannot be read whole."""
+    return what the row says of it: ``{"frames", "note", "problem"}`` (a source cut short:
+    ``truncated at frame N of M``, N the frames copied). Raises ValueError naming the frame and
+    the cause where the source cannot be read whole (a cut source: up to its cut)."""
     import av
 
     from ..video._av import open_input
 
     info = probe(media, index=False, storage=storage)
+    # A file cut short (its index lists more frames than it holds): the frames before the cut
+    # are copied, as the loader reads them; the row says how many of how many.
+    found = re.search(r"truncated at frame \d+ of (\d+)", info.problem)
+    cut = int(found[1]) if found else None
     h, w = copy_size(info.height, info.width, spec)
     by_time = info.pts is not None and (not info.container or info.container in PYAV_SEEKS)
     if by_time:
@@ -173,6 +179,28 @@ def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -
             else:
                 note = f"audio ({name}) left out: {fmt.upper()} cannot hold it as it is"
         turner: _Turner | None = None
+
+        def put(frame) -> None:
+            """Source frame ``frame`` into the copy, as its frame ``n``."""
+            nonlocal n, turner
+            i = index_of(info.pts, frame.pts) if by_time else n
+            if i is None:
+                return  # decoded only, not shown (before an edit list's start)
+            if i != n:
+                raise ValueError(f"frame {n} is missing: the decoder gave frame {i} after frame {n - 1}")
+            if n >= info.frames:
+                raise ValueError(f"the stream holds more than the {info.frames} frames its probe counted")
+            if frame.is_corrupt:
+                raise ValueError(f"frame {n} is damaged")
+            if turner is None:
+                turner = _Turner(w, h, info.rotation, frame.color_range == 2)
+                _tag(out.codec_context, frame)
+            img = turner(frame)
+            img.pts, img.time_base = int(times[n]), tb
+            img.pict_type = av.video.frame.PictureType.NONE  # a source keyframe forces none here
+            _mux(o, out.encode(img), lasts)
+            n += 1
+
         start = float(info.pts[0] * info.time_base) if by_time and info.pts is not None else 0.0
         held = None  # the latest audio packet over before the first frame shown
         try:
@@ -193,31 +221,22 @@ def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -
                     held = None
                     continue
                 for frame in p.decode():
-                    i = index_of(info.pts, frame.pts) if by_time else n
-                    if i is None:
-                        continue  # decoded only, not shown (before an edit list's start)
-                    if i != n:
-                        raise ValueError(f"frame {n} is missing: the decoder gave frame {i} after frame {n - 1}")
-                    if n >= info.frames:
-                        raise ValueError(f"the stream holds more than the {info.frames} frames its probe counted")
-                    if frame.is_corrupt:
-                        raise ValueError(f"frame {n} is damaged")
-                    if turner is None:
-                        turner = _Turner(w, h, info.rotation, frame.color_range == 2)
-                        _tag(out.codec_context, frame)
-                    img = turner(frame)
-                    img.pts, img.time_base = int(times[n]), tb
-                    img.pict_type = av.video.frame.PictureType.NONE  # a source keyframe forces none here
-                    _mux(o, out.encode(img), lasts)
-                    n += 1
+                    put(frame)
         except av.error.FFmpegError as e:
-            raise ValueError(f"damaged or cut-off data: the decoder stopped with {n} of the {info.frames} frames "
-                             f"out: {e}") from e
-        if n < info.frames:
+            if cut is None:
+                raise ValueError(f"damaged or cut-off data: the decoder stopped with {n} of the {info.frames} "
+                                 f"frames out: {e}") from e
+            try:  # the frames decoded before the cut and held back for reordering (whole packets)
+                for frame in src.decode(None):
+                    put(frame)
+            except av.error.FFmpegError:
+                pass
+        if n < info.frames and (cut is None or n == 0):
             raise ValueError(f"the stream ends at frame {n} of the {info.frames} its probe counted "
                              "(damaged or truncated?)")
         _mux(o, out.encode(), lasts)
-    return {"frames": n, "note": note}
+    problem = f"truncated at frame {n} of {cut}" if cut is not None else ""
+    return {"frames": n, "note": note, "problem": problem}
 
 
 def _mux(o, packets, durations: dict[int, int]) -> None:
