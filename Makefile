@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-newest test-oldest typecheck docs dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
+.PHONY: demo test check test-newest test-oldest typecheck docs dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -18,9 +18,20 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 demo: $(STAMP)
 	$(PY) -m shmloader demo
 
+# The suite runs in parallel (pytest-xdist), a test module per process so that its module fixtures
+# (a Ray cluster, a server) start once; how many processes: tests/conftest.py's
+# pytest_xdist_auto_num_workers. PARALLEL= runs it in this process alone.
+PARALLEL ?= -n auto --dist loadfile
 # make test PYTEST_ARGS="--random-order"   runs the tests in a random order (pytest-random-order)
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PARALLEL) $(PYTEST_ARGS)
+
+# The edit-test loop: the layout, the types, the options and the core of each capability (the
+# plan, the ring's lease, the reader, frames, the runner, the adapters), in a few minutes.
+CHECK_TESTS := tests/test_layout.py tests/test_options.py tests/test_api.py tests/test_plan.py tests/test_lease.py \
+	tests/test_reader.py tests/test_frames.py tests/test_runner.py tests/test_sources.py tests/test_tf.py tests/test_torch.py
+check: $(STAMP)
+	$(PY) -m pytest $(PARALLEL) -x $(CHECK_TESTS) $(PYTEST_ARGS)
 
 # The version lanes (tests/lanes.py), each in a venv of its own (.venv-<lane>-<python>), the whole suite:
 # newest: Python 3.12 and 3.13 from pyenv with the newest versions pip picks (no constraints; torch
@@ -29,10 +40,10 @@ test: $(STAMP)
 # make test-newest LANES="3.12"   runs one Python only
 LANES ?= 3.12 3.13
 test-newest:
-	@for v in $(LANES); do $(PYTHON) tests/lanes.py newest $$v $(PYTEST_ARGS) || exit 1; done
+	@for v in $(LANES); do $(PYTHON) tests/lanes.py newest $$v $(PARALLEL) $(PYTEST_ARGS) || exit 1; done
 
 test-oldest:
-	$(PYTHON) tests/lanes.py oldest 3.10 $(PYTEST_ARGS)
+	$(PYTHON) tests/lanes.py oldest 3.10 $(PARALLEL) $(PYTEST_ARGS)
 
 # mypy as configured in pyproject.toml (strict on the public API); make test runs it too (tests/test_typing.py)
 typecheck: $(STAMP)
