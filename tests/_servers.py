@@ -134,12 +134,14 @@ class RangeServer:
                     code, extra = 206, {"Content-Range": f"bytes {start}-{end - 1}/{size}"}
                 with open(path, "rb") as f:
                     data = os.pread(f.fileno(), end - start, start)
-                self._headers(path, code, len(data), extra)
-                self.wfile.write(data)
+                # Counted before it is sent: a client that has read the answer must find it counted
+                # (counted after, a busy machine let a test's next read start first and see it late).
                 with server._lock:
                     server.gets += 1
                     server.bytes_sent += len(data)
                     server.ranges.append((os.path.relpath(path, server.root), start, end))
+                self._headers(path, code, len(data), extra)
+                self.wfile.write(data)
 
         class Server(ThreadingHTTPServer):
             def handle_error(self, request, client_address) -> None:

@@ -636,9 +636,9 @@ print(shmloader.prepare({str(tmp_path / "src")!r}, {str(tmp_path / "dst")!r}, sh
     ((97, 129), {}, (96, 128)),  # the source's size, odd sides one less
 ])
 def test_the_copys_size(shown, spec, want):
-    from shmloader.tools.transcode import Spec, copy_size
+    from shmloader.tools.transcode import CopySpec, copy_size
 
-    assert copy_size(*shown, Spec(**spec)) == want
+    assert copy_size(*shown, CopySpec(**spec)) == want
 
 
 def test_urls_are_sources_read_through_the_storage_layer(tmp_path):

@@ -224,8 +224,8 @@ class Scheduler:
     def _gather(self, cur: Cursor, items: list[tuple[Batch, int, int]]) -> None:
         groups = self._groups[cur.epoch]
         for item in items:
-            g = int(groups.group_of(item[2]))
-            groups.waiting.setdefault(g, []).append(item)
+            _, _, sample = item  # (batch, position, sample)
+            groups.waiting.setdefault(int(groups.group_of(sample)), []).append(item)
         self._release_groups(cur)
 
     def _release_groups(self, cur: Cursor) -> None:

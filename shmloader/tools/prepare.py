@@ -54,7 +54,7 @@ from .rescan import check_fail_on, count, fails, read_manifest, unchanged
 from .runner import Backend, Failure, Outcome, ProcessBackend, Work, run
 from .scan import COLUMNS, blank_row, is_shards, iter_inputs, probe_row
 from ..video.storage import LOCAL, Storage
-from .transcode import Spec, container_of, transcode
+from .transcode import CopySpec, container_of, transcode
 
 __all__ = ["FILE_TIMEOUT", "MANIFEST", "PREPARE_COLUMNS", "Listed", "check_spec", "prepare", "prepare_files",
            "prepare_one", "raise_for_fail_on", "remove_temporaries"]
@@ -73,7 +73,7 @@ FILE_TIMEOUT = 3600.0
 _CHECK = "keyframes"
 
 
-def _spec_text(spec: Spec) -> str:
+def _spec_text(spec: CopySpec) -> str:
     size = f"size {spec.size[0]}x{spec.size[1]}" if spec.size else (
         f"short side {spec.short_side}" if spec.short_side else "source size")
     return f"{size}, gop {spec.gop}, crf {spec.crf}"
@@ -149,7 +149,7 @@ def temporary(copy: str, tag: str = "") -> str:
     return os.path.join(folder, f".{name}.{tag}.preparing" if tag else f".{name}.preparing")
 
 
-def prepare_one(listed: Listed, spec: Spec, storage: Storage, tag: str = "") -> dict:
+def prepare_one(listed: Listed, spec: CopySpec, storage: Storage, tag: str = "") -> dict:
     """The manifest row of ``listed``'s copy, made (in a worker process or a Ray task) under its
     temporary name (``temporary(copy, tag)``); a file that cannot be prepared gets a row saying
     why, and leaves no file behind."""
@@ -181,7 +181,7 @@ def prepare_one(listed: Listed, spec: Spec, storage: Storage, tag: str = "") -> 
     return dict(row, note=made["note"], **extra)
 
 
-def prepare_tagged(listed: Listed, spec: Spec, storage: Storage) -> dict:
+def prepare_tagged(listed: Listed, spec: CopySpec, storage: Storage) -> dict:
     """``prepare_one`` under a temporary name of this try's own (a Ray task: NOTE [ Preparing on Ray ])."""
     return prepare_one(listed, spec, storage, tag=uuid.uuid4().hex[:12])
 
@@ -203,7 +203,7 @@ def _finished(row: dict | None, spec: str, storage: Storage) -> bool:
         and unchanged(row["path"], (row["bytes"], row["mtime_ns"]), LOCAL)
 
 
-def check_spec(short_side: int | None, size: tuple[int, int] | None, gop: int, crf: int) -> Spec:
+def check_spec(short_side: int | None, size: tuple[int, int] | None, gop: int, crf: int) -> CopySpec:
     """What the copies are made at; ValueError naming the argument that is wrong."""
     if short_side is not None and size is not None:
         raise ValueError("give short_side or size, not both")
@@ -219,7 +219,7 @@ def check_spec(short_side: int | None, size: tuple[int, int] | None, gop: int, c
     check_int("crf", crf, 0)
     if crf > 51:
         raise ValueError(f"crf must be 0..51 (x264's quality scale, lower is better), got {crf}")
-    return Spec(short_side, size, gop, crf)
+    return CopySpec(short_side, size, gop, crf)
 
 
 def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *,
@@ -242,7 +242,7 @@ def prepare_files(sources: Iterable[str | os.PathLike[str]], out: str | os.PathL
                               tagged)
 
 
-def _prepare_files(sources, out, spec: Spec, workers: int | None, timeout: float | None, fail_on, progress: bool,
+def _prepare_files(sources, out, spec: CopySpec, workers: int | None, timeout: float | None, fail_on, progress: bool,
                    storage_options: dict | None, backend: Backend | None, tagged: bool) -> dict[str, Any]:
     if workers is not None:
         check_int("workers", workers, 1)
@@ -301,7 +301,7 @@ def _prepare_files(sources, out, spec: Spec, workers: int | None, timeout: float
     return summary
 
 
-def _row(outcome: Outcome, spec: Spec, storage: Storage) -> dict:
+def _row(outcome: Outcome, spec: CopySpec, storage: Storage) -> dict:
     """The row of a file the runner gave back: its try's, or one saying why there is none."""
     if outcome.failure is None:
         return outcome.value
@@ -315,7 +315,7 @@ def _words(failure: Failure) -> str:
         "its process died (a crash in the decoder or encoder)"
 
 
-def failed_row(listed: Listed, spec: Spec, storage: Storage, why: str) -> dict:
+def failed_row(listed: Listed, spec: CopySpec, storage: Storage, why: str) -> dict:
     """The row of a listed file that its worker or task did not answer for, saying why."""
     row = blank_row(listed.copy, listed.label, f"unreadable: cannot prepare {storage.name(listed.source)}: {why}")
     return dict(row, source=listed.source, spec=_spec_text(spec))

@@ -120,7 +120,10 @@ def problem_kind(problem: str) -> str:
     return re.sub(r"\b\d+(\.\d+)?\b", "N", " ".join(text.split()))
 
 
-def count(summary: dict, row: dict, fail_on: tuple[str, ...] = ()) -> None:
+def count(summary: dict, row: dict, fail_on: tuple[str, ...] = (), shapes: bool = False) -> None:
+    """Count ``row`` into ``summary``: its problems by kind (the first row of each kind kept), its
+    decoder, and with ``shapes`` (scan's summary, for :func:`preparing_pays`) its keyframe interval
+    and short side."""
     summary["rows"] += 1
     problem = row["problem"]
     summary["unlabelled"] += str(row["label"]) == "-1"
@@ -131,7 +134,7 @@ def count(summary: dict, row: dict, fail_on: tuple[str, ...] = ()) -> None:
         summary["first"].setdefault("unreadable", (row["path"], problem[len("unreadable: "):]))
         return
     summary["decoders"][row["decoder"]] += 1
-    if "gops" in summary:  # scan's summary (for ``preparing_pays``), not prepare's
+    if shapes:
         if row.get("_gop"):  # probed in this run (an earlier run's kept rows do not say)
             summary["gops"][row["_gop"]] += 1
         if row["width"] and row["height"]:

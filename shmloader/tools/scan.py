@@ -347,7 +347,7 @@ def _write(out: str, resuming: bool, columns: tuple[str, ...], work: Iterator[Wo
                     writer.writerow(row)
                     written += 1
                     f.flush()
-                    count(summary, row, fail_on)
+                    count(summary, row, fail_on, shapes=True)
                     bar.update(1)
         if next(earlier, None) is not None:  # the inputs end before the earlier rows do
             raise ValueError(f"{out!r} has more rows than the inputs give: not a scan of these inputs; "

@@ -33,7 +33,7 @@ from ..video.probe import probe
 from ..video.pyav import PYAV_SEEKS
 from ..video.storage import Storage
 
-__all__ = ["Spec", "container_of", "copy_size", "transcode"]
+__all__ = ["CopySpec", "container_of", "copy_size", "transcode"]
 
 # The time base of copies made from files without usable timestamps (frames counted, shown at
 # the stream's rate): fine enough for 23.976, 29.97 and 59.94 frames per second exactly.
@@ -52,7 +52,7 @@ _MOV_AUDIO = _MP4_AUDIO | {"pcm_s16le", "pcm_s16be", "pcm_s24le", "pcm_f32le", "
 
 
 @dataclass(frozen=True, slots=True)
-class Spec:
+class CopySpec:
     """What a copy is made at: ``short_side`` or ``size`` (None, None: the source's size),
     a keyframe every ``gop`` frames, x264's ``crf``."""
 
@@ -67,7 +67,7 @@ def _even(x: float) -> int:
     return max(2, 2 * round(x / 2))
 
 
-def copy_size(height: int, width: int, spec: Spec) -> tuple[int, int]:
+def copy_size(height: int, width: int, spec: CopySpec) -> tuple[int, int]:
     """(height, width) of the copy of a video shown at ``height`` x ``width``."""
     if spec.size is not None:
         return _even(spec.size[0] + spec.size[0] % 2), _even(spec.size[1] + spec.size[1] % 2)
@@ -126,7 +126,7 @@ class _Turner:
         return self._graph.pull()
 
 
-def transcode(media: Media, dest: str, fmt: str, spec: Spec, storage: Storage) -> dict[str, Any]:
+def transcode(media: Media, dest: str, fmt: str, spec: CopySpec, storage: Storage) -> dict[str, Any]:
     """Write the copy of ``media`` to ``dest`` (NOTE [ A copy's frame i is the source's frame i ]);
     return what the row says of it: ``{"frames", "note", "problem"}`` (a source cut short:
     ``truncated at frame N of M``, N the frames copied). Raises ValueError naming the frame and

@@ -55,17 +55,20 @@ def csv_listing(manifest: str | os.PathLike[str], path_column: str, label_column
 def _readable_rows(manifest: str, listed: list[tuple[str, Any, dict[str, Any]]]
                    ) -> list[tuple[str, Any, dict[str, Any]]]:
     """``listed`` without the rows ``shmloader scan`` marked unreadable (a warning counts them)."""
-    bad = [item for item in listed if str(item[2].get("problem") or "").startswith("unreadable")]
+    def unreadable(row: dict[str, Any]) -> bool:
+        return str(row.get("problem") or "").startswith("unreadable")
+
+    bad = [(path, row) for path, _, row in listed if unreadable(row)]
     if not bad:
         return listed
-    first = f"the first: {bad[0][0]} ({bad[0][2]['problem']})"
+    first = f"the first: {bad[0][0]} ({bad[0][1]['problem']})"
     counted = f"{len(bad)} of {len(listed)} rows of {manifest} are marked unreadable by shmloader scan"
     if len(bad) == len(listed):
         raise ValueError(f"no readable video: {counted}; {first}")
     # stacklevel: the user's from_csv call (from_csv -> csv_listing -> here)
     warnings.warn(f"{counted} and are left out, {first}; scan again once they are fixed to load them",
                   UserWarning, stacklevel=4)
-    return [item for item in listed if not str(item[2].get("problem") or "").startswith("unreadable")]
+    return [(path, label, row) for path, label, row in listed if not unreadable(row)]
 
 
 def shard_listing(urls: str | Sequence[str], video_key: str | Sequence[str], label_key: str | None,
