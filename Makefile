@@ -19,9 +19,10 @@ demo: $(STAMP)
 	$(PY) -m shmloader demo
 
 # The suite runs in parallel (pytest-xdist), a test module per process so that its module fixtures
-# (a Ray cluster, a server) start once; how many processes: tests/conftest.py's
-# pytest_xdist_auto_num_workers. PARALLEL= runs it in this process alone.
-PARALLEL ?= -n auto --dist loadfile
+# (a Ray cluster, a server) start once, the longest modules first in tests/conftest.py's order
+# (not xdist's, by test count); how many processes: its pytest_xdist_auto_num_workers.
+# PARALLEL= runs it in this process alone.
+PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
 # make test PYTEST_ARGS="--random-order"   runs the tests in a random order (pytest-random-order)
 test: $(STAMP)
 	$(PY) -m pytest $(PARALLEL) $(PYTEST_ARGS)

@@ -34,6 +34,22 @@ def pytest_xdist_auto_num_workers(config):
     return max(1, min(len(os.sched_getaffinity(0)), 4))
 
 
+# The modules that take longest, longest first (pytest --durations on make test's run). In a
+# parallel run each test process takes the next module when it ends one, so these go first:
+# one of them taken last would run alone at the end while the other processes sit idle.
+_LONGEST = ("test_docs", "test_scan", "test_notebooks", "test_realworld", "test_bench", "test_ray",
+            "test_prepare", "test_audio", "test_keras", "test_bad_input", "test_tasks", "test_cli",
+            "test_shutdown", "test_ray_prepare", "test_remote", "test_trainers", "test_faults", "test_typing",
+            "test_distributed", "test_shapes", "test_jax", "test_skipping", "test_recipes", "test_frames")
+
+
+def pytest_collection_modifyitems(config, items):
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # a run in one process keeps the files' order
+        return
+    rank = {name: i for i, name in enumerate(_LONGEST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: each module's own order kept
+
+
 FRAMES = 40  # per test video
 SIZE = (96, 128)  # native height, width of the test videos
 
