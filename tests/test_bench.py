@@ -438,6 +438,9 @@ def test_grouping_reads_real_loaders(tmp_path):
     assert four["decoded_per_frame"] < one["decoded_per_frame"]
 
 
+# The torch DataLoader peer runs as users run it, with its default fork start; Python 3.12 warns
+# that the bench process has threads (TensorFlow's, torch's) when it forks.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
 def test_gpu_feed_runs_small_on_cpu(tmp_path):
     """bench/gpu_feed.py with its tiny model on the CPU: a row per input, the ceiling first, the
     report and its plot written, and the report written again from its json alone."""
