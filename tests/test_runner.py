@@ -141,7 +141,10 @@ def test_a_file_lost_with_anothers_crash_is_not_blamed(tmp_path):
     items = [Work(meet, (folder, 0, 1, False)), Work(meet, (folder, 1, 0, True)), Work(square, (folder, 2))]
     got = list(run(items, ProcessBackend(2, 1), timeout=30))
     assert values(got) == [0, Failure("crash", detail="its process died", tries=2), 4]
-    assert tries(folder, 0) == 2 and tries(folder, 1) == 3  # 1: in the pool, sent again, alone
+    # Mostly the first is lost with the pool (done twice) and the second runs in the pool, is sent
+    # again with it, then alone (three times); on a busy machine the first's try may answer before
+    # the pool is seen broken (once, its answer kept) and the second then runs twice.
+    assert (tries(folder, 0), tries(folder, 1)) in ((2, 3), (1, 2))
 
 
 def test_a_crash_that_does_not_come_back_alone_is_an_answer(tmp_path):
