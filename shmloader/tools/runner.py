@@ -279,9 +279,13 @@ class ProcessBackend:
             self._pool = file_pool(self._workers, _ignore_sigint)
         try:
             return self._pool.submit(work.fn, *work.args)
-        except cf.process.BrokenProcessPool as e:  # broken by a try in flight: this one is lost with it
+        except (cf.process.BrokenProcessPool, OSError) as e:  # broken by a try in flight: lost with it
+            # A pool that breaks while submit starts a process closes its queues under it (OSError:
+            # "handle is closed"); it marks itself broken first, so any other OSError is a real one.
+            if isinstance(e, OSError) and not getattr(self._pool, "_broken", False):
+                raise
             lost: cf.Future = cf.Future()
-            lost.set_exception(e)
+            lost.set_exception(cf.process.BrokenProcessPool(str(e)))
             return lost
 
     def wait(self, handles: list[cf.Future], timeout: float | None) -> list[cf.Future]:
