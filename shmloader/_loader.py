@@ -21,9 +21,9 @@ from ._cpus import usable_cpus
 from ._errors import LoaderError, StateError
 from .engine.core import Engine, Exhausted
 from .engine.plan import EpochPlan, check_state, plan_state
-from .engine.ring import Layout, memory_for_ring
+from .engine.ring import Layout, memory_for_ring, rows_capacity
 from .engine.skips import ON_ERROR
-from .engine.source import Described, Source, probe_transform
+from .engine.source import Described, Source, checked_sizes, probe_transform
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -68,7 +68,13 @@ class Loader:
     :param source: what to load: ``VideoClips``, ``ArraySource``, ``HDF5Source``,
         ``FunctionSource`` or any object with ``__len__``, ``spec()``, ``describe(i)``,
         ``worker_init()`` and ``read(i, rng, out)`` (``engine.source.Source``).
-    :param batch_size: samples per batch.
+    :param batch_size: samples per batch (with ``batch_tokens``: at most; None: as many as fit).
+    :param batch_tokens: cut batches by a budget instead, for a source whose samples have sizes
+        (NOTE [ Samples of several sizes ] in ``engine.source``: ``shmloader.qwen.clips``): each
+        batch holds the next samples of the epoch's order whose summed cost (a video-LLM's
+        tokens) fits ``batch_tokens``, their rows packed end to end; a sample that alone costs
+        more is refused when the loader is built, naming it. No refill: a skipped sample leaves
+        its batch one sample shorter.
     :param workers: worker processes; None: one per CPU this process may run on.
     :param slots: batches in the ring; None: enough to keep every worker busy plus what a consumer
         and its prefetch hold, within half the available memory.
@@ -95,7 +101,8 @@ class Loader:
         settings or for another dataset.
     """
 
-    def __init__(self, source: Source | Described, *, batch_size: int, workers: int | None = None,
+    def __init__(self, source: Source | Described, *, batch_size: int | None = None,
+                 batch_tokens: int | None = None, workers: int | None = None,
                  slots: int | None = None, shuffle: bool = False, seed: int = 0,
                  epochs: int | None = 1, drop_remainder: bool = False, ordered: bool = True,
                  on_error: str = "raise", timeout: float = 60.0,
@@ -104,7 +111,16 @@ class Loader:
                  state: dict[str, Any] | None = None, log_every: float | None = None,
                  pin_workers: bool = False, group_window: int | None = None,
                  span_epochs: bool = False) -> None:
-        check_int("batch_size", batch_size, 1)
+        if batch_tokens is not None:
+            check_int("batch_tokens", batch_tokens, 1)
+        elif batch_size is None:
+            raise TypeError("Loader() needs batch_size= (samples per batch) or batch_tokens= (a budget)")
+        if batch_size is not None:
+            check_int("batch_size", batch_size, 1)
+        sizes = checked_sizes(source, batch_tokens)
+        if batch_size is None:  # as many as the budget lets the cheapest samples fill
+            assert sizes is not None and batch_tokens is not None
+            batch_size = max(1, min(len(sizes.cost), batch_tokens // max(1, int(sizes.cost.min(initial=1)))))
         if workers is not None:
             check_int("workers", workers, 1)
         if slots is not None:
@@ -127,7 +143,8 @@ class Loader:
             group_window = max(1, -(-_GROUP_WINDOW_BATCHES * batch_size // group))
         self._plan = EpochPlan.for_source(source, batch_size, shuffle=shuffle, seed=seed,
                                           drop_remainder=drop_remainder, shard=tuple(shard),
-                                          window=group_window or 1, span_epochs=bool(span_epochs))
+                                          window=group_window or 1, span_epochs=bool(span_epochs),
+                                          costs=None if sizes is None else sizes.cost, budget=batch_tokens)
         _check_has_batches(self._plan, epochs)
         self._start = (0, 0)  # (epoch, batch) where this loader's stream begins
         fingerprint = getattr(source, "fingerprint", None)
@@ -137,7 +154,9 @@ class Loader:
                 raise ValueError("resuming needs ordered=True")
             self._start = self._check_state(state)
         out_spec, scratch = probe_transform(source, transform, seed)
-        self._layout = Layout.build(out_spec, batch_size)
+        self._layout = Layout.build(out_spec, batch_size,
+                                    None if sizes is None else rows_capacity(sizes, batch_size, batch_tokens))
+        self._packed = sizes is not None
         cpus = usable_cpus()
         nworkers = workers or cpus
         if nworkers > cpus:
@@ -163,7 +182,7 @@ class Loader:
                               start=self._start, epochs=epochs, ordered=ordered,
                               drop_remainder=drop_remainder, on_error=on_error, timeout=float(timeout),
                               shm_dir=shm_dir, cpus=sorted(os.sched_getaffinity(0)) if pin_workers else None,
-                              config=config)
+                              config=config, sizes=sizes)
         # (epoch, sample, reason) of the most recent skips; the count of all is in stats().
         self.skipped = self._engine.skipped
         self._ring = self._engine.ring
@@ -171,7 +190,7 @@ class Loader:
     # ----------------------------------------------------------------- public
     def __len__(self) -> int:
         if not self._plan.span_epochs:
-            return self._plan.batches_per_epoch()
+            return self._plan.batches_per_epoch(self._start[0])
         if self._epochs is None:
             raise TypeError("a loader with span_epochs=True and epochs=None has no length: its batches "
                             "run on across epochs for ever")
@@ -211,14 +230,23 @@ class Loader:
     @property
     def element_spec(self) -> dict[str, tuple[tuple[int | None, ...], np.dtype]]:
         """Field -> (batch shape, dtype); the batch axis is ``None`` where a batch may be short: at an
-        epoch's end without ``drop_remainder``, at a run's end with ``span_epochs``."""
+        epoch's end without ``drop_remainder``, at a run's end with ``span_epochs``, always with
+        ``batch_tokens``; a field of rows has ``None`` rows, its offsets ``batch + 1`` entries."""
         whole = self._drop_remainder or (self._plan.span_epochs and self._epochs is None)
-        b = self._batch_size if whole else None
-        return {f.name: ((b, *f.shape), f.dtype) for f in self._layout.fields}
+        b = self._batch_size if whole and self._plan.budget is None else None
+        return {f.name: (((None if b is None else b + 1),) if f.is_offsets else
+                         (None, *f.shape) if f.offsets else (b, *f.shape), f.dtype)
+                for f in self._layout.fields}
 
     @property
     def batch_size(self) -> int:
+        """Samples per batch (with ``batch_tokens``: at most)."""
         return self._batch_size
+
+    @property
+    def layout(self) -> Layout:
+        """Where each field of a batch lives in a ring slot (``engine.ring.Layout``)."""
+        return self._layout
 
     def worker_pids(self) -> list[int]:
         return self._engine.worker_pids()

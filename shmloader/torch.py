@@ -236,9 +236,12 @@ class _HostBuffers:
     """
 
     def __init__(self, loader: Batches, pinned: bool) -> None:
-        spec = {name: (tuple(int(d) for d in shape[1:] if d is not None), dtype)
-                for name, (shape, dtype) in loader.element_spec.items()}
-        self._layout = Layout.build(spec, loader.batch_size)
+        layout = getattr(loader, "layout", None)  # a Loader's own: fields of rows keep their room
+        if layout is None:
+            spec = {name: (tuple(int(d) for d in shape[1:] if d is not None), dtype)
+                    for name, (shape, dtype) in loader.element_spec.items()}
+            layout = Layout.build(spec, loader.batch_size)
+        self._layout = layout
         self._pinned = pinned
         self._lent = Returns()  # buffers come back from whatever thread drops their last tensor
         self._free: list[memoryview] = []
@@ -251,7 +254,11 @@ class _HostBuffers:
         # keeps batches from deadlocking; memory grows only by what it keeps.
         mem = self._free.pop() if self._free else self._allocate()
         base = np.frombuffer(mem, np.uint8)
-        n = len(next(iter(batch.values())))
+        room = self._layout.views(base)
+        offsets = [f.name for f in self._layout.fields if f.is_offsets]
+        for name in offsets:  # first: they say how many rows the fields of rows hold
+            room[name][: len(batch[name])] = batch[name]
+        n = len(batch[offsets[0]]) - 1 if offsets else len(next(iter(batch.values())))
         views = self._layout.views(base, n)
         for name, view in views.items():
             np.copyto(view, batch[name])

@@ -35,7 +35,7 @@ def test_element_spec(videos):
         spec = loader.as_dataset().element_spec
         assert spec["video"] == tf.TensorSpec((None, 4, 40, 56, 3), tf.uint8, name="video")
         assert spec["label"].shape.as_list() == [None] and spec["label"].dtype == tf.int64
-        assert set(spec) == {"video", "label", "index", "start", "frames"}
+        assert set(spec) == {"video", "label", "index", "start", "frames", "times"}
         assert spec["frames"] == tf.TensorSpec((None, 4), tf.int64, name="frames")
     with shmloader.Loader(clips, batch_size=3, workers=1, drop_remainder=True) as loader:
         assert loader.as_dataset().element_spec["video"].shape.as_list() == [3, 4, 40, 56, 3]

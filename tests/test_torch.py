@@ -46,7 +46,7 @@ def test_tensors_are_the_ring_slots_no_copy(videos):
     with shmloader.Loader(clips, batch_size=3, workers=2, shuffle=True, epochs=2) as loader:
         n = 0
         for batch in loader.as_torch():
-            assert set(batch) == {"video", "label", "index", "start", "frames"}
+            assert set(batch) == {"video", "label", "index", "start", "frames", "times"}
             assert all(isinstance(t, torch.Tensor) for t in batch.values())
             assert batch["video"].dtype == torch.uint8 and batch["label"].dtype == torch.int64
             assert batch["video"].shape[1:] == (4, 48, 64, 3)

@@ -3,7 +3,7 @@
 What lives here, a module a line:
 
 - ``core``: the loop that ties ring, pool and scheduler together
-- ``source``: the contract a source meets (``Source``, ``Spec``, ``Described``)
+- ``source``: the contract a source meets (``Source``, ``Spec``, ``Described``, ``Sizes`` of samples of several sizes)
 - ``skips``: what becomes of a sample that cannot be read (``on_error``), the skips kept
 - ``shared``: read-only tables in one anonymous shared segment, shared with the workers
 - ``ring``: the ring of whole batches, and the slot lease

@@ -37,7 +37,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, cast
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from .protocol import COUNTS, ST_DONE, ST_READY, ProtocolError, pack_task, take_
 from .ring import Layout, Ring
 from .schedule import Batch, Scheduler, Task, holding
 from .skips import SKIPS_KEPT, Skips
-from .source import Source
+from .source import Sizes, Source
 from .stats import Clock
 
 __all__ = ["Engine", "Exhausted"]
@@ -77,7 +77,7 @@ class Engine:
     def __init__(self, source: Source, plan: EpochPlan, layout: Layout, *, slots: int, workers: int,
                  run: int, start: tuple[int, int], epochs: int | None, ordered: bool,
                  drop_remainder: bool, on_error: str, timeout: float, shm_dir: str | None,
-                 cpus: list[int] | None, config: bytes) -> None:
+                 cpus: list[int] | None, config: bytes, sizes: Sizes | None = None) -> None:
         self._source = source
         self._plan = plan
         self._on_error = on_error
@@ -112,6 +112,9 @@ class Engine:
         self._sched = Scheduler(plan, slots, start=start, epochs=epochs, ordered=ordered,
                                 drop_remainder=drop_remainder, describe=source.describe,
                                 stats=self._stats, skipped=self.skipped, run=run)
+        self._rows = [f for f in layout.fields if f.offsets]  # fields of rows
+        if self._rows:
+            self._sizes, self._sched.placed = sizes, self._place
 
     def close(self) -> None:
         """Stop the workers and free the ring (NOTE [ Shutdown ] in ``engine.pool``). Idempotent."""
@@ -214,13 +217,14 @@ class Engine:
             w.outstanding.append(task)
             w.load += len(task)
 
+    def _place(self, b: Batch) -> None:
+        """Where each sample of ``b`` puts its rows, in the slot before any task (``Layout.place``)."""
+        rows = cast(Sizes, self._sizes).rows
+        self._ring.layout.place(self._ring.slot_views[b.slot], {f.name: rows[f.name][b.samples] for f in self._rows})
+
     def _compact(self, b: Batch, valid: list[int]) -> None:
         """Close the holes skipped samples left: kept positions move to the front."""
-        views = self._ring.slot_views[b.slot]
-        for dst, src in enumerate(valid):
-            if dst != src:
-                for arr in views.values():
-                    arr[dst] = arr[src]
+        self._ring.layout.compact(self._ring.slot_views[b.slot], valid, len(b.samples))
 
     def _hand_out(self, b: Batch, n: int) -> dict[str, np.ndarray]:
         self._clock.handed_out(n)
@@ -230,7 +234,7 @@ class Engine:
         leased = self._ring.leased
         if leased + 1 >= self._nslots:
             # NOTE [ Slot lease ]: never lease the last slot, or a hoarding consumer deadlocks us.
-            out = {k: v[:n].copy() for k, v in self._ring.slot_views[b.slot].items()}
+            out = {k: v.copy() for k, v in self._ring.layout.views(self._ring.slot_bufs[b.slot], n).items()}
             self._sched.free.append(b.slot)
             self._stats["copied"] += 1
             if not self._warned_copy:

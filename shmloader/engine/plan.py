@@ -38,8 +38,19 @@ class EpochPlan:
 
     def __init__(self, num_samples: int, batch_size: int, *, shuffle: bool, seed: int,
                  drop_remainder: bool, shard: tuple[int, ...] = (0, 1), group: int = 1,
-                 window: int = 1, span_epochs: bool = False, groups: np.ndarray | None = None) -> None:
+                 window: int = 1, span_epochs: bool = False, groups: np.ndarray | None = None,
+                 costs: np.ndarray | None = None, budget: int | None = None) -> None:
         self.groups = None
+        self.costs, self.budget = costs, budget
+        self._cuts: dict[int, np.ndarray] = {}
+        if budget is not None:
+            if costs is None or len(costs) != num_samples:
+                raise ValueError(f"a budget needs the cost of each of the {num_samples} samples")
+            for what, bad in (("drop_remainder=True", drop_remainder), ("span_epochs=True", span_epochs),
+                              ("grouped clips", group > 1 or groups is not None)):
+                if bad:
+                    raise ValueError(f"batch_tokens= does not work with {what}: batches cut by a budget "
+                                     "have no fixed size to fill")
         if groups is not None:  # groups of several sizes: members of each, in id order
             groups = np.asarray(groups, dtype=np.int64)
             if groups.shape != (num_samples,) or (num_samples and groups.min() < 0):
@@ -68,19 +79,22 @@ class EpochPlan:
 
     @classmethod
     def for_source(cls, source: Any, batch_size: int, *, shuffle: bool, seed: int, drop_remainder: bool = False,
-                   shard: tuple[int, ...] = (0, 1), window: int = 1, span_epochs: bool = False) -> EpochPlan:
+                   shard: tuple[int, ...] = (0, 1), window: int = 1, span_epochs: bool = False,
+                   costs: np.ndarray | None = None, budget: int | None = None) -> EpochPlan:
         """The plan of ``source``'s samples, grouped as the source says (``group_size``, and
         ``group_ids`` for groups of several sizes) where it says so: the loader's, and Ray's."""
         groups = getattr(source, "group_ids", None)
         return cls(len(source), batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
                    shard=shard, group=int(getattr(source, "group_size", 1)), window=window,
-                   span_epochs=span_epochs, groups=None if groups is None else groups())
+                   span_epochs=span_epochs, groups=None if groups is None else groups(), costs=costs,
+                   budget=budget)
 
     def sharded(self, index: int, count: int) -> EpochPlan:
         """This plan, serving shard ``index`` of ``count``."""
         return EpochPlan(self.num_samples, self.batch_size, shuffle=self.shuffle, seed=self.seed,
                          drop_remainder=self.drop_remainder, shard=(index, count), group=self.group,
-                         window=self.window, span_epochs=self.span_epochs, groups=self.groups)
+                         window=self.window, span_epochs=self.span_epochs, groups=self.groups,
+                         costs=self.costs, budget=self.budget)
 
     def group_of(self, samples: Any) -> Any:
         """The group id of each of ``samples`` (an int or an array)."""
@@ -139,7 +153,26 @@ class EpochPlan:
             return len(range(index, self.num_samples, count))
         return len(range(index, self.num_samples // self.group, count)) * self.group
 
-    def batches_per_epoch(self) -> int:
+    def cuts(self, epoch: int) -> np.ndarray:
+        """With a budget: where each batch of ``epoch`` starts in its order, and the order's end."""
+        cuts = self._cuts.get(epoch)
+        if cuts is None:
+            assert self.costs is not None and self.budget is not None
+            total = np.cumsum(self.costs[self.order(epoch)])
+            n, starts, s = len(total), [0], 0
+            while s < n:  # a batch per step: the furthest end within the budget and batch_size
+                end = int(np.searchsorted(total, (total[s - 1] if s else 0) + self.budget, side="right"))
+                s = max(s + 1, min(end, s + self.batch_size))
+                starts.append(s)
+            if len(self._cuts) > 2:  # the epoch being cut, and one a late refill or state() may read
+                del self._cuts[min(self._cuts)]
+            cuts = self._cuts[epoch] = np.asarray(starts, dtype=np.int64)
+        return cuts
+
+    def batches_per_epoch(self, epoch: int = 0) -> int:
+        """Batches an epoch holds (with a budget, ``epoch``'s own: orders differ)."""
+        if self.budget is not None:
+            return len(self.cuts(epoch)) - 1
         n, b = self.samples_per_epoch(), self.batch_size
         return n // b if self.drop_remainder else -(-n // b)
 
@@ -164,19 +197,36 @@ class EpochCursor:
         self.limit = n - n % plan.batch_size if plan.drop_remainder else n
         self.pos = 0  # next sample for a new batch
         self.tail = self.limit  # next sample of the dropped remainder
+        self.cuts = plan.cuts(epoch) if plan.budget is not None else None
+        self.batch = 0  # with a budget: the next batch's number
+
+    def seek(self, batch: int) -> None:
+        """Start at batch ``batch`` of the epoch (resuming: the batches before were delivered)."""
+        if self.cuts is not None:
+            self.batch = min(batch, len(self.cuts) - 1)
+            self.pos = int(self.cuts[self.batch])
+        else:
+            self.pos = min(batch * self.batch_size, self.limit)
 
     def has_batch(self) -> bool:
         return self.pos < self.limit
 
     def next_batch(self) -> tuple[list[int], list[int]]:
         """The samples of the next batch, and the epoch of each."""
-        end = min(self.pos + self.batch_size, self.limit)
+        if self.cuts is not None:
+            self.batch += 1
+            end = int(self.cuts[self.batch])
+        else:
+            end = min(self.pos + self.batch_size, self.limit)
         samples = self.order[self.pos : end].tolist()
         self.pos = end
         return samples, [self.epoch] * len(samples)
 
     def refill(self) -> tuple[int, int] | None:
-        """(sample, epoch) to take a skipped sample's place, or None when the epoch has no more."""
+        """(sample, epoch) to take a skipped sample's place, or None when the epoch has no more (and
+        always with a budget: another sample's size would not fit the skipped one's place)."""
+        if self.cuts is not None:
+            return None
         if self.pos < self.limit:
             self.pos += 1
             return int(self.order[self.pos - 1]), self.epoch
@@ -264,6 +314,8 @@ def _settings(plan: EpochPlan) -> dict:
         mine.update(groups=len(plan._bounds) - 1)
     if plan.span_epochs:
         mine.update(span_epochs=True)
+    if plan.budget is not None:
+        mine.update(batch_tokens=plan.budget)
     return mine
 
 
@@ -275,6 +327,12 @@ def plan_state(plan: EpochPlan, start: tuple[int, int], done: int, exact: bool) 
         n = plan.samples_per_epoch()
         epoch, offset = divmod(start[0] * n + start[1] + done * plan.batch_size, n)
         return {"version": 1, "epoch": epoch, "sample": offset, **_settings(plan), "exact": exact}
+    if plan.budget is not None:  # each epoch its own batch count
+        epoch, batch = start[0], start[1] + done
+        while batch and batch >= plan.batches_per_epoch(epoch):
+            batch -= plan.batches_per_epoch(epoch)
+            epoch += 1
+        return {"version": 1, "epoch": epoch, "batch": batch, **_settings(plan), "exact": exact}
     per_epoch = plan.batches_per_epoch()
     position = start[1] + done
     return {"version": 1, "epoch": start[0] + (position // per_epoch if per_epoch else 0),
@@ -301,7 +359,7 @@ def check_state(plan: EpochPlan, state: dict) -> tuple[int, int]:
                              f"{plan.samples_per_epoch()} samples")
         return epoch, offset
     epoch, batch = int(state["epoch"]), int(state["batch"])
-    if epoch < 0 or not 0 <= batch < max(1, plan.batches_per_epoch()):
+    if epoch < 0 or not 0 <= batch < max(1, plan.batches_per_epoch(max(epoch, 0))):
         raise StateError(f"state position epoch={epoch}, batch={batch} is outside an epoch of "
-                         f"{plan.batches_per_epoch()} batches")
+                         f"{plan.batches_per_epoch(max(epoch, 0))} batches")
     return epoch, batch

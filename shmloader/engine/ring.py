@@ -41,7 +41,7 @@ import psutil
 
 from .._errors import LoaderError
 
-__all__ = ["Field", "Layout", "Returns", "Ring", "attach_views", "memory_for_ring"]
+__all__ = ["Field", "Layout", "Returns", "Ring", "attach_views", "memory_for_ring", "rows_capacity"]
 
 # Every field starts on a 64-byte boundary (cache line, AVX-512 loads); slots start on a page.
 _ALIGN = 64
@@ -51,10 +51,12 @@ _PAGE = mmap.PAGESIZE
 @dataclass(frozen=True, slots=True)
 class Field:
     name: str
-    shape: tuple[int, ...]  # per sample
+    shape: tuple[int, ...]  # per sample; per row for a field of rows
     dtype: np.dtype
     offset: int  # within a slot
     nbytes: int  # for a whole batch
+    offsets: str = ""  # a field of rows: the name of its offsets field (NOTE [ Samples of several sizes ])
+    is_offsets: bool = False  # int64 [batch_size + 1], where each sample's rows start
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,24 +68,100 @@ class Layout:
     slot_bytes: int
 
     @classmethod
-    def build(cls, spec: dict[str, tuple[tuple[int, ...], np.dtype]], batch_size: int) -> "Layout":
+    def build(cls, spec: dict[str, tuple[tuple[int, ...], np.dtype]], batch_size: int,
+              capacity: dict[str, int] | None = None) -> "Layout":
+        """``capacity``: the rows a batch may hold of each field of rows (first dimension -1 in
+        ``spec``), beside which an ``<name>_offsets`` field is laid out."""
         fields, offset = [], 0
+
+        def add(name: str, shape: tuple[int, ...], dtype: np.dtype, nbytes: int, **kind: Any) -> None:
+            nonlocal offset
+            fields.append(Field(name, shape, dtype, offset, nbytes, **kind))
+            offset += -(-nbytes // _ALIGN) * _ALIGN
+
         for name, (shape, dtype) in spec.items():
             dtype = np.dtype(dtype)
             shape = tuple(int(s) for s in shape)
-            nbytes = batch_size * math.prod(shape) * dtype.itemsize
-            fields.append(Field(name, shape, dtype, offset, nbytes))
-            offset += -(-nbytes // _ALIGN) * _ALIGN
+            if shape[:1] == (-1,):
+                offsets = f"{name}_offsets"
+                if offsets in spec:
+                    raise ValueError(f"field {offsets!r} clashes with the offsets of field of rows {name!r}")
+                add(offsets, (), np.dtype(np.int64), (batch_size + 1) * 8, is_offsets=True)
+                rows = (capacity or {}).get(name, 0)
+                add(name, shape[1:], dtype, rows * math.prod(shape[1:]) * dtype.itemsize, offsets=offsets)
+            else:
+                add(name, shape, dtype, batch_size * math.prod(shape) * dtype.itemsize)
         slot_bytes = max(_PAGE, -(-offset // _PAGE) * _PAGE)
         return cls(batch_size, tuple(fields), slot_bytes)
 
+    @property
+    def has_rows(self) -> bool:
+        return any(f.offsets for f in self.fields)
+
+    def capacity(self, name: str) -> int:
+        """The rows a batch may hold of field of rows ``name``."""
+        f = next(f for f in self.fields if f.name == name)
+        return f.nbytes // max(1, math.prod(f.shape) * f.dtype.itemsize)
+
+    def place(self, views: dict[str, np.ndarray], rows: dict[str, np.ndarray]) -> None:
+        """Write the offsets of a batch whose samples hold ``rows[field]`` rows each, into a slot's
+        whole ``views``."""
+        for f in self.fields:
+            if f.offsets:
+                offsets = views[f.offsets]
+                offsets[0] = 0
+                np.cumsum(rows[f.name], out=offsets[1 : len(rows[f.name]) + 1])
+
+    def compact(self, views: dict[str, np.ndarray], valid: list[int], count: int) -> None:
+        """Close the holes of a slot's batch of ``count`` samples that keeps positions ``valid``:
+        they move to the front, and each field of rows' kept rows with them (offsets rewritten)."""
+        moved = set()
+        for f in self.fields:
+            if f.offsets:
+                arr, offsets = views[f.name], views[f.offsets]
+                sizes = np.diff(offsets[: count + 1])[valid]
+                at = 0
+                for src, size in zip(valid, sizes.tolist()):
+                    arr[at : at + size] = arr[offsets[src] : offsets[src] + size]  # forward only: at <= start
+                    at += size
+                offsets[1 : len(valid) + 1] = np.cumsum(sizes)
+                moved |= {f.name, f.offsets}
+        for dst, src in enumerate(valid):
+            if dst != src:
+                for name, arr in views.items():
+                    if name not in moved:
+                        arr[dst] = arr[src]
+
     def views(self, buf: np.ndarray, n: int | None = None) -> dict[str, np.ndarray]:
-        """Field arrays (leading batch axis, the first ``n`` samples) over one slot's ``uint8`` buffer."""
-        n = self.batch_size if n is None else n
-        return {
-            f.name: buf[f.offset : f.offset + f.nbytes * n // self.batch_size].view(f.dtype).reshape((n, *f.shape))
-            for f in self.fields
-        }
+        """Field arrays (leading batch axis, the first ``n`` samples) over one slot's ``uint8``
+        buffer. A field of rows holds the rows of those ``n`` samples, as its offsets in the
+        slot say (``n=None``: the whole room, and offsets ``[batch_size + 1]``)."""
+        out: dict[str, np.ndarray] = {}
+        for f in self.fields:
+            if f.is_offsets:
+                out[f.name] = buf[f.offset : f.offset + f.nbytes].view(np.int64)[: None if n is None else n + 1]
+            elif f.offsets:
+                row = math.prod(f.shape) * f.dtype.itemsize
+                rows = f.nbytes // max(1, row) if n is None else int(out[f.offsets][n])
+                out[f.name] = buf[f.offset : f.offset + rows * row].view(f.dtype).reshape((rows, *f.shape))
+            else:
+                m = self.batch_size if n is None else n
+                out[f.name] = buf[f.offset : f.offset + f.nbytes * m // self.batch_size].view(f.dtype).reshape(
+                    (m, *f.shape))
+        return out
+
+
+def rows_capacity(sizes: Any, batch_size: int, budget: int | None) -> dict[str, int]:
+    """The rows a batch may hold of each field: its ``batch_size`` largest samples', and within a
+    budget at most the budget times the most rows a sample has per unit of cost."""
+    out = {}
+    for name, rows in sizes.rows.items():
+        most = int(np.sort(rows)[::-1][:batch_size].sum())
+        if budget is not None:
+            ratio = float(np.max(rows / np.maximum(sizes.cost, 1), initial=0.0))
+            most = min(most, int(budget * ratio) + 1)
+        out[name] = most
+    return out
 
 
 def _available_memory() -> int:
@@ -144,10 +222,9 @@ class Ring:
         self._mm: mmap.mmap | None = mmap.mmap(self.fd, self.nbytes)
         whole = np.frombuffer(self._mm, np.uint8)
         self.address = whole.ctypes.data
-        # The loader's own (unleased) views of each slot, for compaction and copies.
-        self.slot_views = [
-            layout.views(whole[s * layout.slot_bytes : (s + 1) * layout.slot_bytes]) for s in range(slots)
-        ]
+        # The loader's own (unleased) buffer and views of each slot, for offsets, compaction and copies.
+        self.slot_bufs = [whole[s * layout.slot_bytes : (s + 1) * layout.slot_bytes] for s in range(slots)]
+        self.slot_views = [layout.views(buf) for buf in self.slot_bufs]
         del whole
         self._leases = Returns()
 
@@ -182,6 +259,7 @@ class Ring:
             os.close(self.fd)
             self.fd = -1
         self.slot_views = []
+        self.slot_bufs = []
         if self._mm is not None:
             try:
                 self._mm.close()

@@ -138,6 +138,9 @@ class Scheduler:
         self.seq = 0
         self._tallies: dict[int, _Tally] = {}
         self._failed_in_a_row = 0  # span_epochs: refills never run out, so count failures instead
+        # Called with each batch as it takes its slot, before any of its tasks is queued (the
+        # engine writes where each sample's rows go: NOTE [ Samples of several sizes ]).
+        self.placed: Callable[[Batch], None] | None = None
 
     # ------------------------------------------------------------------ plan
     @property
@@ -181,7 +184,7 @@ class Scheduler:
                 return None
             fresh = self._cursor = EpochCursor(self.plan, epoch)
             if cur is None:  # resuming mid-epoch: the batches before were delivered already
-                fresh.pos = min(self._start[1] * self.plan.batch_size, fresh.limit)
+                fresh.seek(self._start[1])
             if fresh.limit == 0:  # fewer samples than one batch, none kept
                 return None
             if self.plan.group > 1:
@@ -200,6 +203,8 @@ class Scheduler:
                 break
             b = Batch(self.seq, cur, self.free.pop(), *cur.next_batch())
             self.seq += 1
+            if self.placed is not None:
+                self.placed(b)
             for epoch in range(b.epoch, b.last_epoch + 1):  # one epoch, or a few with span_epochs
                 self._tally(epoch).open += 1
             self.inflight[b.seq] = b

@@ -1,17 +1,46 @@
-"""What a source is: a fixed number of samples, each a dict of fixed-shape arrays.
+"""What a source is: a fixed number of samples, each a dict of arrays.
 
 A source object is built in the main process, pickled by value to each worker, and there
 asked to write sample ``index`` into preallocated arrays (views of a ring slot). The main
 process never reads a sample; it only plans which index goes where.
+
+NOTE [ Samples of several sizes ]
+A field's shape is the same for every sample, except where its first dimension is ``-1``: a
+field of *rows*, each sample holding its own number of them (``(-1, 1176)``: a video's patch
+rows). Such a source also has ``sizes()``: every sample's row count per field, and its *cost*
+(what a batch budget counts, e.g. a video-LLM's tokens), known before anything is read, so the
+plan stays seeded and resumable. A batch then packs its samples' rows end to end along the
+first axis, field ``f`` beside ``f_offsets`` (``[n + 1]``: sample ``i``'s rows are
+``f[offsets[i]:offsets[i + 1]]``, as ``cu_seqlens`` and ``tf.RaggedTensor``'s row splits).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 Spec = dict[str, tuple[tuple[int, ...], np.dtype]]
+
+ROWS = -1  # a spec shape's first dimension for a field of rows (NOTE [ Samples of several sizes ])
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Every sample's size, for sources with fields of rows (NOTE [ Samples of several sizes ]).
+
+    ``rows``: field -> int64 ``[num_samples]`` row counts, one entry per field of rows;
+    ``cost``: int64 ``[num_samples]``, what ``Loader(batch_tokens=N)`` counts against ``N``.
+    """
+
+    rows: dict[str, np.ndarray]
+    cost: np.ndarray
+
+
+def rows_fields(spec: Spec) -> list[str]:
+    """The fields of rows of a spec (first dimension ``ROWS``)."""
+    return [name for name, (shape, _) in spec.items() if shape[:1] == (ROWS,)]
 
 
 def seeded(key: tuple[int, ...]) -> np.random.Generator:
@@ -66,8 +95,9 @@ def normalize_spec(spec) -> Spec:
             dtype = np.dtype(dtype)
         except (TypeError, ValueError) as e:
             raise TypeError(f"spec[{name!r}] must be (shape, dtype), got {value!r}") from e
-        if any(s < 0 for s in shape):
-            raise ValueError(f"spec[{name!r}] has a negative dimension: {shape}")
+        if any(s < 0 for s in shape[1:]) or (shape and shape[0] < ROWS):
+            raise ValueError(f"spec[{name!r}] has a negative dimension: {shape} (only the first may be "
+                             f"{ROWS}: a field of rows, as many per sample as the source's sizes() say)")
         if dtype.hasobject or dtype.kind in "OUSV":
             raise TypeError(f"spec[{name!r}]: dtype {dtype} cannot live in shared memory")
         out[name] = (shape, dtype)
@@ -97,6 +127,9 @@ def probe_transform(source: Source | Described, transform, seed: int):
     spec = source.spec()
     if transform is None:
         return spec, None
+    if rows_fields(spec):
+        raise ValueError(f"transform= works on sources whose samples have one shape; this one has fields "
+                         f"of rows ({', '.join(rows_fields(spec))}): transform in the source, or on the batch")
     sample = {k: np.zeros(shape, dtype) for k, (shape, dtype) in spec.items()}
     try:
         result = transform(dict(sample), np.random.default_rng((seed, 0, 0)))
@@ -114,3 +147,31 @@ def probe_transform(source: Source | Described, transform, seed: int):
             raise TypeError(f"transform output {k!r} has dtype object")
         out[k] = (a.shape, a.dtype)
     return out, (None if out == spec else spec)
+
+
+def checked_sizes(source: Source | Described, budget: int | None) -> Sizes | None:
+    """The sizes of a source whose samples have several (NOTE [ Samples of several sizes ] in
+    ``engine.source``), checked; None for one of one shape. A sample that alone costs more than
+    ``budget`` is refused here, named."""
+    fields = rows_fields(source.spec())
+    if not fields:
+        if budget is not None:
+            raise ValueError("batch_tokens= cuts batches of samples of several sizes; every sample of this "
+                             "source has one shape: use batch_size=")
+        return None
+    sizes: Sizes = source.sizes()  # type: ignore[union-attr]  # a source with fields of rows has it
+    n = len(source)
+    if sorted(sizes.rows) != sorted(fields):
+        raise ValueError(f"the source's sizes() give rows of {sorted(sizes.rows)}, its spec has fields of rows "
+                         f"{sorted(fields)}")
+    for name, a in (*sizes.rows.items(), ("cost", sizes.cost)):
+        if np.shape(a) != (n,) or (n and np.min(a) < 0):
+            raise ValueError(f"the source's sizes(): {name} must be {n} counts >= 0, got shape {np.shape(a)}")
+    if budget is not None:
+        over = np.flatnonzero(sizes.cost > budget)
+        if len(over):
+            named = "; ".join(f"sample {i} ({source.describe(int(i))}) costs {int(sizes.cost[i])}" for i in over[:3])
+            more = f" and {len(over) - 3} more" if len(over) > 3 else ""
+            raise ValueError(f"{len(over)} samples cost more than batch_tokens={budget} alone: {named}{more}. "
+                             "Raise batch_tokens, or lower the samples' size (fewer frames or pixels)")
+    return sizes

@@ -89,6 +89,7 @@ def main(argv: list[str]) -> int:
     nslots = cfg["slots"]
     slots = attach_views(ring_fd, cfg["layout"], nslots)
     batch_size = cfg["layout"].batch_size
+    rows = {f.name: f.offsets for f in cfg["layout"].fields if f.offsets}  # fields of rows, their offsets
     os.close(ring_fd)
     source, transform, seed = cfg["source"], cfg["transform"], cfg["seed"]
     decode_spec = cfg["scratch"]  # decode layout when the transform changes shapes, else None
@@ -123,7 +124,7 @@ def main(argv: list[str]) -> int:
         cuts = [0, *(np.flatnonzero(epochs[1:] != epochs[:-1]) + 1).tolist(), count]
         for lo, hi in zip(cuts, cuts[1:]):
             part = items if hi - lo == count else items[lo:hi]
-            outs = Outs(slots, part)
+            outs = Outs(slots, part, rows)
             decoded = outs if decode_spec is None else scratch[lo:hi]
             for i, err in _run(source, transform, part, seed, int(epochs[lo]), outs, decoded).items():
                 failed[lo + i] = err
@@ -166,16 +167,20 @@ class Rngs:
 class Outs:
     """Each item's place in its slot, ``{field: array}``, made when first asked for. ``block``:
     ``{field: array[n, ...]}`` over all the items at once when they are consecutive positions of
-    one slot (a run of a batch), for sources that fill many rows in one go; else None."""
+    one slot (a run of a batch), for sources that fill many rows in one go; else None. ``rows``:
+    the fields of rows and their offsets fields: an item's rows lie where the loader wrote
+    (NOTE [ Samples of several sizes ] in ``engine.source``), and offsets are not the source's."""
 
-    __slots__ = ("_slots", "_items", "_made", "block")
+    __slots__ = ("_slots", "_items", "_made", "block", "_rows")
 
-    def __init__(self, slots: list[dict], items: list[tuple[int, int, int, int]]) -> None:
+    def __init__(self, slots: list[dict], items: list[tuple[int, int, int, int]],
+                 rows: dict[str, str] | None = None) -> None:
         self._slots = slots
         self._items = items
         self._made: dict[int, dict] = {}
+        self._rows = rows or {}
         slot, first = items[0][0], items[0][1]
-        run = all(it[0] == slot and it[1] == first + i for i, it in enumerate(items))
+        run = not self._rows and all(it[0] == slot and it[1] == first + i for i, it in enumerate(items))
         self.block = {k: v[first : first + len(items)] for k, v in slots[slot].items()} if run else None
 
     def __len__(self) -> int:
@@ -185,7 +190,14 @@ class Outs:
         d = self._made.get(i)
         if d is None:
             slot, pos = self._items[i][:2]
-            d = self._made[i] = {k: v[pos, ...] for k, v in self._slots[slot].items()}  # 0-d views too
+            views, rows = self._slots[slot], self._rows
+            if not rows:
+                d = {k: v[pos, ...] for k, v in views.items()}  # 0-d views too
+            else:
+                offsets = set(rows.values())
+                d = {k: v[views[rows[k]][pos] : views[rows[k]][pos + 1]] if k in rows else v[pos, ...]
+                     for k, v in views.items() if k not in offsets}
+            self._made[i] = d
         return d
 
 

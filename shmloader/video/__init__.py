@@ -9,6 +9,7 @@ What lives here, a module a line:
 - ``manifest``: class folders, CSV/JSON manifests, the probe columns of a scan manifest
 - ``shards``: tar shard patterns and the samples their members make
 - ``tables``: ``SharedClips``, what one loader's workers run (shared columns, shared probes)
+- ``planned``: whole videos each planned on its own by a recipe (frames, size, rows: video-LLM inputs)
 - ``reader``: ``ClipReader``, sample ids in, arrays out, in any process
 - ``sampling``: which frames, scale and crop windows (pure numpy, before decoding)
 - ``decoding``: a reader's probes (cached) and its choice of decoder per file

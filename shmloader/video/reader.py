@@ -22,7 +22,7 @@ waits for its result, bounded by ``_PROBE_WAIT_S``; remote files of one task are
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from .decoding import Decoding
 from .manifest import row_info
 from .media import split_member
 from .options import Audio, Pixels, Reading, Sampling
-from .probe import VideoInfo
+from .probe import UNORDERED, VideoInfo
 from .probestore import ProbeStore
 from .sampling import SEGMENTS, clip_frames, crop_windows, rate_frames, scaled_size
 from .storage import Storage
@@ -203,8 +203,8 @@ class ClipReader:
             for size, group, union, direct in passes:
                 decoded = self.decoding.decode(info, size, union, direct)
                 self._count(union, self.decoding.keyframes(info), sum(g[2].size for g in group))
-                for out, row, frames, _, rng in group:
-                    _fill(self.clips, out, row, frames, union, decoded, rng, done=decoded is direct)
+                for out, row, frames, _, rng, starts in group:
+                    _fill(self.clips, out, row, frames, union, decoded, rng, done=decoded is direct, starts=starts)
                 if vc.audio is not None:
                     self._audio(info, [(g[2], g[0], g[1]) for g in group])
 
@@ -252,7 +252,8 @@ class ClipReader:
                     epoch_key: tuple[int, int] | None) -> tuple[int, VideoInfo, list[Any]]:
         """What the samples ``items`` = [(row, clip, rng, out)] of the rows of file ``v`` take:
         ``(v, info, passes)``, a pass per decode size: ``(size, [(out, row, frames [K, T], size,
-        rng)...], union of their frames, the slot to decode into directly or None)``."""
+        rng, every frame's start in seconds)...], union of their frames, the slot to decode into
+        directly or None)``."""
         vc, sm, px = self.clips, self.clips.sampling, self.clips.pixels
         path, k = vc.paths[v], sm.clips_per_sample
         info = self._info(v, path)
@@ -262,6 +263,7 @@ class ClipReader:
             pts = info.times()
             if pts is None:  # a manifest row of a variable-rate video: read the timestamps
                 pts = self.decoding.info(path).times()
+        starts = _starts(info, pts, lambda: self.decoding.info(path))
         native = (info.height, info.width)
         size = vc.decode_size
         if px.native and size is not None and native != tuple(size):
@@ -288,7 +290,7 @@ class ClipReader:
             if scale is not None:
                 s = shared_scale if shared_scale is not None else _draw_scale(rng, scale)
                 size = scaled_size(*native, s)
-            plans.append((out, row, frames, size, rng))
+            plans.append((out, row, frames, size, rng, starts))
         passes = []
         for size in dict.fromkeys(p[3] for p in plans):  # one pass per decode size
             group = [p for p in plans if p[3] == size]
@@ -311,7 +313,7 @@ def sample_spec(clips: Clips) -> Spec:
     lead = () if k == 1 else (k,)
     spec: Spec = {"video": ((t, h, w, 3) if v == 1 else (v, t, h, w, 3), np.dtype(np.uint8)),
                   "label": scalar, "index": scalar, "start": (lead, np.dtype(np.int64)),
-                  "frames": ((*lead, t), np.dtype(np.int64))}
+                  "frames": ((*lead, t), np.dtype(np.int64)), "times": ((*lead, t), np.dtype(np.float64))}
     if clips.sampling.max_frames is not None:  # up to max_frames frames: which are real
         spec["mask"] = ((t,), np.dtype(np.bool_))
     if clips.audio is not None:
@@ -333,12 +335,32 @@ def decode_cost(union: np.ndarray, keyframes: np.ndarray) -> tuple[int, int]:
     return int((frames - start + 1).sum()), int(frames[0] - start[0])
 
 
+def _starts(info: VideoInfo, pts: np.ndarray | None, probed: Callable[[], VideoInfo]
+            ) -> Callable[[np.ndarray], np.ndarray]:
+    """Frames' starts in seconds from the first frame's, by the file's timestamps (``times``), for
+    the frames asked (no table of every frame built per sample); a variable-rate video known by a
+    manifest row alone is probed (``probed()``) for them."""
+    if pts is not None:
+        return lambda frames: pts[frames, 0] - pts[0, 0]
+    for known in (info, None):  # as VideoInfo.times() times them
+        if known is None:
+            known = probed()
+        if known.pts is not None and known.durations is not None:
+            stamps, unit = known.pts, float(known.time_base)
+            return lambda frames: (stamps[frames] - stamps[0]).astype(np.float64) * unit
+        if known.pts is None and known.problem in ("", UNORDERED) and known.fps > 0:
+            fps = known.fps
+            return lambda frames: frames / fps
+    raise ValueError("the video has no timestamps to time its frames by")
+
+
 def _fill(clips: Clips, out: dict[str, np.ndarray], v: int, frames: np.ndarray, union: np.ndarray,
-          decoded: np.ndarray, rng: np.random.Generator, done: bool) -> None:
+          decoded: np.ndarray, rng: np.random.Generator, done: bool,
+          starts: Callable[[np.ndarray], np.ndarray]) -> None:
     """Sample ``out`` of row ``v``: its clips (and crop windows) copied out of ``decoded``
     (the frames ``union``), unless ``done`` (decoded straight into the slot), and its fields.
     With ``max_frames``, the ``t = frames.shape[1]`` frames found fill the front of ``video``
-    and the rest is padding: zeros, ``frames`` -1, ``mask`` False."""
+    and the rest is padding: zeros, ``frames`` -1, ``times`` NaN, ``mask`` False."""
     k, t = frames.shape
     m = clips.sampling.length  # frames per clip in the batch: clip_len, or max_frames
     video = _view(out["video"], (k, clips.views // k, m, *out["video"].shape[-3:]))
@@ -362,6 +384,7 @@ def _fill(clips: Clips, out: dict[str, np.ndarray], v: int, frames: np.ndarray, 
     out["index"][...] = v
     out["start"][...] = frames[:, 0].reshape(out["start"].shape)
     out["frames"][...] = padded.reshape(out["frames"].shape)
+    out["times"][...] = np.where(padded >= 0, starts(np.maximum(padded, 0)), np.nan).reshape(out["times"].shape)
     if "mask" in out:
         out["mask"][...] = np.arange(m) < t
 
