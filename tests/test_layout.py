@@ -24,6 +24,8 @@ PUBLIC = {
     "shmloader.jax": ["batches"],
     "shmloader.tfdata": ["LoaderCheckpoint", "as_dataset", "distributed_dataset"],
     "shmloader.ray": ["dataset", "plan_items", "prepare", "skipped", "stats"],
+    "shmloader.qwen": ["MODELS", "VideoPlan", "frame_indices", "frame_size", "grid_thw", "normalize", "patches",
+                       "plan", "sample_fps", "second_per_grid_ts"],
 }
 
 # What each part may import from the package (NOTE: the subpackages' docstrings say the same).
@@ -34,6 +36,7 @@ ALLOWED = {
                         "shmloader.engine.native_log"},
     "tools": _SHARED | {"shmloader._cpus", "shmloader.tools", "shmloader.video", "shmloader.engine.source"},
     "ray": _SHARED | {"shmloader.ray", "shmloader.engine", "shmloader.video", "shmloader.tools"},
+    "vlm": _SHARED | {"shmloader.vlm"},
 }
 
 
