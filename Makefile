@@ -5,6 +5,11 @@ STAMP := $(VENV)/.installed
 # the exact versions the suite runs with (the CPU build of torch among them); users get the ranges
 # of pyproject.toml
 CONSTRAINTS := constraints.txt
+# qwen-vl-utils (the reference tests/test_qwen_plan.py checks shmloader.qwen against) imports torchvision,
+# which PyPI builds for CUDA torch only: beside the CPU build its C++ ops cannot load, and installed in the
+# venv it would break `import lightning` (torchmetrics imports it when present). Its Python code goes to a
+# folder of its own, .venv/reference, that only those tests put on sys.path. The one torch 2.13 pairs with.
+TORCHVISION := 0.28.0
 PYTEST_ARGS ?=
 
 .PHONY: demo test check test-newest test-oldest typecheck docs dist test-other-cpu bench bench-peers peers bench-scale bench-recipes notebooks clean
@@ -13,6 +18,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,torch,jax,keras,ray,hdf5,samples,bench,notebooks,docs,test,trainers]'
+	$(PY) -m pip install --quiet --no-deps --target $(VENV)/reference torchvision==$(TORCHVISION)
 	touch $(STAMP)
 
 demo: $(STAMP)

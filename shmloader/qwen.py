@@ -13,7 +13,10 @@ anything is decoded; their defaults and names:
   under the per-frame share of the video's pixel budget);
 - ``patches(frames)``, ``grid_thw(...)``, ``normalize(rows)``: ``pixel_values_videos`` and
   ``video_grid_thw`` as ``Qwen2VLVideoProcessor`` (and Qwen3-VL's) make them from resized frames;
-- ``plan(num_frames, video_fps, height, width, ...)``: all of the above for one video, a ``VideoPlan``.
+- ``plan(num_frames, video_fps, height, width, ...)``: all of the above for one video, a ``VideoPlan``;
+- ``clips(paths, ...)``: a source for ``shmloader.Loader`` of one sample per video as the model
+  takes it, decoded at the planned size (``Recipe``, over ``shmloader.video.planned``);
+  ``Loader(..., batch_tokens=N)`` packs as many videos as fit ``N`` tokens.
 
 ``model`` names the family: ``"qwen2-vl"`` and ``"qwen2.5-vl"`` (patch 14, CLIP's mean and std),
 ``"qwen3-vl"`` (patch 16, mean and std 0.5). The per-video budget follows the environment variable
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, Sequence
 from typing import Any, overload
 
 import numpy as np
@@ -32,7 +36,7 @@ from .vlm import frames as _frames
 from .vlm import patches as _patches
 from .vlm import sizes as _sizes
 
-__all__ = ["MODELS", "VideoPlan", "frame_indices", "frame_size", "grid_thw", "normalize", "patches", "plan",
+__all__ = ["MODELS", "Recipe", "VideoPlan", "clips", "frame_indices", "frame_size", "grid_thw", "normalize", "patches", "plan",
            "sample_fps", "second_per_grid_ts"]
 
 # qwen-vl-utils' constants (vision_process.py), under its names.
@@ -214,3 +218,64 @@ def plan(num_frames: int, video_fps: float, height: int, width: int, *, model: s
     return VideoPlan(indices=indices, height=h, width=w, grid_thw=grid,
                      tokens=_patches.tokens(grid, merge=SPATIAL_MERGE_SIZE), sample_fps=rate,
                      second_per_grid_ts=second_per_grid_ts(rate), times=times)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Qwen-VL's inputs from a video (``video.planned.Recipe``): ``plan``'s frames and size for
+    the keywords given, the frames as patch rows (``pixel_values_videos``, uint8: ``normalize``
+    gives the model's floats), ``video_grid_thw`` and ``second_per_grid_ts``; a video's cost is its
+    tokens."""
+
+    model: str = "qwen2.5-vl"
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        patch = _model(self.model)[0]
+        return {"pixel_values_videos": ((-1, 3 * FRAME_FACTOR * patch * patch), np.dtype(np.uint8)),
+                "video_grid_thw": ((3,), np.dtype(np.int64)), "second_per_grid_ts": ((), np.dtype(np.float32))}
+
+    def plan(self, video: Any) -> Any:
+        from .video.planned import Planned
+
+        start, end = video.span if video.span is not None else (None, None)
+        p = plan(video.frames, video.fps, video.height, video.width, model=self.model, pts=video.times,
+                 video_start=start, video_end=end, **dict(self.options))
+        t, gh, gw = p.grid_thw
+        n = len(p.indices)
+        return Planned(indices=p.indices, size=(p.height, p.width),
+                       rows={"pixel_values_videos": t * gh * gw, "frames": n, "times": n}, cost=p.tokens, extra=p)
+
+    def fill(self, frames: np.ndarray, planned: Any, video: Any, out: dict[str, np.ndarray]) -> None:
+        p = planned.extra
+        patches(frames, model=self.model, out=out["pixel_values_videos"])
+        out["video_grid_thw"][:] = p.grid_thw
+        out["second_per_grid_ts"][...] = p.second_per_grid_ts
+
+
+def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None = None, *,
+          model: str = "qwen2.5-vl", fps: float | None = FPS, nframes: int | None = None,
+          min_frames: int = FPS_MIN_FRAMES, max_frames: int = FPS_MAX_FRAMES, min_pixels: float | None = None,
+          max_pixels: float | None = None, total_pixels: float | None = None, resized_height: int | None = None,
+          resized_width: int | None = None, spans: Sequence[tuple[float | None, float | None] | None] | None = None,
+          decoder: str = "auto", threads: int = 1) -> Any:
+    """A source for ``shmloader.Loader`` of one sample per video, as Qwen-VL takes it: sample ``i``
+    holds what ``qwen_vl_utils.fetch_video({"video": paths[i], "fps": fps, ...})`` and the model's
+    video processor (``do_resize=False``) make of it — the same frame indices and size, the frames
+    decoded at that size rather than at full size and resized — as uint8 patch rows
+    ``pixel_values_videos`` (``normalize`` gives the processor's floats), ``video_grid_thw``,
+    ``second_per_grid_ts``, and per frame ``frames`` (its index in the video) and ``times`` (its
+    start in seconds, by the file's timestamps, for time markers). ``spans``: per video
+    ``(video_start, video_end)`` seconds (None: open). Every video is probed here, once, to plan
+    its size: ``Loader(..., batch_tokens=N)`` packs as many videos as fit ``N`` tokens.
+    """
+    from .video.planned import PlannedVideos
+
+    options = dict(fps=fps, nframes=nframes, min_frames=min_frames, max_frames=max_frames, min_pixels=min_pixels,
+                   max_pixels=max_pixels, total_pixels=total_pixels, resized_height=resized_height,
+                   resized_width=resized_width)
+    if nframes is not None:
+        options["fps"] = None
+    _model(model)  # an unknown model is refused here, before any probe
+    return PlannedVideos(paths, labels, Recipe(model, tuple(options.items())), spans=spans, decoder=decoder,
+                         threads=threads)

@@ -27,6 +27,18 @@ from ._needs import need
 torch = need("torch")
 
 
+# Where `make test` installs torchvision's Python code apart from the venv's packages (the Makefile's
+# TORCHVISION says why); a venv that has torchvision itself (a lane with torch's CUDA build) needs none.
+REFERENCE = os.path.join(sys.prefix, "reference")
+
+
+def _have_torchvision() -> bool:
+    if importlib.util.find_spec("torchvision") is None and os.path.isdir(REFERENCE):
+        sys.path.append(REFERENCE)
+        importlib.invalidate_caches()
+    return importlib.util.find_spec("torchvision") is not None
+
+
 def _torchvision() -> None:
     """torchvision imported. PyPI's torchvision is a CUDA build whose C++ ops cannot load beside
     torch's CPU build, and its import then stops at the fake kernels it registers for two of them
@@ -49,9 +61,8 @@ def _torchvision() -> None:
 @pytest.fixture(scope="module")
 def vp():
     """qwen-vl-utils' vision_process, reading video with decord."""
-    for name in ("qwen_vl_utils", "torchvision"):
-        if importlib.util.find_spec(name) is None:
-            pytest.skip(f"{name} is not installed (qwen-vl-utils imports torchvision)")
+    if importlib.util.find_spec("qwen_vl_utils") is None or not _have_torchvision():
+        pytest.skip("qwen-vl-utils or torchvision is not installed (make test installs both)")
     _torchvision()
     os.environ["FORCE_QWENVL_VIDEO_READER"] = "decord"  # read when vision_process is imported
     module = importlib.import_module("qwen_vl_utils.vision_process")
@@ -264,8 +275,8 @@ def test_fetch_video_on_a_real_video_reads_what_the_plan_says(vp, tmp_path):
 
 
 def _processors():
-    if importlib.util.find_spec("torchvision") is None:
-        pytest.skip("torchvision is not installed (transformers' video processors need it)")
+    if not _have_torchvision():
+        pytest.skip("torchvision is not installed (transformers' video processors need it; make test installs it)")
     _torchvision()
     need("transformers")
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
