@@ -64,4 +64,4 @@ def test_a_wrong_call_is_an_error(tmp_path):
     r = mypy(str(user))
     assert r.returncode == 1
     assert 'Unexpected keyword argument "clip_length" for "VideoClips"' in r.stdout, r.stdout
-    assert 'Argument "batch_size" to "Loader" has incompatible type "str"; expected "int"' in r.stdout, r.stdout
+    assert 'Argument "batch_size" to "Loader" has incompatible type "str"; expected "int | None"' in r.stdout, r.stdout
