@@ -23,52 +23,15 @@ from shmloader.vlm import patches as vlm_patches
 from shmloader.vlm import sizes as vlm_sizes
 
 from ._needs import need
+from ._qwen import have_torchvision, import_torchvision, vision_process
 
 torch = need("torch")
-
-
-# Where `make test` installs torchvision's Python code apart from the venv's packages (the Makefile's
-# TORCHVISION says why); a venv that has torchvision itself (a lane with torch's CUDA build) needs none.
-REFERENCE = os.path.join(sys.prefix, "reference")
-
-
-def _have_torchvision() -> bool:
-    if importlib.util.find_spec("torchvision") is None and os.path.isdir(REFERENCE):
-        sys.path.append(REFERENCE)
-        importlib.invalidate_caches()
-    return importlib.util.find_spec("torchvision") is not None
-
-
-def _torchvision() -> None:
-    """torchvision imported. PyPI's torchvision is a CUDA build whose C++ ops cannot load beside
-    torch's CPU build, and its import then stops at the fake kernels it registers for two of them
-    (``torchvision::nms``, ``qnms``): declared here, the rest of it (transforms, io) imports and
-    runs as it is. Any other failure is raised."""
-    try:
-        importlib.import_module("torchvision")
-    except RuntimeError as e:
-        if "torchvision::nms" not in str(e):
-            raise
-        for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
-            del sys.modules[name]
-        lib = torch.library.Library("torchvision", "DEF")
-        lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        _torchvision.library = lib  # type: ignore[attr-defined]  # kept alive: dropping it undefines them
-        importlib.import_module("torchvision")
 
 
 @pytest.fixture(scope="module")
 def vp():
     """qwen-vl-utils' vision_process, reading video with decord."""
-    if importlib.util.find_spec("qwen_vl_utils") is None or not _have_torchvision():
-        pytest.skip("qwen-vl-utils or torchvision is not installed (make test installs both)")
-    _torchvision()
-    os.environ["FORCE_QWENVL_VIDEO_READER"] = "decord"  # read when vision_process is imported
-    module = importlib.import_module("qwen_vl_utils.vision_process")
-    module.FORCE_QWENVL_VIDEO_READER = "decord"
-    module.get_video_reader_backend.cache_clear()
-    return module
+    return vision_process()
 
 
 # torch's linspace kernels for AVX2 and AVX-512 round first + i * step once (a fused multiply-add);
@@ -275,9 +238,9 @@ def test_fetch_video_on_a_real_video_reads_what_the_plan_says(vp, tmp_path):
 
 
 def _processors():
-    if not _have_torchvision():
+    if not have_torchvision():
         pytest.skip("torchvision is not installed (transformers' video processors need it; make test installs it)")
-    _torchvision()
+    import_torchvision()
     need("transformers")
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
