@@ -4,12 +4,21 @@
 the CPU backend the ``jax.Array`` simply wraps the array's memory (no copy) for as long as it
 lives. Either way the slot's lease holds (NOTE [ Slot lease ] in ``engine.ring``): a slot is written
 again only when the arrays made from it are gone.
+
+A batch of samples of several sizes (``Loader(batch_tokens=N)``, NOTE [ Samples of several sizes ]
+in ``engine.source``) changes shape from batch to batch, and a jitted step would compile once per
+shape. ``batches`` pads it instead: each field of rows to the smallest of a few static sizes that
+holds it (the room a slot has for it, halved ``levels - 1`` times), the batch axis to
+``loader.batch_size`` (padding samples hold no rows: their offsets repeat the last), with
+``sample_mask`` saying which samples are real: a step compiles at most ``levels`` times.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
 
 from ._errors import install_hint
 
@@ -31,7 +40,7 @@ _PREFETCH = 2
 
 
 def batches(loader: Batches, sharding: Any = None, *, shard: tuple[int, int] | None = None,
-            prefetch: int | None = None) -> Iterator[dict[str, jax.Array]]:
+            prefetch: int | None = None, levels: int = 4) -> Iterator[dict[str, jax.Array]]:
     """Yield the loader's batches as dicts of ``jax.Array``, through ``jax.device_put``.
 
     ``sharding``: where the arrays go: ``None`` (the default device), a device, or a
@@ -44,7 +53,8 @@ def batches(loader: Batches, sharding: Any = None, *, shard: tuple[int, int] | N
 
     One call runs one pass of the loader (``epochs`` epochs), as iterating it does. For resuming,
     save ``loader.state(consumed=steps)`` with the number of steps really trained: ``prefetch``
-    batches more than that have been delivered.
+    batches more than that have been delivered. ``levels``: the static sizes a field of rows is
+    padded to, for samples of several sizes (see the module's docstring).
     """
     if shard is None and jax.process_count() > 1:
         shard = (jax.process_index(), jax.process_count())
@@ -54,13 +64,44 @@ def batches(loader: Batches, sharding: Any = None, *, shard: tuple[int, int] | N
         prefetch = 0 if _platforms(sharding) == {"cpu"} else _PREFETCH
     if prefetch < 0:
         raise ValueError(f"prefetch must be >= 0, got {prefetch}")
-    return _batches(loader, sharding, prefetch)
+    layout = getattr(loader, "layout", None)
+    pad = None
+    if layout is not None and layout.has_rows:
+        if levels < 1:
+            raise ValueError(f"levels must be >= 1, got {levels}")
+        pad = _Padding(layout, levels)
+    return _batches(loader, sharding, prefetch, pad)
 
 
-def _batches(loader: Batches, sharding: Any, prefetch: int) -> Iterator[dict[str, jax.Array]]:
+class _Padding:
+    """Pads a batch of samples of several sizes to static shapes (see the module's docstring)."""
+
+    def __init__(self, layout: Any, levels: int) -> None:
+        self.batch = layout.batch_size
+        self.rows = {f.name: f.offsets for f in layout.fields if f.offsets}
+        self.offsets = set(self.rows.values())
+        self.sizes = {name: sorted({max(1, -(-layout.capacity(name) // 2**k)) for k in range(levels)})
+                      for name in self.rows}
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        n = len(batch[next(iter(self.offsets))]) - 1
+        out = {}
+        for name, a in batch.items():
+            if name in self.offsets:
+                out[name] = np.concatenate([a, np.full(self.batch - n, a[-1], a.dtype)])
+            else:
+                size = next(s for s in self.sizes[name] if s >= len(a)) if name in self.rows else self.batch
+                out[name] = np.zeros((size, *a.shape[1:]), a.dtype)
+                out[name][: len(a)] = a
+        out["sample_mask"] = np.arange(self.batch) < n
+        return out
+
+
+def _batches(loader: Batches, sharding: Any, prefetch: int, pad: _Padding | None
+             ) -> Iterator[dict[str, jax.Array]]:
     ahead: deque[dict[str, jax.Array]] = deque()
     for batch in loader:
-        ahead.append(jax.device_put(batch, sharding))
+        ahead.append(jax.device_put(batch if pad is None else pad(batch), sharding))
         del batch  # jax holds the views it needs; the slot comes back with the arrays
         if len(ahead) > prefetch:
             yield ahead.popleft()

@@ -158,3 +158,27 @@ def test_tf_data_gives_ragged_rows_by_their_offsets():
                 assert ragged[k].shape[0] == src.rows[i] and bool(tf.reduce_all(ragged[k] == i))
             ids += batch["id"].numpy().tolist()
     assert sorted(ids) == list(range(23))
+
+
+def test_jax_pads_to_a_few_static_shapes_with_a_mask():
+    jax = pytest.importorskip("jax")
+    from shmloader.jax import batches
+
+    src = Ragged(60)
+    with shmloader.Loader(src, batch_tokens=9, workers=2, shuffle=True, seed=1) as loader:
+        shapes, ids = set(), []
+        room = loader.layout.capacity("x")
+        for batch in batches(loader, levels=3):
+            assert isinstance(batch["x"], jax.Array)
+            b = {k: np.asarray(v) for k, v in batch.items()}
+            mask = b.pop("sample_mask")
+            assert mask.shape == (loader.batch_size,) and b["id"].shape == (loader.batch_size,)
+            n = int(mask.sum())
+            assert mask[:n].all() and not mask[n:].any()
+            real = {k: (v[: n + 1] if k.endswith("_offsets") else v if k in ("x", "t") else v[:n]) for k, v in b.items()}
+            ids += check_batch(src, {**real, "x": real["x"][: real["x_offsets"][-1]],
+                                     "t": real["t"][: real["t_offsets"][-1]]}, budget=9)
+            assert (b["x_offsets"][n:] == b["x_offsets"][n]).all()  # padding samples hold no rows
+            assert len(b["x"]) in {-(-room // 2**k) for k in range(3)}
+            shapes.add((b["x"].shape, b["t"].shape))
+    assert sorted(ids) == list(range(60)) and len(shapes) <= 3 * 3
