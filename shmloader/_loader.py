@@ -61,7 +61,8 @@ class Loader:
 
     Iterating yields dicts of numpy arrays with a leading batch axis: views into shared
     memory, valid for as long as you hold them (see NOTE [ Slot lease ] in ``engine.ring``).
-    ``len(loader)`` is the number of batches per epoch; ``epochs=None`` repeats forever.
+    ``len(loader)`` is the number of batches per epoch (with ``batch_tokens``, of the epoch it starts
+    in: each epoch's order cuts its own); ``epochs=None`` repeats forever.
     ``span_epochs=True`` cuts batches across epoch ends (``repeat().batch()``): every batch is
     whole but the last of a run, and ``len(loader)`` is the batches of ``epochs`` epochs.
 

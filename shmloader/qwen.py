@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Sequence
-from typing import Any, overload
+from typing import Any, Sequence, overload
 
 import numpy as np
 
