@@ -464,3 +464,41 @@ def test_a_decode_nodes_raylet_killed_mid_epoch(cluster, clips):
         [(e, s) for e in range(3) for s in range(len(clips))]
     for r in rows:
         check_codes(r)
+
+
+def test_planned_videos_give_rows_of_their_own_sizes(cluster, tmp_path):
+    """A source of samples of several sizes (shmloader.planned): each Ray row holds its sample's
+    own rows, the same as the loader's sample of that id."""
+    from dataclasses import dataclass
+
+    from shmloader.planned import Planned, PlannedVideos
+    from shmloader.samples import write_video
+
+    @dataclass(frozen=True)
+    class Even:
+        def spec(self):
+            return {"video": ((-1, 32, 48, 3), np.dtype(np.uint8))}
+
+        def plan(self, video):
+            n = min(5, video.frames)
+            return Planned(indices=np.linspace(0, video.frames - 1, n).round().astype(np.int64), size=(32, 48),
+                           rows={"video": n}, cost=n)
+
+        def fill(self, frames, planned, video, out):
+            out["video"][:] = frames
+
+    paths = [write_video(tmp_path / f"v{i}.mp4", i, frames=n, size=(64, 96)) for i, n in enumerate([3, 12, 30])]
+    src = PlannedVideos(paths, [1, 2, 3], Even())
+    rows = rows_of(sray.dataset(src, epochs=1, seed=4, shuffle=True, samples_per_task=2))
+    assert sorted(int(r["index"]) for r in rows) == [0, 1, 2]
+    with shmloader.Loader(src, batch_size=3, workers=1) as loader:
+        (batch,) = list(loader)
+    for r in rows:
+        i = int(r["index"])
+        video = np.asarray(r["video"])
+        o = batch["video_offsets"]
+        k = int(np.flatnonzero(batch["index"] == i)[0])
+        assert video.shape == (min(5, [3, 12, 30][i]), 32, 48, 3) and int(r["label"]) == i + 1
+        np.testing.assert_array_equal(video, batch["video"][o[k] : o[k + 1]])
+        ids, _ = read_codes(video)
+        assert (ids == i).all()

@@ -55,6 +55,7 @@ from ..engine.plan import EpochPlan
 from .._checks import check_choice, check_int, check_seconds
 from ..engine.skips import ON_ERROR
 from ..video.clips import VideoClips, digest
+from ..video.planned import PlannedVideos
 
 if TYPE_CHECKING:
     import ray.data
@@ -78,7 +79,7 @@ _GROUP_WINDOW = 8
 _LOG_KEY = "shmloader.task_log"
 
 
-def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
+def plan_items(clips: VideoClips | PlannedVideos, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
                start_epoch: int = 0, samples_per_task: int | None = None,
                group_window: int | None = None) -> list[dict[str, Any]]:
     """The tasks of epochs ``start_epoch .. start_epoch + epochs - 1``: ``[{"epoch": e,
@@ -118,14 +119,20 @@ def plan_items(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bo
     return items
 
 
-def _row_bytes(clips: VideoClips) -> int:
+def _row_bytes(clips: VideoClips | PlannedVideos) -> int:
     """Bytes of one row of a task's block: every field of a sample (``clips.spec()``: video,
-    audio and its length, labels, frame numbers...) and the ``epoch`` and ``sample`` a task adds."""
-    fields = [*clips.spec().values(), ((), np.dtype(np.int64)), ((), np.dtype(np.int64))]
-    return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for shape, dtype in fields)
+    audio and its length, labels, frame numbers...; a field of rows at its largest sample's) and
+    the ``epoch`` and ``sample`` a task adds."""
+    spec = {**clips.spec(), "epoch": ((), np.dtype(np.int64)), "sample": ((), np.dtype(np.int64))}
+    rows = clips.sizes().rows if isinstance(clips, PlannedVideos) else {}
+    total = 0
+    for name, (shape, dtype) in spec.items():
+        count, shape = (int(rows[name].max(initial=0)), shape[1:]) if shape[:1] == (-1,) else (1, shape)
+        total += count * int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return total
 
 
-def dataset(clips: VideoClips, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
+def dataset(clips: VideoClips | PlannedVideos, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
             on_error: str = "raise", num_cpus: float = 1, resources: dict[str, float] | None = None,
             start_epoch: int = 0, samples_per_task: int | None = None,
             group_window: int | None = None, tasks_in_flight: int | str = "auto",

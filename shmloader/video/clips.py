@@ -274,8 +274,9 @@ class VideoClips:
         return SharedClips(self, self._encoded)
 
 
-def digest(clips: VideoClips) -> str:
-    """A hash of the whole description (videos, labels, options, manifest columns): equal
+def digest(clips: Any) -> str:
+    """A hash of the whole description (videos, labels, options, manifest columns; a
+    ``VideoClips``, or any description with a ``__getstate__``, as ``video.planned``'s): equal
     descriptions give equal digests in any process (Ray's task workers keep a reader per digest)."""
     h = hashlib.sha256()
     _feed(h, clips.__getstate__())

@@ -25,7 +25,7 @@ from .decoding import Decoding
 from .probe import VideoInfo, probe
 from .storage import LOCAL
 
-__all__ = ["Planned", "PlannedVideos", "Recipe", "Video"]
+__all__ = ["Planned", "PlannedReader", "PlannedVideos", "Recipe", "Video"]
 
 # Videos probed at once in the main process (the probe reads packets: I/O and libavformat, which
 # let go of the GIL for most of it).
@@ -142,6 +142,12 @@ class PlannedVideos:
     def describe(self, index: int) -> str:
         return self.paths[index]
 
+    group_size = 1  # one sample a video (the plan of a loader, or of Ray's tasks)
+
+    def reader(self) -> PlannedReader:
+        """Samples as new arrays in any process (a Ray task): ``reader().read(ids)``."""
+        return PlannedReader(self)
+
     def worker_init(self) -> None:
         self._decoding = Decoding(self.threads, self.decoder, LOCAL)
 
@@ -165,6 +171,41 @@ class PlannedVideos:
         out["times"][:] = video.times[planned.indices]
         out["label"][...] = -1 if self.labels is None else self.labels[index]
         out["index"][...] = index
+
+
+class PlannedReader:
+    """``read(samples, seed=, epoch=)``: a batch of new arrays, a field of rows as an object array
+    of each sample's own (Ray Data's variable-shaped tensors); ``counters()``: decodes so far."""
+
+    def __init__(self, videos: PlannedVideos) -> None:
+        self.clips = videos
+
+    def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]:
+        from ..engine.source import seeded
+
+        vc, spec = self.clips, self.clips.spec()
+        sizes = vc.sizes()
+        outs = []
+        for s in (int(s) for s in samples):
+            if not 0 <= s < len(vc):
+                raise IndexError(f"sample {s} is not among the {len(vc)} samples")
+            out = {k: np.zeros((int(sizes.rows[k][s]), *shape[1:]) if shape[:1] == (-1,) else shape, dtype)
+                   for k, (shape, dtype) in spec.items()}
+            vc.read(s, seeded((seed, epoch, s)), out)
+            outs.append(out)
+        batch = {}
+        for k, (shape, dtype) in spec.items():
+            if shape[:1] == (-1,):
+                column = np.empty(len(outs), dtype=object)
+                column[:] = [o[k] for o in outs] if outs else []
+                batch[k] = column
+            else:
+                batch[k] = np.stack([o[k] for o in outs]) if outs else np.zeros((0, *shape), dtype)
+        return batch
+
+    def counters(self) -> dict[str, int]:
+        d = self.clips._decoding
+        return {} if d is None else {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"]}
 
 
 def _video(info: VideoInfo, span: tuple[float | None, float | None] | None, timed: bool = True) -> Video:
