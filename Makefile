@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
-	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,torch,jax,keras,ray,hdf5,samples,bench,notebooks,docs,test,trainers]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[tf,torch,jax,keras,ray,hdf5,samples,bench,notebooks,docs,test,trainers,omni]'
 	$(PY) -m pip install --quiet --no-deps --target $(VENV)/reference torchvision==$(TORCHVISION)
 	touch $(STAMP)
 

@@ -42,6 +42,9 @@ _DEPTH = 2
 # Batches the consumer typically holds at once: the one in hand plus tf.data's prefetch buffer,
 # which AUTOTUNE grows to a handful (5 were seen held in Keras fit).
 _CONSUMER_HELD = 6
+# Samples of several sizes (a whole video's frames): a slot can take hundreds of MB, and their
+# consumers (a torch training step) hold the batch in hand and one ahead; more is slots= away.
+_HELD_ROWS = 2
 # Share of the memory (or of shm_dir's free space) a default ring may take: the rest is for the
 # training process, TensorFlow's buffers and the batches a consumer copies or keeps.
 _RING_MEMORY_SHARE = 0.5
@@ -169,7 +172,7 @@ class Loader:
             # A grouped source's shuffle window must fit in the ring besides the usual slots.
             window = -(-self._plan.window * group // batch_size) + 1 if group > 1 else 0
             slots = _default_slots(nworkers, batch_size, self._layout.slot_bytes, shm_dir, extra=window,
-                                  run=run if group == 1 else 1)
+                                  run=run if group == 1 else 1, held=_HELD_ROWS if sizes is not None else _CONSUMER_HELD)
         self._nslots = slots
         self._log_every = log_every
         self._last_log = time.monotonic()
@@ -400,11 +403,11 @@ def _check_has_batches(plan: EpochPlan, epochs: int | None) -> None:
 
 
 def _default_slots(workers: int, batch_size: int, slot_bytes: int, shm_dir: str | None,
-                   extra: int = 0, run: int = 1) -> int:
+                   extra: int = 0, run: int = 1, held: int = _CONSUMER_HELD) -> int:
     """Enough slots to keep every worker busy and cover what a consumer holds, as long as they
     take at most ``_RING_MEMORY_SHARE`` of the memory the ring would live in; never fewer than 2."""
     filling = -(-workers * _DEPTH * run // batch_size) + 1  # _DEPTH tasks of `run` samples each
-    usual = filling + _CONSUMER_HELD + 1 + extra
+    usual = filling + held + 1 + extra
     fit = int(memory_for_ring(shm_dir) * _RING_MEMORY_SHARE // slot_bytes)
     if fit >= usual:
         return usual

@@ -228,11 +228,16 @@ class Recipe:
 
     model: str = "qwen2.5-vl"
     options: tuple[tuple[str, Any], ...] = ()
+    audio_rate: int | None = None
 
     def spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         patch = _model(self.model)[0]
-        return {"pixel_values_videos": ((-1, 3 * FRAME_FACTOR * patch * patch), np.dtype(np.uint8)),
+        spec: dict[str, tuple[tuple[int, ...], np.dtype]] = {
+                "pixel_values_videos": ((-1, 3 * FRAME_FACTOR * patch * patch), np.dtype(np.uint8)),
                 "video_grid_thw": ((3,), np.dtype(np.int64)), "second_per_grid_ts": ((), np.dtype(np.float32))}
+        if self.audio_rate is not None:  # room for the longest track the container allows; audio_len says
+            spec.update(audio=((-1,), np.dtype(np.float32)), audio_len=((), np.dtype(np.int64)))
+        return spec
 
     def plan(self, video: Any) -> Any:
         from .video.planned import Planned
@@ -242,14 +247,30 @@ class Recipe:
                  video_start=start, video_end=end, **dict(self.options))
         t, gh, gw = p.grid_thw
         n = len(p.indices)
-        return Planned(indices=p.indices, size=(p.height, p.width),
-                       rows={"pixel_values_videos": t * gh * gw, "frames": n, "times": n}, cost=p.tokens, extra=p)
+        rows = {"pixel_values_videos": t * gh * gw, "frames": n, "times": n}
+        if self.audio_rate is not None:
+            from .video.soundtrack import bound
+
+            rows["audio"] = bound(video.duration, self.audio_rate)
+        return Planned(indices=p.indices, size=(p.height, p.width), rows=rows, cost=p.tokens, extra=p)
 
     def fill(self, frames: np.ndarray, planned: Any, video: Any, out: dict[str, np.ndarray]) -> None:
         p = planned.extra
         patches(frames, model=self.model, out=out["pixel_values_videos"])
         out["video_grid_thw"][:] = p.grid_thw
         out["second_per_grid_ts"][...] = p.second_per_grid_ts
+        if self.audio_rate is not None:
+            from .video.soundtrack import read_track
+
+            start, end = video.span if video.span is not None else (None, None)
+            sound = read_track(video.path, self.audio_rate, start, end)
+            room = out["audio"]
+            if len(sound) > len(room):
+                raise ValueError(f"the sound track gives {len(sound)} samples, more than the {len(room)} the "
+                                 f"container's duration ({video.duration:.3f} s) allows")
+            room[: len(sound)] = sound
+            room[len(sound) :] = 0
+            out["audio_len"][...] = len(sound)
 
 
 def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None = None, *,
@@ -257,7 +278,7 @@ def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None 
           min_frames: int = FPS_MIN_FRAMES, max_frames: int = FPS_MAX_FRAMES, min_pixels: float | None = None,
           max_pixels: float | None = None, total_pixels: float | None = None, resized_height: int | None = None,
           resized_width: int | None = None, spans: Sequence[tuple[float | None, float | None] | None] | None = None,
-          decoder: str = "auto", threads: int = 1) -> Any:
+          decoder: str = "auto", threads: int = 1, audio_rate: int | None = None) -> Any:
     """A source for ``shmloader.Loader`` of one sample per video, as Qwen-VL takes it: sample ``i``
     holds what ``qwen_vl_utils.fetch_video({"video": paths[i], "fps": fps, ...})`` and the model's
     video processor (``do_resize=False``) make of it — the same frame indices and size, the frames
@@ -267,6 +288,10 @@ def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None 
     start in seconds, by the file's timestamps, for time markers). ``spans``: per video
     ``(video_start, video_end)`` seconds (None: open). Every video is probed here, once, to plan
     its size: ``Loader(..., batch_tokens=N)`` packs as many videos as fit ``N`` tokens.
+    ``audio_rate=16000``: each sample also carries the video's sound as qwen-omni-utils extracts it
+    for Qwen-Omni's ``use_audio_in_video`` (the whole track, or its ``spans`` from the track's first
+    sample, mono, resampled with soxr; needs ``pip install soxr``), as ``audio`` rows (float32, room
+    for the longest track the container's duration allows) and ``audio_len`` (the samples that are real).
     """
     from .video.planned import PlannedVideos
 
@@ -276,5 +301,12 @@ def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None 
     if nframes is not None:
         options["fps"] = None
     _model(model)  # an unknown model is refused here, before any probe
-    return PlannedVideos(paths, labels, Recipe(model, tuple(options.items())), spans=spans, decoder=decoder,
-                         threads=threads)
+    if audio_rate is not None:
+        if not isinstance(audio_rate, int) or isinstance(audio_rate, bool) or audio_rate < 1:
+            raise ValueError(f"audio_rate must be a positive number of samples a second, got {audio_rate!r}")
+        try:
+            import soxr  # noqa: F401  (the resampler qwen-omni-utils' librosa uses)
+        except ImportError as e:
+            raise ImportError("qwen.clips(audio_rate=...) resamples the sound with soxr: pip install soxr") from e
+    return PlannedVideos(paths, labels, Recipe(model, tuple(options.items()), audio_rate), spans=spans,
+                         decoder=decoder, threads=threads)

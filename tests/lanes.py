@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OLDEST = ROOT / "constraints-oldest.txt"
 # Installed in this order, each on its own in the newest lane. `test` holds the test runner and the
 # servers; the frameworks come as their own extras so that one without a wheel leaves the rest in.
-EXTRAS = ("test", "samples", "hdf5", "torch", "jax", "keras", "tf", "ray", "bench", "notebooks", "docs", "http", "s3", "gcs",
+EXTRAS = ("test", "samples", "hdf5", "omni", "torch", "jax", "keras", "tf", "ray", "bench", "notebooks", "docs", "http", "s3", "gcs",
           "azure", "hf", "trainers")
 
 

@@ -12,6 +12,8 @@ import pytest
 import shmloader
 from shmloader.engine.source import Sizes
 
+from ._needs import need
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -131,7 +133,7 @@ def test_a_sample_over_the_budget_is_refused_by_name():
 
 
 def test_torch_tensors_over_the_slot_and_pinned_copies():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     src = Ragged()
     with shmloader.Loader(src, batch_tokens=7, workers=2, epochs=None) as loader:
         ring = loader.as_torch()
@@ -148,7 +150,7 @@ def test_torch_tensors_over_the_slot_and_pinned_copies():
 
 
 def test_tf_data_gives_ragged_rows_by_their_offsets():
-    tf = pytest.importorskip("tensorflow")
+    tf = need("tensorflow")
     src = Ragged()
     with shmloader.Loader(src, batch_tokens=7, workers=2) as loader:
         ids = []
@@ -161,7 +163,7 @@ def test_tf_data_gives_ragged_rows_by_their_offsets():
 
 
 def test_jax_pads_to_a_few_static_shapes_with_a_mask():
-    jax = pytest.importorskip("jax")
+    jax = need("jax")
     from shmloader.jax import batches
 
     src = Ragged(60)

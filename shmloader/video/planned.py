@@ -36,7 +36,8 @@ _PROBE_THREADS = 8
 class Video:
     """What a recipe plans a video from: its frames as a player shows them, their average rate,
     the size as shown; ``times``: each frame's start in seconds from the first frame's (in a
-    worker; None in the main process), ``span``: the ``(start, end)`` seconds asked for, or None."""
+    worker; None in the main process), ``span``: the ``(start, end)`` seconds asked for, or None;
+    ``path`` and ``duration`` (the container's, seconds): what a recipe that reads the sound needs."""
 
     frames: int
     fps: float
@@ -44,6 +45,8 @@ class Video:
     width: int
     times: np.ndarray | None = None
     span: tuple[float | None, float | None] | None = None
+    path: str = ""
+    duration: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -211,4 +214,5 @@ class PlannedReader:
 def _video(info: VideoInfo, span: tuple[float | None, float | None] | None, timed: bool = True) -> Video:
     times = info.times() if timed else None
     return Video(frames=info.frames, fps=float(info.fps), height=info.height, width=info.width,
-                 times=None if times is None else times[:, 0] - times[0, 0], span=span)
+                 times=None if times is None else times[:, 0] - times[0, 0], span=span, path=info.path,
+                 duration=float(info.duration))
