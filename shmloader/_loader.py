@@ -358,10 +358,12 @@ class Loader:
         return start
 
 
-def eval_loader(source: Source | Described, *, batch_size: int, workers: int | None = 1, **kwargs: Any) -> Loader:
+def eval_loader(source: Source | Described, *, batch_size: int | None = None, workers: int | None = 1,
+                **kwargs: Any) -> Loader:
     """A loader for validation or test: every clip exactly once, in order, the last partial batch
     kept; ``VideoClips`` become deterministic (``VideoClips.for_eval``: uniform starts, the
     smallest scale, center crops). One worker by default, so that an evaluation pass beside a training loader takes one core rather than all of them.
+    ``batch_size`` or ``batch_tokens``, as ``Loader`` takes them.
     """
     if hasattr(source, "for_eval"):
         source = source.for_eval()

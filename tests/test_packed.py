@@ -184,3 +184,10 @@ def test_jax_pads_to_a_few_static_shapes_with_a_mask():
             assert len(b["x"]) in {-(-room // 2**k) for k in range(3)}
             shapes.add((b["x"].shape, b["t"].shape))
     assert sorted(ids) == list(range(60)) and len(shapes) <= 3 * 3
+
+
+def test_an_evaluation_loader_cuts_by_a_budget_in_order():
+    src = Ragged()
+    with shmloader.eval_loader(src, batch_tokens=7) as loader:
+        got = [check_batch(src, b, budget=7) for b in loader]
+    assert sum(got, []) == list(range(23))
