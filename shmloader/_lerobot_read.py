@@ -1,0 +1,226 @@
+"""Reading LeRobot samples: rows in, arrays out, as ``LeRobotDataset.__getitem__`` builds them.
+
+NOTE [ A LeRobot sample ]
+Sample ``i`` is row ``i`` of the timestep table (``_lerobot_meta``). A key ``k`` given offsets
+``delta_timestamps[k]`` (seconds, multiples of ``1 / fps``) reads the rows at ``index + round(d *
+fps)`` for each offset, clamped into the row's episode (``dataset_from_index .. dataset_to_index
+- 1``), with ``k_is_pad`` True where the clamp moved it: the edge row repeats. A camera's frame for
+a row is the one of its episode's file starting nearest to ``from_timestamp + timestamp`` of that
+row (``video.stamps``), refused when further than ``tolerance_s`` (LeRobot's ``decode_video_frames``
+check); a window of frames reads the clamped rows' timestamps, as LeRobot's
+``_get_query_timestamps`` does.
+
+A worker handed several samples (a stretch of an episode, grouped by the plan) reads every
+camera's frames of all of them file by file: one decode pass over the union of each file's frames.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .engine.shared import SharedStrings
+from .engine.source import Spec
+from .video.stamps import TimedFrames
+
+__all__ = ["Layout", "EpisodeReader", "SharedEpisodes", "describe", "tables"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a sample holds: the cameras (name -> (height, width)), the numeric features (name ->
+    per-row shape, dtype), the offsets of each windowed key in rows, and how frames are found."""
+
+    root: str
+    cameras: dict[str, tuple[int, int]]
+    features: dict[str, tuple[tuple[int, ...], np.dtype]]
+    deltas: dict[str, tuple[int, ...]]
+    tolerance_s: float
+    decoder: str = "auto"
+    decode_threads: int = 1
+
+    def spec(self) -> Spec:
+        spec: Spec = {}
+        for c, (h, w) in self.cameras.items():
+            t = self.deltas.get(c)
+            spec[c] = ((h, w, 3) if t is None else (len(t), h, w, 3), np.dtype(np.uint8))
+        for k, (shape, dtype) in self.features.items():
+            t = self.deltas.get(k)
+            spec[k] = (shape if t is None else (len(t), *shape), dtype)
+        for k, t in self.deltas.items():
+            spec[f"{k}_is_pad"] = ((len(t),), np.dtype(np.bool_))
+        return spec
+
+
+def tables(rows: dict[str, np.ndarray], episodes: dict[str, np.ndarray], episode_of_row: np.ndarray
+           ) -> dict[str, np.ndarray]:
+    """The arrays a reader looks rows up in, by name: ``row/<feature>``, ``ep/<column>``, each
+    row's episode, and the ``index`` column sorted (a window's rows found by their ``index``)."""
+    index = rows["index"].astype(np.int64)
+    order = np.argsort(index, kind="stable")
+    return {**{f"row/{k}": a for k, a in rows.items()}, **{f"ep/{k}": a for k, a in episodes.items()},
+            "episode_of_row": episode_of_row, "sorted_index": index[order], "sorted_rows": order.astype(np.int64)}
+
+
+def describe(root: str, arrays: dict[str, np.ndarray], row: int) -> str:
+    """What sample ``row`` is, for errors: the dataset, the episode and the frame in it."""
+    return (f"{root!r}, episode {int(arrays['row/episode_index'][row])}, "
+            f"frame {int(arrays['row/frame_index'][row]) if 'row/frame_index' in arrays else row}")
+
+
+class EpisodeReader:
+    """Samples written into arrays in this process (NOTE [ A LeRobot sample ]).
+
+    :param layout: what a sample holds.
+    :param arrays: the tables (``tables``), numpy arrays or views of a shared segment.
+    :param paths: the video files, indexable by the ``ep/<camera>/file`` numbers.
+    """
+
+    def __init__(self, layout: Layout, arrays: dict[str, np.ndarray], paths: Sequence[str]) -> None:
+        self.layout, self.arrays, self.paths = layout, arrays, paths
+        self.frames = TimedFrames(layout.decode_threads, layout.decoder)
+        self.counts = dict.fromkeys(("frames_decoded", "frames_delivered"), 0)
+
+    def counters(self) -> dict[str, int]:
+        return {**self.frames.counters(), **self.counts}
+
+    def read(self, samples: Sequence[int]) -> dict[str, np.ndarray]:
+        """Samples ``samples`` as one batch ``{field: [n, ...]}`` of new arrays."""
+        spec = self.layout.spec()
+        batch = {k: np.zeros((len(samples), *shape), dtype) for k, (shape, dtype) in spec.items()}
+        self.read_into([int(s) for s in samples], [{k: a[i, ...] for k, a in batch.items()} for i in range(len(samples))])
+        return batch
+
+    def _rows(self, rows: np.ndarray, deltas: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """``([n, T]`` rows a window of ``deltas`` reads for each of ``rows``, ``[n, T]`` pads)."""
+        a = self.arrays
+        index = a["row/index"][rows].astype(np.int64)[:, None] + np.asarray(deltas, np.int64)
+        e = a["episode_of_row"][rows]
+        lo, hi = a["ep/dataset_from_index"][e][:, None], a["ep/dataset_to_index"][e][:, None]
+        pad = (index < lo) | (index >= hi)
+        clamped = np.clip(index, lo, hi - 1)
+        return a["sorted_rows"][np.searchsorted(a["sorted_index"], clamped)], pad
+
+    def read_into(self, samples: list[int], outs: Sequence[dict[str, np.ndarray]]) -> None:
+        """Write samples ``samples`` (rows) into ``outs``, every camera's file decoded once."""
+        lay, a = self.layout, self.arrays
+        rows = np.asarray(samples, np.int64)
+        windows = {k: self._rows(rows, d) for k, d in lay.deltas.items()}
+        for k in lay.features:
+            col = a[f"row/{k}"]
+            got = col[windows[k][0]] if k in windows else col[rows]
+            for i, out in enumerate(outs):
+                out[k][...] = got[i]
+        for k, (_, pad) in windows.items():
+            for i, out in enumerate(outs):
+                out[f"{k}_is_pad"][...] = pad[i]
+        for c in lay.cameras:
+            self._camera(c, rows, windows[c][0] if c in windows else rows[:, None], outs)
+
+    def _camera(self, camera: str, rows: np.ndarray, wanted: np.ndarray, outs: Sequence[dict[str, np.ndarray]]) -> None:
+        """Camera ``camera``'s frames of the rows ``wanted`` (``[n, T]``) of samples ``rows``."""
+        lay, a = self.layout, self.arrays
+        e = a["episode_of_row"][rows]
+        stamps = a["row/timestamp"][wanted].astype(np.float64)
+        seconds = a[f"ep/{camera}/from_timestamp"][e][:, None] + stamps
+        files = a[f"ep/{camera}/file"][e]
+        windowed = camera in lay.deltas
+        for f in np.unique(files):
+            mine = np.flatnonzero(files == f)
+            path = self.paths[int(f)]
+            size = self.frames.size(path)
+            if size != lay.cameras[camera]:
+                raise ValueError(f"{path!r}: frames of {size[0]}x{size[1]}, meta/info.json says {camera!r} is "
+                                 f"{lay.cameras[camera][0]}x{lay.cameras[camera][1]}")
+            starts = self.frames.starts(path)
+            frames, gaps = self.frames.nearest(path, seconds[mine])
+            bad = np.argwhere(gaps >= lay.tolerance_s)
+            if len(bad):
+                s, t = bad[0]
+                row = int(rows[mine[s]])
+                raise ValueError(
+                    f"{path!r}: episode {int(a['row/episode_index'][row])}, {camera} at {seconds[mine[s], t]:.6f} s "
+                    f"(from_timestamp {a[f'ep/{camera}/from_timestamp'][e[mine[s]]]:.6f} + timestamp "
+                    f"{stamps[mine[s], t]:.6f}): the nearest frame starts at {starts[frames[s, t]]:.6f} s, "
+                    f"{gaps[s, t]:.6f} s away, not within tolerance_s={lay.tolerance_s}")
+            union, where = np.unique(frames, return_inverse=True)
+            decoded = self.frames.decode(path, union)
+            where = where.reshape(frames.shape)
+            for j, s in enumerate(mine):
+                dst = outs[s][camera]
+                np.copyto(dst, decoded[where[j]] if windowed else decoded[where[j, 0]])
+            self.counts["frames_decoded"] += len(union)
+            self.counts["frames_delivered"] += frames.size
+
+
+class SharedEpisodes:
+    """The engine's source for a LeRobot dataset (``engine.source.Source``): its tables in one
+    shared segment every worker maps (made when the loader starts, closed when its workers are
+    gone), an ``EpisodeReader`` over them in each worker.
+
+    :param layout: what a sample holds.
+    :param arrays: the tables (``tables``).
+    :param paths: the video files.
+    """
+
+    def __init__(self, layout: Layout, arrays: dict[str, np.ndarray], paths: list[str]) -> None:
+        self.layout, self._arrays, self._paths = layout, arrays, paths
+        self._length = len(arrays["episode_of_row"])
+        self._table: SharedStrings | None = None
+        self._reader: EpisodeReader | None = None
+
+    def __len__(self) -> int:
+        return self._length
+
+    def spec(self) -> Spec:
+        return self.layout.spec()
+
+    def describe(self, index: int) -> str:
+        return describe(self.layout.root, self._arrays, index)
+
+    def _shared(self) -> SharedStrings:
+        if self._table is None:
+            self._table = SharedStrings(SharedStrings.encode(self._paths), self._arrays)
+        return self._table
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """Descriptors the workers must inherit (the shared tables)."""
+        return (self._shared().fd,)
+
+    def acquire(self) -> None:
+        self._shared()
+
+    def release(self) -> None:
+        if self._table is not None:
+            self._table.close()
+            self._table = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """For the loader's workers: the layout, the segment's descriptor and the tables' names."""
+        return {"layout": self.layout, "table": self._shared(), "names": list(self._arrays),
+                "length": self._length}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        table: SharedStrings = state["table"]
+        self.layout, self._table, self._length = state["layout"], table, state["length"]
+        self._arrays = {k: table.column(k) for k in state["names"]}
+        self._paths = table  # type: ignore[assignment]  # indexable like the list
+        self._reader = None
+
+    def worker_init(self) -> None:
+        self._reader = EpisodeReader(self.layout, self._arrays, self._paths)
+
+    def counters(self) -> dict[str, int]:
+        return {} if self._reader is None else self._reader.counters()
+
+    def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
+        self.read_many([index], [rng], [out])
+
+    def read_many(self, indices: list[int], rngs: Sequence[np.random.Generator],
+                  outs: Sequence[dict[str, np.ndarray]], epoch_key: Any = None) -> None:
+        """Samples ``indices`` into ``outs`` (``EpisodeReader.read_into``: a file decoded once)."""
+        assert self._reader is not None, "the reader is made in the workers (worker_init)"
+        self._reader.read_into(indices, outs)

@@ -1,0 +1,172 @@
+"""LeRobot datasets (format v3) read as LeRobot reads them, decoded in the loader's workers.
+
+``dataset(root, delta_timestamps=..., episodes=...)`` describes the dataset at ``root`` (a local
+folder LeRobot's writer made, or its Hub snapshot); ``shmloader.Loader`` runs it. Sample ``i``
+holds what ``LeRobotDataset(repo_id, root=root, delta_timestamps=..., episodes=...)[i]`` holds,
+by the same keys (NOTE [ A LeRobot sample ] in ``shmloader._lerobot_read``):
+
+- each camera (``observation.images.front``): uint8 ``[H, W, 3]``, or ``[T, H, W, 3]`` with
+  ``T`` offsets in ``delta_timestamps``. LeRobot gives float32 ``[(T,) 3, H, W]`` in [0, 1]:
+  ``x.permute(..., 3, 1, 2) / 255`` on the device, where it costs nothing;
+- every numeric feature (``observation.state``, ``action``, ``timestamp``, ``frame_index``,
+  ``episode_index``, ``index``, ``task_index``...), ``[T, ...]`` with a window;
+- ``<key>_is_pad``: bool ``[T]`` for each key of ``delta_timestamps``, True where the offset
+  passes the episode's edge (the edge's value repeats there).
+
+The task's text is ``dataset.tasks[task_index]`` (LeRobot's ``item["task"]``); features that are
+not numbers (language columns) are left out, named in ``dataset.left_out``.
+
+The samples of an epoch are shuffled as the loader shuffles grouped sources: runs of ``stretch``
+consecutive timesteps of an episode are groups; the groups are shuffled, and the samples of a
+window of groups (``Loader(group_window=)``, about four batches by default) among themselves. A
+worker decodes each camera's frames of a group in one pass over its stretch of the file, never
+one seek per sample; memory stays the ring's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ._checks import check_choice, check_int, check_seconds
+from ._lerobot_meta import load
+from ._lerobot_read import EpisodeReader, Layout, SharedEpisodes, describe, tables
+from .engine.source import Spec
+
+__all__ = ["dataset"]
+
+# Timesteps of an episode one worker decodes in one pass by default: with LeRobot's GOP of 2 a
+# stretch costs at most one frame before it, and a batch of 32 draws from 8+ stretches (a window
+# of 4 batches holds 8 groups).
+_STRETCH = 16
+
+
+class Dataset:
+    """A LeRobot v3 dataset described for ``shmloader.Loader`` (made by :func:`dataset`).
+
+    ``cameras``: the video keys; ``fps``; ``tasks``: task texts by ``task_index``; ``episodes``:
+    the ``episode_index`` of each chosen episode; ``left_out``: features not read (not numbers).
+    ``read(samples)`` gives samples as one batch of arrays in this process, no loader running.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, delta_timestamps: Mapping[str, Sequence[float]] | None,
+                 episodes: Sequence[int] | None, tolerance_s: float, stretch: int, decoder: str,
+                 decode_threads: int) -> None:
+        check_int("stretch", stretch, 1)
+        check_int("decode_threads", decode_threads, 1)
+        check_choice("decoder", decoder, ("auto", "pyav", "decord"))
+        check_seconds("tolerance_s", tolerance_s)
+        meta = load(root, episodes)
+        self.root, self.fps, self.cameras = meta.root, meta.fps, list(meta.cameras)
+        self.tasks, self.left_out = meta.tasks, list(meta.left_out)
+        self.episodes = meta.episodes["episode_index"].tolist()
+        self.delta_timestamps = {k: [float(d) for d in v] for k, v in (delta_timestamps or {}).items()}
+        self.tolerance_s, self.stretch = float(tolerance_s), stretch
+        self.layout = Layout(root=meta.root, cameras=dict(meta.sizes), features=dict(meta.features),
+                             deltas=_deltas(self.delta_timestamps, meta.fps, tolerance_s, meta),
+                             tolerance_s=float(tolerance_s), decoder=decoder, decode_threads=decode_threads)
+        self._arrays = tables(meta.rows, meta.episodes, meta.episode_of_row)
+        self._paths = meta.paths
+        self._groups = _stretches(meta.episode_of_row, stretch)
+        self._reader: EpisodeReader | None = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_reader"] = None
+        return state
+
+    def __len__(self) -> int:
+        return len(self._arrays["episode_of_row"])
+
+    def __repr__(self) -> str:
+        return (f"lerobot.dataset({self.root!r}: {len(self)} timesteps of {len(self.episodes)} episodes, "
+                f"cameras {self.cameras}, {self.fps} fps)")
+
+    def spec(self) -> Spec:
+        return self.layout.spec()
+
+    def describe(self, index: int) -> str:
+        return describe(self.root, self._arrays, index)
+
+    @property
+    def group_size(self) -> int:
+        """Samples the loader hands one worker to decode in one pass, on average (``group_ids``)."""
+        return 1 if self._groups is None else -(-len(self) // (int(self._groups[-1]) + 1))
+
+    def group_ids(self) -> np.ndarray | None:
+        """Each sample's stretch (runs of ``stretch`` consecutive timesteps of an episode), or None
+        with ``stretch=1``."""
+        return self._groups
+
+    def fingerprint(self) -> str:
+        """A hash of the timesteps, episodes and windows, which a loader's saved state carries."""
+        h = hashlib.sha256(self.root.encode("utf-8", "surrogateescape"))
+        h.update(np.ascontiguousarray(self._arrays["row/index"]).tobytes())
+        h.update(repr((sorted(self.layout.deltas.items()), self.stretch)).encode())
+        return h.hexdigest()[:16]
+
+    def for_workers(self) -> SharedEpisodes:
+        """What one loader's workers run (the tables shared): the loader that asks owns it."""
+        return SharedEpisodes(self.layout, self._arrays, list(self._paths))
+
+    def read(self, samples: Sequence[int]) -> dict[str, np.ndarray]:
+        """Samples ``samples`` as one batch ``{field: [n, ...]}`` of new arrays, read here."""
+        for s in samples:
+            if not 0 <= int(s) < len(self):
+                raise IndexError(f"sample {s} is not among the {len(self)} samples")
+        if self._reader is None:
+            self._reader = EpisodeReader(self.layout, self._arrays, self._paths)
+        return self._reader.read(samples)
+
+
+def dataset(root: str | os.PathLike[str], *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+            episodes: Sequence[int] | None = None, tolerance_s: float = 1e-4, stretch: int = _STRETCH,
+            decoder: str = "auto", decode_threads: int = 1) -> Dataset:
+    """The LeRobot v3 dataset at ``root`` as a source for ``shmloader.Loader``.
+
+    :param root: the dataset's folder (``meta/info.json``, ``data/``, ``videos/``).
+    :param delta_timestamps: key -> offsets in seconds (multiples of ``1 / fps`` within
+        ``tolerance_s``), as LeRobot takes them: a camera's, ``action``'s or any numeric feature's
+        window, with ``<key>_is_pad``.
+    :param episodes: only these episodes (``episode_index``), as LeRobot's ``episodes=``.
+    :param tolerance_s: how far from the time asked a frame may start (LeRobot's check); further
+        is an error naming the file, the episode and the time (``Loader(on_error=)`` decides).
+    :param stretch: consecutive timesteps of an episode grouped for one decode pass.
+    :param decoder: ``"auto"`` (the probe's choice per file), ``"pyav"`` or ``"decord"``.
+    :param decode_threads: decoding threads per worker.
+    :raises ValueError: not a v3 dataset, a bad argument, an offset off the frame rate.
+    """
+    return Dataset(root, delta_timestamps=delta_timestamps, episodes=episodes, tolerance_s=tolerance_s,
+                   stretch=stretch, decoder=decoder, decode_threads=decode_threads)
+
+
+def _deltas(delta_timestamps: dict[str, list[float]], fps: int, tolerance_s: float, meta) -> dict[str, tuple[int, ...]]:
+    """Each key's offsets in rows (``round(d * fps)``, LeRobot's ``get_delta_indices``), the
+    offsets checked as LeRobot's ``check_delta_timestamps`` checks them."""
+    out = {}
+    for k, offsets in delta_timestamps.items():
+        if k not in meta.cameras and k not in meta.features:
+            known = ", ".join([*meta.cameras, *meta.features])
+            raise ValueError(f"delta_timestamps names {k!r}, which is not a camera or numeric feature ({known})")
+        if not offsets:
+            raise ValueError(f"delta_timestamps[{k!r}] is empty")
+        off = [d for d in offsets if abs(d * fps - round(d * fps)) / fps > tolerance_s]
+        if off:
+            raise ValueError(f"delta_timestamps[{k!r}]: {off} are not multiples of 1/{fps} s within "
+                             f"tolerance_s={tolerance_s}")
+        out[k] = tuple(round(d * fps) for d in offsets)
+    return out
+
+
+def _stretches(episode_of_row: np.ndarray, stretch: int) -> np.ndarray | None:
+    """Group ids: runs of at most ``stretch`` consecutive rows of one episode, numbered in order."""
+    n = len(episode_of_row)
+    if stretch == 1 or n == 0:
+        return None
+    starts = np.flatnonzero(np.concatenate([[True], episode_of_row[1:] != episode_of_row[:-1]]))
+    run_start = np.repeat(starts, np.diff(np.concatenate([starts, [n]])))
+    first = (np.arange(n) - run_start) % stretch == 0
+    return (np.cumsum(first) - 1).astype(np.int64)
