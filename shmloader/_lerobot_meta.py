@@ -52,8 +52,12 @@ class Meta:
 
 def load(root: str | os.PathLike[str], episodes: Sequence[int] | None = None) -> Meta:
     """The tables of the v3 dataset at ``root``; ``episodes``: only these (``episode_index``)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    try:
+        import pyarrow as pa  # type: ignore[import-untyped]  # no stubs
+        import pyarrow.compute as pc  # type: ignore[import-untyped]
+    except ImportError as e:
+        raise ImportError("reading a LeRobot dataset's parquet tables needs pyarrow (pip install pyarrow; "
+                          "lerobot[dataset] installs it)") from e
 
     root = os.path.abspath(os.fspath(root))
     info = _info(root)
@@ -94,7 +98,8 @@ def load(root: str | os.PathLike[str], episodes: Sequence[int] | None = None) ->
             raise ValueError(f"{root!r} has no episode {missing[0]} (episode_index) among its {len(have)}")
         table = table.filter(pc.is_in(table.column("episode_index"), value_set=pa.array(wanted)))
     eps = {k: table.column(k).to_numpy() for k in _EPISODE_COLUMNS}
-    paths, where = [], {}
+    paths: list[str] = []
+    where: dict[str, int] = {}
     for c in cameras:
         files = []
         for chunk, file in zip(table.column(f"videos/{c}/chunk_index").to_pylist(),
@@ -140,7 +145,7 @@ def _parquets(root: str, folder: str, columns: list[str], files: list[tuple[int,
     import glob
 
     import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     if files is None:
         found = sorted(glob.glob(os.path.join(root, folder, "*", "*.parquet")))
@@ -194,9 +199,9 @@ def _episodes_of_rows(root: str, rows: dict[str, np.ndarray], eps: dict[str, np.
     counts = np.bincount(of_row, minlength=len(eps["episode_index"]))
     short = np.flatnonzero(counts != eps["dataset_to_index"] - eps["dataset_from_index"])
     if len(short) or len(np.unique(index)) != len(index):
-        e = int(short[0]) if len(short) else 0
-        raise ValueError(f"{root!r}: episode {int(eps['episode_index'][e])} has {int(counts[e])} rows in the data, "
-                         f"meta/episodes says {int(eps['dataset_to_index'][e] - eps['dataset_from_index'][e])} "
+        k = int(short[0]) if len(short) else 0
+        raise ValueError(f"{root!r}: episode {int(eps['episode_index'][k])} has {int(counts[k])} rows in the data, "
+                         f"meta/episodes says {int(eps['dataset_to_index'][k] - eps['dataset_from_index'][k])} "
                          "(or an index repeats)")
     return of_row
 

@@ -148,7 +148,7 @@ class EpisodeReader:
             union, where = np.unique(frames, return_inverse=True)
             decoded = self.frames.decode(path, union)
             where = where.reshape(frames.shape)
-            for j, s in enumerate(mine):
+            for j, s in enumerate(mine.tolist()):
                 dst = outs[s][camera]
                 np.copyto(dst, decoded[where[j]] if windowed else decoded[where[j, 0]])
             self.counts["frames_decoded"] += len(union)

@@ -1,0 +1,184 @@
+"""LeRobot v3 datasets (``shmloader.lerobot``): every timestep once an epoch, each camera's frame
+at its time in the episode's stretch of the shared file, windows and pads at the episodes' edges,
+and the same items ``LeRobotDataset[i]`` gives, checked against LeRobot itself where a Python with
+lerobot installed is found (``lerobot_python``)."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shmloader
+from shmloader import LoaderError
+from shmloader import lerobot
+from shmloader.samples import read_codes
+
+from . import _lerobot_reference as reference
+from . import _lerobot_v3 as v3
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lerobot_python() -> str | None:
+    """A Python that imports lerobot: this one (the lerobot lane), the lane's venv
+    (``.venv-lerobot-<python>``, tests/lanes.py), or ``$SHMLOADER_LEROBOT_PYTHON``."""
+    if importlib.util.find_spec("lerobot") is not None:
+        return sys.executable
+    found = sorted(glob.glob(str(ROOT / ".venv-lerobot-*" / "bin" / "python")))
+    given = os.environ.get("SHMLOADER_LEROBOT_PYTHON")
+    for exe in ([given] if given else []) + found:
+        if exe and os.path.exists(exe):
+            return exe
+    return None
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    return v3.write(str(tmp_path_factory.mktemp("lerobot") / "ds"))
+
+
+def epoch(source, **kw) -> dict[str, np.ndarray]:
+    """One shuffled epoch through the loader (2 workers), the samples put back in order (of their
+    ``index``, the order of the data's rows here)."""
+    with shmloader.Loader(source, batch_size=4, workers=2, shuffle=True, seed=5, **kw) as loader:
+        batches = [{k: v.copy() for k, v in b.items()} for b in loader]
+    got = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+    order = np.argsort(got["index"])
+    assert len(order) == len(source) and (np.diff(got["index"][order]) > 0).all()  # every sample once
+    return {k: v[order] for k, v in got.items()}
+
+
+def expected_frames(camera: str, rows: np.ndarray) -> np.ndarray:
+    """The frame of ``camera``'s file each of ``rows`` (timestep rows) shows."""
+    first = v3.first_frames(camera)
+    starts = np.concatenate([[0], np.cumsum(v3.LENGTHS)])
+    episode = np.searchsorted(starts, rows, side="right") - 1
+    return np.array([first[e] for e in episode]) + rows - starts[episode]
+
+
+def test_every_timestep_once_an_epoch_each_camera_at_its_time(written):
+    ds = lerobot.dataset(written)
+    assert len(ds) == sum(v3.LENGTHS) and ds.cameras == list(v3.CAMERAS) and ds.tasks == list(v3.TASKS)
+    got = epoch(ds)
+    rows = np.arange(len(ds))
+    for camera, vid in v3.CAMERAS.items():
+        assert got[camera].shape == (len(ds), *v3.SIZE, 3) and got[camera].dtype == np.uint8
+        ids, frames = read_codes(got[camera])
+        assert (ids == vid).all()
+        assert np.array_equal(frames, expected_frames(camera, rows)), camera
+    assert np.array_equal(got["observation.state"][:, 0], rows.astype(np.float32))
+    assert np.array_equal(got["task_index"], got["episode_index"] % 2)
+    assert got["timestamp"].dtype == np.float32 and got["timestamp"].shape == (len(ds),)
+
+
+def test_windows_repeat_the_edge_and_mark_it_pad(written):
+    """A history of frames and a chunk of actions that pass both edges of every episode."""
+    fps = v3.FPS
+    ds = lerobot.dataset(written, delta_timestamps={v3.FRONT: [-2 / fps, -1 / fps, 0.0],
+                                                    "action": [0.0, 1 / fps, 2 / fps, 3 / fps]})
+    spec = ds.spec()
+    assert spec[v3.FRONT][0] == (3, *v3.SIZE, 3) and spec["action"][0] == (4, 3)
+    assert spec[f"{v3.FRONT}_is_pad"][0] == (3,) and v3.WRIST + "_is_pad" not in spec
+    got = epoch(ds)
+    starts = np.concatenate([[0], np.cumsum(v3.LENGTHS)])
+    rows = np.arange(len(ds))
+    episode = np.searchsorted(starts, rows, side="right") - 1
+    lo, hi = starts[episode][:, None], starts[episode + 1][:, None] - 1
+    for key, offsets in ((v3.FRONT, np.array([-2, -1, 0])), ("action", np.arange(4))):
+        want = rows[:, None] + offsets
+        assert np.array_equal(got[f"{key}_is_pad"], (want < lo) | (want > hi)), key
+        clamped = np.clip(want, lo, hi)
+        if key == "action":
+            assert np.array_equal(got["action"][..., 0], -clamped.astype(np.float32))
+        else:
+            _, frames = read_codes(got[key])
+            assert np.array_equal(frames, expected_frames(key, clamped.ravel()).reshape(clamped.shape))
+    _, frames = read_codes(got[v3.WRIST])  # no window: one frame
+    assert np.array_equal(frames, expected_frames(v3.WRIST, rows))
+
+
+def test_chosen_episodes_alone(written):
+    ds = lerobot.dataset(written, episodes=[3, 1])
+    assert ds.episodes == [1, 3] and len(ds) == v3.LENGTHS[1] + v3.LENGTHS[3]
+    batch = ds.read(range(len(ds)))
+    assert sorted(set(batch["episode_index"].tolist())) == [1, 3]
+    _, frames = read_codes(batch[v3.FRONT])
+    assert np.array_equal(frames, expected_frames(v3.FRONT, batch["index"]))
+
+
+def test_an_episodes_stretch_is_one_group_per_run_of_timesteps(written):
+    ds = lerobot.dataset(written, stretch=4)
+    ids = ds.group_ids()
+    starts = np.concatenate([[0], np.cumsum(v3.LENGTHS)])
+    want = np.concatenate([np.arange(n) // 4 for n in v3.LENGTHS])
+    offsets = np.cumsum([0] + [-(-n // 4) for n in v3.LENGTHS[:-1]])
+    assert np.array_equal(ids, want + np.repeat(offsets, v3.LENGTHS))
+    assert all(len(set(np.searchsorted(starts, np.flatnonzero(ids == g), side="right"))) == 1 for g in set(ids))
+
+
+def test_a_frame_outside_tolerance_is_refused_naming_file_episode_and_time(tmp_path):
+    root = v3.write(str(tmp_path / "ds"), shift={2: 0.4 / v3.FPS})
+    ds = lerobot.dataset(root)
+    with pytest.raises(LoaderError) as caught:
+        epoch(ds)
+    message = str(caught.value)
+    assert "file-001.mp4" in message and "episode 2" in message and "tolerance_s=0.0001" in message
+    assert "0.016000" in message  # where it was asked: from_timestamp 0.016 + timestamp 0
+    with shmloader.Loader(ds, batch_size=4, workers=2, on_error="skip") as loader:
+        kept = np.concatenate([b["episode_index"].copy() for b in loader])
+    assert sorted(set(kept.tolist())) == [0, 1, 3] and len(kept) == len(ds) - v3.LENGTHS[2]
+    assert len(lerobot.dataset(root, tolerance_s=0.5 / v3.FPS).read(range(len(ds)))["index"]) == len(ds)
+
+
+def test_bad_arguments_are_named(written):
+    with pytest.raises(ValueError, match="not multiples of 1/25"):
+        lerobot.dataset(written, delta_timestamps={"action": [0.01]})
+    with pytest.raises(ValueError, match="'observation.missing'"):
+        lerobot.dataset(written, delta_timestamps={"observation.missing": [0.0]})
+    with pytest.raises(ValueError, match="no episode 9"):
+        lerobot.dataset(written, episodes=[9])
+    with pytest.raises(FileNotFoundError, match="meta/info.json"):
+        lerobot.dataset(os.path.dirname(written))
+
+
+@pytest.fixture(scope="module")
+def by_lerobot(tmp_path_factory):
+    """Datasets LeRobot's writer made (H.264 and its default AV1) and its items, saved by a
+    Python with lerobot (``_lerobot_reference``)."""
+    exe = lerobot_python()
+    if exe is None:
+        pytest.skip("no Python with lerobot: make test-lerobot builds .venv-lerobot-3.12 (tests/lanes.py), or set "
+                    "SHMLOADER_LEROBOT_PYTHON")
+    folder = tmp_path_factory.mktemp("by-lerobot")
+    done = subprocess.run([exe, str(Path(reference.__file__)), str(folder), "h264", "libsvtav1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return folder
+
+
+@pytest.mark.parametrize("codec", ["h264", "libsvtav1"])
+@pytest.mark.parametrize("case", sorted(reference.CASES))
+def test_items_equal_lerobots_own(by_lerobot, codec, case):
+    """Every key LeRobotDataset[i] has (``task`` as ``tasks[task_index]``), tabular values and pads
+    equal; frames equal to the pixel, and as LeRobot's float form (``x / 255``, channels first)."""
+    windows, episodes = reference.CASES[case]
+    theirs = np.load(by_lerobot / f"{codec}.npz")
+    ds = lerobot.dataset(by_lerobot / codec, delta_timestamps=windows or None, episodes=episodes)
+    ours = epoch(ds)
+    keys = {k.split("|", 1)[1] for k in theirs.files if k.startswith(case + "|")}
+    assert keys == set(ours) | {"task"}
+    assert [ds.tasks[t] for t in ours["task_index"]] == theirs[f"{case}|task"].tolist()
+    for key, value in ours.items():
+        ref = theirs[f"{case}|{key}"]
+        if key in reference.CAMERAS:
+            as_lerobot = np.moveaxis(value, -1, -3).astype(np.float32) / np.float32(255)
+            assert np.array_equal(as_lerobot, ref), f"{key}: mean |diff| {np.abs(as_lerobot - ref).mean() * 255}"
+        else:
+            assert value.dtype == ref.dtype and np.array_equal(value, ref), key
