@@ -23,6 +23,7 @@ import numpy as np
 
 from .engine.shared import SharedStrings
 from .engine.source import Spec
+from .video.reader import decode_cost
 from .video.stamps import TimedFrames
 
 __all__ = ["Layout", "EpisodeReader", "SharedEpisodes", "describe", "tables"]
@@ -81,7 +82,9 @@ class EpisodeReader:
     def __init__(self, layout: Layout, arrays: dict[str, np.ndarray], paths: Sequence[str]) -> None:
         self.layout, self.arrays, self.paths = layout, arrays, paths
         self.frames = TimedFrames(layout.decode_threads, layout.decoder)
-        self.counts = dict.fromkeys(("frames_decoded", "frames_delivered"), 0)
+        # As a video reader counts them (``Loader.stats``): frames the decoder went through from the
+        # keyframes, those no sample shows, those before each pass's first, and frames delivered.
+        self.counts = dict.fromkeys(("frames_decoded", "frames_lead", "frames_head", "frames_delivered"), 0)
 
     def counters(self) -> dict[str, int]:
         return {**self.frames.counters(), **self.counts}
@@ -151,7 +154,10 @@ class EpisodeReader:
             for j, s in enumerate(mine.tolist()):
                 dst = outs[s][camera]
                 np.copyto(dst, decoded[where[j]] if windowed else decoded[where[j, 0]])
-            self.counts["frames_decoded"] += len(union)
+            decoded_n, head = decode_cost(union, self.frames.keyframes(path))
+            self.counts["frames_decoded"] += decoded_n
+            self.counts["frames_lead"] += decoded_n - len(union)
+            self.counts["frames_head"] += head
             self.counts["frames_delivered"] += frames.size
 
 

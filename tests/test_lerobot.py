@@ -123,6 +123,20 @@ def test_an_episodes_stretch_is_one_group_per_run_of_timesteps(written):
     assert all(len(set(np.searchsorted(starts, np.flatnonzero(ids == g), side="right"))) == 1 for g in set(ids))
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_group_is_decoded_in_one_pass_per_file(written, seed):
+    """Each episode one group (``stretch`` >= its length): one decode per episode and camera over the
+    shuffled epoch, whatever the window asks of it, and each of its frames decoded once."""
+    fps = v3.FPS
+    ds = lerobot.dataset(written, stretch=max(v3.LENGTHS), delta_timestamps={v3.FRONT: [-2 / fps, -1 / fps, 0.0]})
+    with shmloader.Loader(ds, batch_size=4, workers=2, shuffle=True, seed=seed) as loader:
+        assert sum(len(b["index"]) for b in loader) == len(ds)
+        stats = loader.stats()
+    assert stats["pyav"] + stats["decord"] == len(v3.LENGTHS) * len(v3.CAMERAS)
+    assert stats["frames_delivered"] == 4 * len(ds)
+    assert stats["frames_decoded"] - stats["frames_lead"] == 2 * len(ds)
+
+
 def test_a_frame_outside_tolerance_is_refused_naming_file_episode_and_time(tmp_path):
     root = v3.write(str(tmp_path / "ds"), shift={2: 0.4 / v3.FPS})
     ds = lerobot.dataset(root)

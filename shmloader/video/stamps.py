@@ -58,6 +58,10 @@ class TimedFrames:
         info = self.decoding.info(path)
         return info.height, info.width
 
+    def keyframes(self, path: str) -> np.ndarray:
+        """The keyframes a pass over ``path`` decodes from (``Decoding.keyframes``)."""
+        return self.decoding.keyframes(self.decoding.info(path))
+
     def nearest(self, path: str, seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The frames of ``path`` starting nearest to ``seconds`` and their distances (``nearest_starts``)."""
         return nearest_starts(self.starts(path), seconds)
