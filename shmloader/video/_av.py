@@ -22,6 +22,9 @@ PyAV, not at its version number, and how the package does without:
 - ``Graph.threads`` (:data:`GRAPH_THREADS`), a filter graph's thread pool. Without it each filter
   is told ``threads=1`` (:func:`filter_graph`): scaling runs on one thread and gives the same pixels
   on every run, but each graph keeps libavfilter's pool of idle threads (one per CPU).
+- ``VideoFrame.color_primaries`` and ``color_trc`` (:data:`FRAME_COLOUR`): a copy made by
+  ``prepare`` is tagged with the source's; without them, :func:`colour_tags` reads the decoder's
+  (the stream's tags, which its frames carry).
 - ``VideoStream.set_display_rotation`` (av 17.1): nothing in the package writes a rotation; the
   tests tag their rotated file through the FFmpeg command line instead.
 - The codec libraries of decord2's FFmpeg. decord loads its libraries into the process's global
@@ -50,7 +53,7 @@ from typing import Any
 import av
 
 __all__ = ["open_input", "filter_graph", "fraction", "ffmpeg_logs_to_stderr", "boxes_end", "require", "decord_clashes",
-           "encodes_beside_decord", "AV_MAJOR", "INDEX_ENTRIES", "GRAPH_THREADS", "NEWER_AV", "UnreadableVideoError",
+           "encodes_beside_decord", "colour_tags", "AV_MAJOR", "INDEX_ENTRIES", "GRAPH_THREADS", "FRAME_COLOUR", "NEWER_AV", "UnreadableVideoError",
            "NeedsNewerAV"]
 
 AV_MAJOR = int(av.__version__.split(".")[0])
@@ -58,6 +61,7 @@ _OPEN_OPTIONS: dict[str, Any] = {} if AV_MAJOR >= 19 else {"metadata_errors": "i
 # The features above, as the installed PyAV has them.
 INDEX_ENTRIES: bool = hasattr(av.stream.Stream, "index_entries")
 GRAPH_THREADS: bool = hasattr(av.filter.Graph, "threads")
+FRAME_COLOUR: bool = hasattr(av.video.frame.VideoFrame, "color_primaries")
 # The oldest PyAV that has every feature the package uses: what an error tells the user to install.
 NEWER_AV = "av>=17.1"
 # Encoders whose library, taken from decord2 at another ABI version, fails (seen: av 15's libvpx
@@ -189,6 +193,13 @@ def fraction(value: Any) -> Fraction | None:
     if not value:
         return None
     return Fraction(int(value.numerator), int(value.denominator))
+
+
+def colour_tags(frame: Any, decoder: Any) -> tuple[int, int]:
+    """The colour primaries and transfer (FFmpeg's numbers) of ``frame``, decoded by the codec
+    context ``decoder``: the frame's own, or the decoder's where PyAV does not show them on frames."""
+    tagged = frame if FRAME_COLOUR else decoder
+    return int(tagged.color_primaries), int(tagged.color_trc)
 
 
 def ffmpeg_logs_to_stderr() -> None:
