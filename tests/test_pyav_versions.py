@@ -22,6 +22,7 @@ from shmloader.video import _av
 from shmloader.video.probe import probe
 
 from .test_bad_input import over_reported
+from .test_prepare import bt709
 from .test_long_videos import LONG, long_mp4  # noqa: F401 (a fixture)
 
 
@@ -135,3 +136,14 @@ def test_a_graph_without_threads_scales_on_one_thread_to_the_same_pixels(tmp_pat
     one = scaled(_av._OneThreadFilters(av.filter.Graph()))
     np.testing.assert_array_equal(one, scaled(_av.filter_graph()))
     assert one.shape == (48, 64, 3) and read_codes(one)[0] == 3
+
+
+def test_without_colour_tags_on_frames_a_copy_takes_the_decoders(tmp_path, monkeypatch):
+    """The primaries and transfer a ``prepare`` copy is tagged with: a BT.709 source's, from its
+    frames, or from the decoder where PyAV does not show them on frames (av 15)."""
+    with av.open(bt709(str(tmp_path / "hd.mp4"), 1, frames=4)) as c:
+        s = c.streams.video[0]
+        frame = next(c.decode(s))
+        here = _av.colour_tags(frame, s.codec_context)
+        monkeypatch.setattr(_av, "FRAME_COLOUR", False)
+        assert _av.colour_tags(frame, s.codec_context) == here == (1, 1)  # BT.709 primaries and transfer
