@@ -188,7 +188,10 @@ class VideoInfo:
         begin = self.pts.astype(np.float64) * float(self.time_base)
         end = np.empty_like(begin)
         end[:-1] = begin[1:]
-        end[-1] = begin[-1] + float(self.durations[-1]) * float(self.time_base)
+        # A last packet without a duration (a container that stores none, or av 15 reading some
+        # MP4s) lasts the usual step, as ``duration`` counts it.
+        last = float(self.durations[-1]) * float(self.time_base)
+        end[-1] = begin[-1] + (last if last > 0 else self.duration - (begin[-1] - begin[0]))
         return np.stack([begin, end], axis=1)
 
     def with_decoder(self, decoder: str, why: str = "") -> "VideoInfo":
