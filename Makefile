@@ -46,12 +46,13 @@ test-newest:
 test-oldest:
 	$(PYTHON) tests/lanes.py oldest 3.10 $(PARALLEL) $(PYTEST_ARGS)
 
-# lerobot: Python 3.12 with lerobot[dataset] 0.6 and shmloader (its test extras) resolved together,
+# lerobot: Python 3.12 with lerobot[dataset] 0.6 and shmloader (every extra) resolved together,
 # as a LeRobot user adds shmloader: lerobot's pins win (av 15, numpy < 2.3, torch < 2.12) and the lane
 # fails unless `pip check` finds nothing broken. torch is PyPI's CUDA build, as in the newest lane
-# (lerobot needs torch; PyPI has no CPU build): its CUDA 12 libraries make the venv ~8 GB, and the
-# first build took 6 min on a fast link; PIP_FIND_LINKS or PIP_EXTRA_INDEX_URL with a CPU wheel of
-# torch < 2.12 for 3.12 avoids them. Tests of a feature av 15 lacks skip, naming it.
+# (lerobot needs torch; PyPI has no CPU build): with its CUDA 12 libraries and every extra the venv
+# is ~11 GB, and its first build took 6 min on a fast link (PIP_FIND_LINKS or PIP_EXTRA_INDEX_URL
+# with a CPU wheel of torch < 2.12 for 3.12 avoids the CUDA libraries). Tests of a feature av 15
+# lacks skip, naming it.
 test-lerobot:
 	$(PYTHON) tests/lanes.py lerobot 3.12 $(PARALLEL) $(PYTEST_ARGS)
 

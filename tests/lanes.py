@@ -14,10 +14,10 @@ release for that Python is left out with a line saying so (its tests skip) inste
 lane. torch comes as users get it from PyPI, the CUDA build. ``oldest`` installs everything with
 ``constraints-oldest.txt``, which pins each requirement of pyproject.toml at its lower bound
 (tests/test_lanes.py checks that the two agree). ``lerobot`` installs ``LEROBOT`` and shmloader
-with the extras a LeRobot user's tests need (``LEROBOT_EXTRAS``) in one resolve, as a user adding
-shmloader to a LeRobot environment gets them: lerobot's pins win (``av<16``, ``numpy<2.3``,
-``torch<2.12``, from PyPI: the CUDA build), and ``pip check`` must find nothing broken, else the
-lane fails before its tests.
+with every extra in one resolve, as a user adding shmloader to a LeRobot environment gets them:
+lerobot's pins win (``av<16``, ``numpy<2.3``, ``torch<2.12``, from PyPI: the CUDA build), an extra
+pip cannot install beside them is left out as in ``newest``, and ``pip check`` must find nothing
+broken, else the lane fails before its tests.
 
 The interpreter is ``$(pyenv root)/versions/<python>*/bin/python`` (the newest such), else
 ``python<python>`` on PATH.
@@ -40,9 +40,8 @@ OLDEST = ROOT / "constraints-oldest.txt"
 EXTRAS = ("test", "samples", "hdf5", "torch", "jax", "keras", "tf", "ray", "bench", "notebooks", "docs", "http", "s3", "gcs",
           "azure", "hf", "trainers")
 # The lerobot lane: the LeRobot release whose pins shmloader must install beside (its dataset
-# extra holds its video reading: av, torchcodec), and shmloader's extras there.
+# extra holds its video reading: av, torchcodec).
 LEROBOT = "lerobot[dataset]==0.6.*"
-LEROBOT_EXTRAS = ("test", "samples", "hdf5", "torch", "hf")
 LANES = ("newest", "oldest", "lerobot")
 
 
@@ -77,7 +76,7 @@ def build(lane: str, version: str) -> Path:
     venv = ROOT / f".venv-{lane}-{version}"
     inputs = [(ROOT / "pyproject.toml").read_bytes(), repr(EXTRAS).encode()]
     inputs += [OLDEST.read_bytes()] if lane == "oldest" else []
-    inputs += [f"{LEROBOT} {LEROBOT_EXTRAS}".encode()] if lane == "lerobot" else []
+    inputs += [LEROBOT.encode()] if lane == "lerobot" else []
     key = hashlib.sha256(b"".join(inputs)).hexdigest()
     stamp = venv / ".installed"
     if stamp.exists() and stamp.read_text().split("\n")[0] == key:
@@ -90,20 +89,20 @@ def build(lane: str, version: str) -> Path:
     if lane == "oldest":
         pip(venv, "--upgrade", "pip")
         pip(venv, "-c", str(OLDEST), "-e", f".[{','.join(EXTRAS)}]")
-    elif lane == "lerobot":
-        pip(venv, "--upgrade", "pip")
-        pip(venv, LEROBOT, "-e", f".[{','.join(LEROBOT_EXTRAS)}]")
     else:
         pip(venv, "--upgrade", "pip")
-        newest = ("--upgrade", "--upgrade-strategy", "eager")  # also in a venv built before
-        if not pip(venv, *newest, "-e", f".[{','.join(EXTRAS)}]", check=False):
-            # Some extra has no release for this Python: find which (each alone, without installing),
-            # then install the others together (resolved together: one by one, an extra could
-            # upgrade what another one caps).
-            fits = [e for e in EXTRAS if pip(venv, "--dry-run", "-e", f".[{e}]", check=False)]
-            notes += [f"lanes: left out the [{e}] extra: pip cannot install it on Python {version} (its tests skip)\n"
-                      for e in EXTRAS if e not in fits]
-            pip(venv, *newest, "-e", f".[{','.join(fits)}]")
+        # newest: also upgrade what a venv built before holds; lerobot: LeRobot's pins, resolved
+        # with ours, as a user adding shmloader to a LeRobot environment gets them.
+        lead = ("--upgrade", "--upgrade-strategy", "eager") if lane == "newest" else (LEROBOT,)
+        if not pip(venv, *lead, "-e", f".[{','.join(EXTRAS)}]", check=False):
+            # Some extra cannot be installed here (no release for this Python, or none within
+            # LeRobot's pins): find which (each alone, without installing), then install the others
+            # together (resolved together: one by one, an extra could upgrade what another one caps).
+            dry = () if lane == "newest" else (LEROBOT,)
+            fits = [e for e in EXTRAS if pip(venv, "--dry-run", *dry, "-e", f".[{e}]", check=False)]
+            notes += [f"lanes: left out the [{e}] extra: pip cannot install it in the {lane} lane on Python "
+                      f"{version} (its tests skip)\n" for e in EXTRAS if e not in fits]
+            pip(venv, *lead, "-e", f".[{','.join(fits)}]")
     versions = subprocess.run([str(venv / "bin" / "python"), "-c", _VERSIONS], capture_output=True, text=True,
                               check=True).stdout
     summary = "".join(notes) + f"lanes: {venv.name}: {versions}\n"
