@@ -15,6 +15,8 @@ import numpy as np
 
 from shmloader.video.samples import frame_image
 
+from ._needs import written_apart
+
 FPS = 25
 FRAMES = 50
 RATE = 16000  # what the loader delivers
@@ -49,6 +51,13 @@ def write_av(path, codec: str = "aac", rate: int = 44100, channels: int = 2, fra
     every ``gop`` frames exactly (else x264's choice). ``gap``: no audio from ``gap[0]`` to
     ``gap[1]`` seconds (the packets after it stamped from ``gap[1]``)."""
     path = os.fspath(path)
+    video = _VIDEO.get(path.rsplit(".", 1)[-1], _H264)[0]
+    return written_apart(video, _write_av, path, codec, rate, channels, frames, audio_from, audio_to, video_from, gop,
+                         gap)
+
+
+def _write_av(path: str, codec: str, rate: int, channels: int, frames: int, audio_from: float,
+              audio_to: float | None, video_from: float, gop: int | None, gap: tuple[float, float] | None) -> str:
     lead = round(video_from * FPS)
     end = (lead + frames) / FPS if audio_to is None else audio_to
     fmt = _FORMATS[codec]

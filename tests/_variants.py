@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fractions
 import os
+import subprocess
 
 import av
 import numpy as np
@@ -18,10 +19,23 @@ from shmloader.video.samples import frame_image, read_codes, write_video
 
 FPS = 25
 GOP = 12
+# av 17.1's VideoStream.set_display_rotation (a stream's attributes reach its codec context's).
+WRITES_ROTATION = hasattr(av.video.stream.VideoStream, "set_display_rotation")
 
 
 def _remux(src: str, dst: str, edit=None, rotation: int = 0, fmt: str | None = None) -> str:
-    """Copy the video packets of ``src`` into ``dst``; ``edit(packet)`` may change timestamps."""
+    """Copy the video packets of ``src`` into ``dst``; ``edit(packet)`` may change timestamps.
+    ``rotation``: the display rotation (degrees counter-clockwise) the container tags the stream
+    with; where PyAV cannot write one (``set_display_rotation`` came in av 17.1), the FFmpeg
+    command line of imageio-ffmpeg copies the packets with that tag instead."""
+    if rotation and not WRITES_ROTATION:
+        import imageio_ffmpeg
+
+        plain = _remux(src, dst + ".plain" + os.path.splitext(dst)[1], edit=edit, fmt=fmt)
+        subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-y", "-display_rotation", str(rotation),
+                        "-i", plain, "-c", "copy", *(["-f", fmt] if fmt else []), dst], check=True)
+        os.remove(plain)
+        return dst
     with av.open(src) as i, av.open(dst, "w", format=fmt) as o:
         s = i.streams.video[0]
         out = o.add_stream_from_template(s)

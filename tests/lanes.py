@@ -7,12 +7,17 @@ when pyproject.toml or the lane's constraints change) and runs pytest in it:
 
     python tests/lanes.py newest 3.12 [pytest args]   # no constraints: the newest versions
     python tests/lanes.py oldest 3.10 [pytest args]   # every requirement at its declared minimum
+    python tests/lanes.py lerobot 3.12 [pytest args]  # beside lerobot[dataset] 0.6 (its av 15)
 
 ``newest`` installs every extra, upgrading what is there; where pip cannot, an extra with no
 release for that Python is left out with a line saying so (its tests skip) instead of failing the
 lane. torch comes as users get it from PyPI, the CUDA build. ``oldest`` installs everything with
 ``constraints-oldest.txt``, which pins each requirement of pyproject.toml at its lower bound
-(tests/test_lanes.py checks that the two agree).
+(tests/test_lanes.py checks that the two agree). ``lerobot`` installs ``LEROBOT`` and shmloader
+with every extra in one resolve, as a user adding shmloader to a LeRobot environment gets them:
+lerobot's pins win (``av<16``, ``numpy<2.3``, ``torch<2.12``, from PyPI: the CUDA build), an extra
+pip cannot install beside them is left out as in ``newest``, and ``pip check`` must find nothing
+broken, else the lane fails before its tests.
 
 The interpreter is ``$(pyenv root)/versions/<python>*/bin/python`` (the newest such), else
 ``python<python>`` on PATH.
@@ -32,8 +37,12 @@ ROOT = Path(__file__).resolve().parent.parent
 OLDEST = ROOT / "constraints-oldest.txt"
 # Installed in this order, each on its own in the newest lane. `test` holds the test runner and the
 # servers; the frameworks come as their own extras so that one without a wheel leaves the rest in.
-EXTRAS = ("test", "samples", "hdf5", "omni", "torch", "jax", "keras", "tf", "ray", "bench", "notebooks", "docs", "http", "s3", "gcs",
+EXTRAS = ("test", "samples", "hdf5", "omni", "lerobot", "torch", "jax", "keras", "tf", "ray", "bench", "notebooks", "docs", "http", "s3", "gcs",
           "azure", "hf", "trainers")
+# The lerobot lane: the LeRobot release whose pins shmloader must install beside (its dataset
+# extra holds its video reading: av, torchcodec).
+LEROBOT = "lerobot[dataset]==0.6.*"
+LANES = ("newest", "oldest", "lerobot")
 
 
 def interpreter(version: str) -> str:
@@ -67,6 +76,7 @@ def build(lane: str, version: str) -> Path:
     venv = ROOT / f".venv-{lane}-{version}"
     inputs = [(ROOT / "pyproject.toml").read_bytes(), repr(EXTRAS).encode()]
     inputs += [OLDEST.read_bytes()] if lane == "oldest" else []
+    inputs += [LEROBOT.encode()] if lane == "lerobot" else []
     key = hashlib.sha256(b"".join(inputs)).hexdigest()
     stamp = venv / ".installed"
     if stamp.exists() and stamp.read_text().split("\n")[0] == key:
@@ -81,15 +91,18 @@ def build(lane: str, version: str) -> Path:
         pip(venv, "-c", str(OLDEST), "-e", f".[{','.join(EXTRAS)}]")
     else:
         pip(venv, "--upgrade", "pip")
-        newest = ("--upgrade", "--upgrade-strategy", "eager")  # also in a venv built before
-        if not pip(venv, *newest, "-e", f".[{','.join(EXTRAS)}]", check=False):
-            # Some extra has no release for this Python: find which (each alone, without installing),
-            # then install the others together (resolved together: one by one, an extra could
-            # upgrade what another one caps).
-            fits = [e for e in EXTRAS if pip(venv, "--dry-run", "-e", f".[{e}]", check=False)]
-            notes += [f"lanes: left out the [{e}] extra: pip cannot install it on Python {version} (its tests skip)\n"
-                      for e in EXTRAS if e not in fits]
-            pip(venv, *newest, "-e", f".[{','.join(fits)}]")
+        # newest: also upgrade what a venv built before holds; lerobot: LeRobot's pins, resolved
+        # with ours, as a user adding shmloader to a LeRobot environment gets them.
+        lead = ("--upgrade", "--upgrade-strategy", "eager") if lane == "newest" else (LEROBOT,)
+        if not pip(venv, *lead, "-e", f".[{','.join(EXTRAS)}]", check=False):
+            # Some extra cannot be installed here (no release for this Python, or none within
+            # LeRobot's pins): find which (each alone, without installing), then install the others
+            # together (resolved together: one by one, an extra could upgrade what another one caps).
+            dry = () if lane == "newest" else (LEROBOT,)
+            fits = [e for e in EXTRAS if pip(venv, "--dry-run", *dry, "-e", f".[{e}]", check=False)]
+            notes += [f"lanes: left out the [{e}] extra: pip cannot install it in the {lane} lane on Python "
+                      f"{version} (its tests skip)\n" for e in EXTRAS if e not in fits]
+            pip(venv, *lead, "-e", f".[{','.join(fits)}]")
     versions = subprocess.run([str(venv / "bin" / "python"), "-c", _VERSIONS], capture_output=True, text=True,
                               check=True).stdout
     summary = "".join(notes) + f"lanes: {venv.name}: {versions}\n"
@@ -98,10 +111,19 @@ def build(lane: str, version: str) -> Path:
     return venv
 
 
+def pip_check(venv: Path) -> str:
+    """``pip check``'s verdict on the venv; the lane fails, naming what is broken, unless it is clean."""
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "check"], capture_output=True, text=True)
+    said = (done.stdout + done.stderr).strip()
+    if done.returncode:
+        sys.exit(f"lanes: pip check found broken requirements in {venv.name}:\n{said}")
+    return said
+
+
 _VERSIONS = """
 import platform
 from importlib.metadata import version, PackageNotFoundError
-names = ["numpy", "decord2", "av", "psutil", "fsspec", "torch", "jax", "keras", "tensorflow-cpu", "h5py"]
+names = ["numpy", "decord2", "av", "psutil", "fsspec", "torch", "jax", "keras", "tensorflow-cpu", "h5py", "lerobot"]
 def v(n):
     try:
         return version(n)
@@ -112,11 +134,13 @@ print("Python", platform.python_version() + ",", ", ".join(f"{n} {v(n)}" for n i
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("newest", "oldest"):
+    if len(argv) < 2 or argv[0] not in LANES:
         print(__doc__, file=sys.stderr)
         return 2
     lane, version, rest = argv[0], argv[1], argv[2:]
     venv = build(lane, version)
+    if lane == "lerobot":  # each run: a package installed by hand since the build may break it
+        print(f"lanes: pip check: {pip_check(venv)}", flush=True)
     env = dict(os.environ, SHMLOADER_LANE=f"{lane}-{version}")  # tests that check the lab's pins skip
     return subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", *rest], cwd=ROOT, env=env).returncode
 

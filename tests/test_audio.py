@@ -17,7 +17,7 @@ import pytest
 import shmloader
 from shmloader.video.samples import make_videos, read_codes
 
-from ._needs import need
+from ._needs import need, need_av
 from ._sound import (FPS, RATE, _level, _signal, assert_levels_follow_frames, best_lag, expected, reference,
                      video_start, write_av)
 
@@ -90,6 +90,9 @@ def test_the_whole_track_reference_is_ffmpegs_own_decode(files, codec, ext):
     the track's first, up to the 16-bit rounding. FFmpeg 9 (imageio-ffmpeg 0.8.1): the 7.0 of
     0.6.0 crashes on these MPEG-TS files and keeps AAC's priming in Matroska."""
     ffmpeg = need("imageio_ffmpeg").get_ffmpeg_exe()
+    if (codec, ext) == ("aac", "mkv"):  # FFmpeg 7.1 (av 15) keeps them: its samples come 1024 late
+        need_av(av.library_versions["libavformat"] >= (62,), "AAC's priming samples dropped in Matroska "
+                "(FFmpeg 8's demuxer)")
     path = files[(codec, ext)]
     out = subprocess.run([ffmpeg, "-v", "error", "-i", path, "-vn", "-ar", str(RATE), "-ac", "1", "-f", "s16le", "-"],
                          capture_output=True, check=True, timeout=60).stdout

@@ -18,11 +18,12 @@ import pytest
 import shmloader
 from shmloader.video.audio import clip_spans
 from shmloader.video.audiobytes import audio_ranges
+from shmloader.video._av import INDEX_ENTRIES
 from shmloader.video.decoding import Decoding
 from shmloader.video.pyav import byte_ranges
 from shmloader.video.storage import Storage
 
-from ._needs import need
+from ._needs import need, need_av
 from ._servers import RangeServer
 from ._sound import FPS, RATE, write_av
 
@@ -120,6 +121,7 @@ def test_a_remote_clips_audio_is_fetched_in_one_request_and_is_the_local_files(l
     """The probe keeps where an MP4's audio packets lie (its index): reading a clip's audio
     fetches them, pre-roll and tail included, in one request before decoding, and asks for
     nothing more; the audio is the local file's to the bit."""
+    need_av(INDEX_ENTRIES, "where a remote MP4's audio packets lie, from its index (Stream.index_entries)")
     root, name = os.path.split(long_av)
     local = Decoding(1, "pyav", Storage())
     info_here = local.info(long_av)
@@ -161,6 +163,8 @@ def test_reading_a_remote_clip_with_audio_asks_for_no_byte_past_its_prefetch(lon
     read-ahead stops where the prefetched bytes do, and the demuxer reads no video packet of
     the GOP before the one the clip needs while it reads the audio's pre-roll. Clips start
     just after a keyframe, or not."""
+    need_av(INDEX_ENTRIES, "fetching a remote clip's audio with its frames, placed by the MP4's index "
+                           "(Stream.index_entries)")
     root, name = os.path.split(long_av)
     kw = dict(clip_len=8, frame_step=2, clips_per_video=16, sampling="uniform", audio_rate=RATE)
     want = shmloader.VideoClips([long_av], decoder="pyav", **kw).reader().read(range(16))

@@ -243,7 +243,12 @@ def test_spdl_picks_the_frames_by_timestamp(clips, key):
 @pytest.mark.parametrize("key", [(0, 0), (0, 7), (3, 10)])
 def test_torchcodec_decodes_the_same_frames(clips, key):
     need("torchcodec.decoders", reason="torchcodec is a benchmark peer (make peers)")
-    clip, label = peers.torchcodec_decode_clip(clips, WL, *key)
+    try:
+        clip, label = peers.torchcodec_decode_clip(clips, WL, *key)
+    except RuntimeError as e:  # torchcodec ships no FFmpeg: lerobot installs it where none may be
+        if "Could not load libtorchcodec" not in str(e):
+            raise
+        pytest.skip("torchcodec finds none of the FFmpeg libraries it loads (4 to 8): apt-get install ffmpeg")
     bad, worst = check_frames(clip[None], np.array([label]), clips, WL)
     assert bad == 0 and worst <= FRAME_MAD_TOLERANCE
     start = np.random.default_rng((SEED, *key)).integers(0, 40 - WL.clip_len + 1)

@@ -2,7 +2,8 @@
 lane tests (constraints-oldest.txt), every extra is installed by the lanes, and a worker that
 decodes stays lean where PyTorch's CUDA build put its libraries in site-packages/nvidia.
 
-The lanes themselves are ``make test-newest`` and ``make test-oldest`` (tests/lanes.py).
+The lanes themselves are ``make test-newest``, ``make test-oldest`` and ``make test-lerobot``
+(tests/lanes.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from shmloader.samples import read_codes
 
 from ._needs import need
 from ._pyproject import ROOT, pyproject
-from .lanes import EXTRAS, OLDEST
+from .lanes import EXTRAS, LANES, LEROBOT, OLDEST
 
 # What a decoding worker may hold of its own (Python, numpy, PyAV's and decord's FFmpeg, a batch
 # in flight) where decord preloads nothing: the bound is about 1.6x the most measured in the lab and
@@ -69,6 +70,20 @@ def test_the_lanes_install_every_extra():
     assert set(EXTRAS) == set(pyproject()["project"]["optional-dependencies"])
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"tests/lanes\.py newest \$\$v", makefile) and "tests/lanes.py oldest 3.10" in makefile
+
+
+def test_the_lerobot_lane_installs_what_lerobot_pins_beside_shmloader():
+    """The lerobot lane: LeRobot's dataset extra (its av pin) with shmloader and every extra (as
+    the other lanes), on a Python LeRobot 0.6 installs on, run by `make test-lerobot`. Every PyAV
+    it can pin is one our `av` requirement admits."""
+    req = Requirement(LEROBOT)
+    assert canonicalize_name(req.name) == "lerobot" and req.extras == {"dataset"} and Version("0.6.1") in req.specifier
+    extras = pyproject()["project"]["optional-dependencies"]
+    ours = next(Requirement(r) for r in pyproject()["project"]["dependencies"] if Requirement(r).name == "av")
+    assert Version("15.0") in ours.specifier and Version("15.1.0") in ours.specifier  # lerobot 0.6: av>=15,<16
+    for extra in extras.values():  # no extra asks for a PyAV the lane cannot have
+        assert all(Version("15.1.0") in Requirement(r).specifier for r in extra if Requirement(r).name == "av")
+    assert "lerobot" in LANES and "tests/lanes.py lerobot 3.12" in (ROOT / "Makefile").read_text()
 
 
 def test_a_decoding_worker_loads_no_cuda_library(videos):

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 import shmloader
+from shmloader.video._av import INDEX_ENTRIES
 from shmloader.video.decoding import Decoding
 from shmloader.video.mp4index import INDEXED_MIN_FRAMES
 from shmloader.video.probe import probe
 
+from ._needs import need_av
 from ._variants import codes, reference
 from .test_shapes import write
 
@@ -52,6 +54,7 @@ def _check_clips(path: str, info, decoding: Decoding, seed: int) -> None:
 
 
 def test_a_long_mp4_is_timed_from_its_index_as_a_full_read_times_it(long_mp4):
+    need_av(INDEX_ENTRIES, "timing a long MP4 from its own index (Stream.index_entries)")
     fast, full = probe(long_mp4), probe(long_mp4, index=False)
     assert fast.indexed and not full.indexed
     assert fast == full  # frames, size, fps, codec, rotation, decoder, problem...
@@ -84,6 +87,7 @@ def test_a_frame_off_the_index_timeline_sends_the_decoder_to_a_full_probe(long_m
     """A middle B-frame stamped a tick late (its decode time unchanged): both ends of the file and
     every decode time are regular, so the index's grid is taken, and the decode that meets the
     frame reads the file again."""
+    need_av(INDEX_ENTRIES, "timing a long MP4 from its own index (Stream.index_entries)")
     with av.open(long_mp4) as c:
         packets = [(p.pts, p.dts, p.is_keyframe) for p in c.demux(video=0) if p.dts is not None]
     middle = LONG // 2

@@ -15,6 +15,7 @@ from shmloader.video.decoders import DecoderLimit
 from shmloader.video.decoding import Decoding
 from shmloader.video.probe import probe
 
+from ._needs import written_apart
 from ._variants import codes, cut_slice, damage, decode_order, reference, textured, write_variants
 
 pytestmark = pytest.mark.timeout(120)
@@ -498,18 +499,14 @@ def test_a_raw_stream_with_no_frame_in_it_is_refused_in_bounded_memory(tmp_path,
     assert f"skipped sample 0 ({zeros!r}): shmloader.video.packets.NoFrameBoundary: {why}" in caplog.text
 
 
-def test_a_vp9_size_change_is_found_by_scan_not_by_the_loaders_probe(tmp_path):
-    """VP9 states its frame size in each keyframe, not in sequence headers the loader's probe
-    reads: the probe the loader runs (``check="headers"``) sees one size, as the docs say (FAQ, limits);
-    ``scan``'s default ``check="keyframes"`` names the change and sends the file to PyAV, which
-    then scales both sizes to the clip size (every frame's code exact)."""
+def _vp9_two_sizes(path: str) -> str:
+    """A VP9 WebM of 60 frame-code frames whose size changes at frame 30 (96x128 to 72x160)."""
     import fractions
 
     import av
 
     from shmloader.video.samples import frame_image
 
-    path = str(tmp_path / "two_sizes.webm")
     sizes, n = ((96, 128), (72, 160)), 30
     with av.open(path, "w") as dst:
         o = dst.add_stream("libvpx-vp9", rate=25)
@@ -528,6 +525,15 @@ def test_a_vp9_size_change_is_found_by_scan_not_by_the_loaders_probe(tmp_path):
             for p in packets:
                 p.stream, p.time_base = o, fractions.Fraction(1, 25)
                 dst.mux(p)
+    return path
+
+
+def test_a_vp9_size_change_is_found_by_scan_not_by_the_loaders_probe(tmp_path):
+    """VP9 states its frame size in each keyframe, not in sequence headers the loader's probe
+    reads: the probe the loader runs (``check="headers"``) sees one size, as the docs say (FAQ, limits);
+    ``scan``'s default ``check="keyframes"`` names the change and sends the file to PyAV, which
+    then scales both sizes to the clip size (every frame's code exact)."""
+    path = written_apart("libvpx-vp9", _vp9_two_sizes, str(tmp_path / "two_sizes.webm"))
     headers = probe(path)
     assert (headers.codec, headers.problem, headers.frames) == ("vp9", "", 60)
     scanned = probe(path, check="keyframes")

@@ -21,11 +21,12 @@ import pytest
 
 import shmloader
 from shmloader import SampleError
+from shmloader.video._av import INDEX_ENTRIES
 from shmloader.video.decoding import Decoding
 from shmloader.video.samples import frame_image, make_videos, read_codes
 from shmloader.video.storage import Storage
 
-from ._needs import need
+from ._needs import need, need_av
 from ._servers import RangeServer, moto_s3
 from .conftest import state_after
 
@@ -145,6 +146,7 @@ def test_a_remote_file_is_read_by_pyav_whatever_its_shape(folder):
 
 
 def test_clips_of_a_long_remote_video_fetch_a_few_percent_of_it(long_video):
+    need_av(INDEX_ENTRIES, "probing a remote MP4 from its index, not its packets (Stream.index_entries)")
     root, name = os.path.split(long_video)
     size = os.path.getsize(long_video)
     with RangeServer(root) as srv:

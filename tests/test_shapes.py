@@ -24,6 +24,7 @@ from shmloader.video.probe import DECORD_SHAPES, probe
 import shmloader.video.probe as probe_module
 from shmloader.video.samples import frame_image
 
+from ._needs import written_apart
 from ._variants import codes, reference
 from .test_scan import rows_of
 from .test_scan import scan as run_scan
@@ -49,6 +50,12 @@ def write(path, codec: str, *, bframes: int = 0, fmt: str | None = None, frames:
           size=(96, 128), pix: str = "yuv420p", options: dict | None = None, container_options=None) -> str:
     """A frame-code video of ``codec`` in the container ``path``'s extension (or ``fmt``) names,
     one keyframe every ``gop`` frames and up to ``bframes`` B-frames between references."""
+    return written_apart(codec, _write, path, codec, bframes=bframes, fmt=fmt, frames=frames, gop=gop, size=size,
+                         pix=pix, options=options, container_options=container_options)
+
+
+def _write(path, codec: str, *, bframes: int, fmt: str | None, frames: int, gop: int, size, pix: str,
+           options: dict | None, container_options) -> str:
     h, w = size
     with _same_scheduling(), av.open(os.fspath(path), "w", format=fmt, options=container_options or {}) as c:
         s = c.add_stream(codec, rate=25)

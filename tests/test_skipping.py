@@ -22,6 +22,7 @@ from shmloader.video import probe as probe_module
 from shmloader.video.probe import probe
 from shmloader.video.pyav import PyAV, _Scaler, skips_nonref
 
+from ._needs import written_apart
 from ._variants import _remux
 
 pytestmark = pytest.mark.timeout(240)
@@ -40,6 +41,10 @@ def _image(i: int, rng_texture: np.ndarray, noise: np.random.Generator) -> np.nd
 
 def write(path: str, codec: str, options: dict | None = None, fmt: str | None = None, bframes: int = 0) -> str:
     """A textured frame-code video of ``codec``, one keyframe every ``GOP`` frames."""
+    return written_apart(codec, _write, path, codec, options, fmt, bframes)
+
+
+def _write(path: str, codec: str, options: dict | None, fmt: str | None, bframes: int) -> str:
     h, w = SIZE
     rng = np.random.default_rng(7)
     texture = np.kron(rng.integers(0, 256, ((h + FRAMES) // 4 + 2, (w + FRAMES) // 4 + 2, 3)),

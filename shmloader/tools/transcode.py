@@ -194,7 +194,7 @@ def transcode(media: Media, dest: str, fmt: str, spec: CopySpec, storage: Storag
                 raise ValueError(f"frame {n} is damaged")
             if turner is None:
                 turner = _Turner(w, h, info.rotation, frame.color_range == 2)
-                _tag(out.codec_context, frame)
+                _tag(out.codec_context, frame, src.codec_context)
             img = turner(frame)
             img.pts, img.time_base = int(times[n]), tb
             img.pict_type = av.video.frame.PictureType.NONE  # a source keyframe forces none here
@@ -245,9 +245,11 @@ def _mux(o, packets, durations: dict[int, int]) -> None:
         o.mux(q)
 
 
-def _tag(cc, frame) -> None:
-    """The copy's colour matrix, range, primaries and transfer: the source's (its first frame's).
-    An RGB source's "matrix" (identity, 0) is not the copy's: its YUV is the scaler's default,
-    BT.601, which an unspecified matrix (2) means to decoders."""
+def _tag(cc, frame, decoder) -> None:
+    """The copy's colour matrix, range, primaries and transfer: the source's (its first frame's,
+    decoded by ``decoder``). An RGB source's "matrix" (identity, 0) is not the copy's: its YUV is
+    the scaler's default, BT.601, which an unspecified matrix (2) means to decoders."""
+    from ..video._av import colour_tags
+
     cc.colorspace, cc.color_range = frame.colorspace or 2, frame.color_range
-    cc.color_primaries, cc.color_trc = frame.color_primaries, frame.color_trc
+    cc.color_primaries, cc.color_trc = colour_tags(frame, decoder)

@@ -42,9 +42,9 @@ def from_index(c, media: Media, touched: list, storage: Storage) -> Pass | None:
     searching the index from the end (one search per keyframe), their sequence headers read by
     position (a size change needs the full read). ``c`` is the open container; ``touched``
     gets True once it has been read from (the full read must then open the file again)."""
-    from ._av import fraction
+    from ._av import INDEX_ENTRIES, fraction
 
-    if not c.streams.video or c.format.name.split(",")[0] != "mov":
+    if not INDEX_ENTRIES or not c.streams.video or c.format.name.split(",")[0] != "mov":
         return None
     s = c.streams.video[0]
     entries = s.index_entries
@@ -121,8 +121,11 @@ def from_index(c, media: Media, touched: list, storage: Storage) -> Pass | None:
 def audio_packets(c: Any) -> np.ndarray | None:
     """``[packets, 3]`` int64 (time in microseconds on the container's timeline, first byte,
     end byte) of the first audio stream of the open container ``c`` in decode order, from an
-    MP4/MOV's own index; None without an audio stream or such an index."""
-    if not c.streams.audio or c.format.name.split(",")[0] != "mov":
+    MP4/MOV's own index; None without an audio stream or such an index (or a PyAV that cannot
+    show it)."""
+    from ._av import INDEX_ENTRIES
+
+    if not INDEX_ENTRIES or not c.streams.audio or c.format.name.split(",")[0] != "mov":
         return None
     s = c.streams.audio[0]
     entries = s.index_entries

@@ -127,6 +127,12 @@ def read_open(c, media: Media, decode: str, storage: Storage, raw: RawStream | N
     r.declared = int(s.frames or 0)
     r.time_base = fraction(s.time_base) or Fraction(1, 1)
     end = indexed_end(s)
+    if end is None and r.container == "mov":
+        from ._av import INDEX_ENTRIES, boxes_end
+
+        if not INDEX_ENTRIES:  # a PyAV that cannot show the index: the file's boxes say it is cut
+            with storage.open_bytes(media) as f:
+                end = boxes_end(f)
     size = media.size
     stamps: list[int | None] = []  # per packet in decode order; None: unstamped
     durations: list[int] = []
@@ -267,7 +273,12 @@ def stamps_in_decode_order(media: Media, stamps: list, delay: bool, storage: Sto
 
 
 def indexed_end(stream) -> int | None:
-    """Where the container's own index says the stream's data ends (None without an index)."""
+    """Where the container's own index says the stream's data ends (None without an index, or
+    with a PyAV that cannot show it)."""
+    from ._av import INDEX_ENTRIES
+
+    if not INDEX_ENTRIES:
+        return None
     try:
         entries = stream.index_entries
         if len(entries) == 0:

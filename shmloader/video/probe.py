@@ -188,7 +188,12 @@ class VideoInfo:
         begin = self.pts.astype(np.float64) * float(self.time_base)
         end = np.empty_like(begin)
         end[:-1] = begin[1:]
-        end[-1] = begin[-1] + float(self.durations[-1]) * float(self.time_base)
+        # A last packet without a duration (a container that stores none, or av 15 reading an
+        # MP4 whose encoder ran at the stream's time base) lasts as long as the frame before it.
+        last = float(self.durations[-1]) * float(self.time_base)
+        if last <= 0:
+            last = begin[-1] - begin[-2] if len(begin) > 1 else self.duration
+        end[-1] = begin[-1] + last
         return np.stack([begin, end], axis=1)
 
     def with_decoder(self, decoder: str, why: str = "") -> "VideoInfo":

@@ -64,9 +64,13 @@ def write_video(path: str | os.PathLike[str], video_id: int, frames: int = 48, s
     """
     import av
 
+    from ._av import encodes_beside_decord, require
+
     if gop is not None and (not isinstance(gop, int) or isinstance(gop, bool) or gop < 1):
         raise ValueError(f"gop must be a positive number of frames, got {gop!r}")
     _check_size(size, codec)
+    require(encodes_beside_decord(codec), f"writing {codec} video in a process that imported decord "
+            "(PyAV's FFmpeg sharing decord2's codec libraries)")
     h, w = size
     path = os.fspath(path)
     with av.open(path, "w") as container:
