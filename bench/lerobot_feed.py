@@ -11,12 +11,14 @@ Two pipelines, ``--workers`` worker processes each, each run one shuffled epoch 
 
 * ``shmloader``: ``Loader(lerobot.dataset(root, delta_timestamps=...), batch_size=B, workers=W,
   shuffle=True)``: every camera's frames uint8 ``[B, (T,) H, W, 3]`` in the shared-memory ring
-  (LeRobot's float ``[B, (T,) 3, H, W]`` is one ``permute`` and ``/ 255`` on the GPU; not timed);
+  (channels first is one ``permute``, on the GPU; not timed);
 * ``lerobot``: ``torch.utils.data.DataLoader(LeRobotDataset(repo_id, root=root, delta_timestamps=
-  ...), batch_size=B, shuffle=True, num_workers=W, prefetch_factor=4, persistent_workers=True,
-  multiprocessing_context="spawn")`` as ``lerobot-train`` builds it (its defaults but the worker
-  count; no pinned memory without CUDA), LeRobot's default video decoder (torchcodec where it
-  loads, else PyAV: the report says which) unless ``--lerobot-decoder`` names one.
+  ..., return_uint8=True), batch_size=B, shuffle=True, num_workers=W, prefetch_factor=4,
+  persistent_workers=True, multiprocessing_context="spawn")`` as ``lerobot-train`` builds it (its
+  defaults but the worker count; no pinned memory without CUDA): uint8 ``[B, (T,) 3, H, W]``
+  frames (the training loop divides by 255; not timed here either), LeRobot's default video
+  decoder (torchcodec where it loads, else PyAV: the report says which) unless
+  ``--lerobot-decoder`` names one.
 
 The consumer reads one value of every 4 KiB of what it is handed (a stand-in for the copy to the
 GPU) and drops it. The first batch of every run is checked: each camera's frame at a sample's own
@@ -30,8 +32,8 @@ action, two tasks.
 * ``av1-480x640``: 480x640, LeRobot's default encoder (libsvtav1, GOP 2, CRF 30);
 * ``h264-224``: 224x224, ``RGBEncoderConfig(vcodec="h264")`` (LeRobot's GOP 2 and CRF 30).
 
-Frames: a frame code (camera, timestep) over a panning 4x4-block texture with camera noise (as
-``workloads.write_textured``). Each workload is measured plain (one frame per camera) and with a
+Frames: a frame code (camera, timestep) over a panning 4x4-block texture with camera noise
+(``--noise``; as ``workloads.write_textured``). Each workload is measured plain (one frame per camera) and with a
 two-frame history (``delta_timestamps`` ``[-1/fps, 0]`` for every ``observation.*`` key, as
 ``resolve_delta_timestamps`` gives a policy with ``n_obs_steps=2``).
 
@@ -40,7 +42,7 @@ started), frames/s (samples/s x cameras x frames per camera), CPU s per sample, 
 every 0.1 s over the whole run as ``bench/qwen.py`` samples it (``peak_mem_mib``: each process's
 own PSS plus shared memory counted once, main process and every process it started).
 
-    python bench/lerobot_feed.py        # ~15 minutes on 2 cores after writing the datasets (~10 min once)
+    python bench/lerobot_feed.py        # ~20 minutes on 2 cores after writing the datasets (~4 min once)
     python bench/lerobot_feed.py --episodes 2 --episode-seconds 2 --reps 1 --no-plots \\
         --name lerobot-tiny --out /tmp/lerobot-tiny          # it runs (~2 minutes)
 """
@@ -69,8 +71,8 @@ SPEED_TARGET = 4.0  # issue 56: shmloader >= 4x LeRobot's samples/s at equal wor
 FRAMES_GOAL = 120.0  # LeRobot's streaming goal: >= 120 frames/s per node
 # One value read of every this many bytes of what the consumer is handed: every page touched.
 _TOUCH_BYTES = 4096
-# The texture's share of a frame and the camera noise (grey levels), as workloads.write_textured.
-_TEXTURE_AMPLITUDE, _NOISE = 0.3, 3.0
+# The texture's share of a frame, as workloads.write_textured.
+_TEXTURE_AMPLITUDE = 0.3
 # Noise fields cycled through (drawing a 480x640 field per frame would cost more than encoding it).
 _NOISE_FIELDS = 16
 
@@ -82,9 +84,11 @@ def options(p) -> None:
     p.add_argument("--workloads", type=harness.names(tuple(WORKLOADS)), default=list(WORKLOADS))
     p.add_argument("--histories", type=harness.ints, default=list(HISTORIES),
                    help="frames per camera: 1 (plain) and 2 (a two-frame history)")
-    p.add_argument("--episodes", type=int, default=8)
+    p.add_argument("--episodes", type=int, default=6)
     p.add_argument("--episode-seconds", type=float, default=10.0)
     p.add_argument("--fps", type=int, default=30)
+    p.add_argument("--noise", type=float, default=3.0,
+                   help="camera noise, grey levels (std), as workloads.write_textured; a new dataset per value")
     p.add_argument("--stretch", type=int, default=None, help="lerobot.dataset(stretch=) (default: its own)")
     p.add_argument("--lerobot-decoder", default=None, choices=("pyav", "torchcodec"),
                    help="LeRobotDataset(video_backend=) (default: LeRobot's own choice)")
@@ -99,16 +103,16 @@ def options(p) -> None:
 # ----------------------------------------------------------------------------- datasets
 class Scene:
     """One camera's frames: the frame code (``camera``, timestep) over a 4x4-block texture that
-    pans 1 px a frame right and 1 every other frame down, plus camera noise: inter frames carry
-    motion and residuals, as camera footage does."""
+    pans 1 px a frame right and 1 every other frame down, plus camera noise (``noise`` grey levels):
+    inter frames carry motion and residuals, as camera footage does."""
 
-    def __init__(self, camera: int, size: tuple[int, int], steps: int) -> None:
+    def __init__(self, camera: int, size: tuple[int, int], steps: int, noise: float) -> None:
         h, w = size
         rng = np.random.default_rng((56, camera))
         margin = steps + 8
         coarse = rng.integers(0, 256, ((h + margin) // 4 + 1, (w + margin) // 4 + 1, 3)).astype(np.float32)
         self.texture = _TEXTURE_AMPLITUDE * (np.kron(coarse, np.ones((4, 4, 1), np.float32)) - 128)
-        self.noise = [rng.normal(0.0, _NOISE, (h, w, 3)).astype(np.float32) for _ in range(_NOISE_FIELDS)]
+        self.noise = [rng.normal(0.0, noise, (h, w, 3)).astype(np.float32) for _ in range(_NOISE_FIELDS)]
         self.camera, self.size = camera, size
 
     def frame(self, step: int) -> np.ndarray:
@@ -132,7 +136,7 @@ def write_dataset(root: str, codec: str, size: tuple[int, int], args) -> None:
     features["action"] = {"dtype": "float32", "shape": (6,), "names": None}
     length = round(args.episode_seconds * args.fps)
     steps = args.episodes * length
-    scenes = [Scene(j + 1, size, steps) for j in range(len(CAMERAS))]
+    scenes = [Scene(j + 1, size, steps, args.noise) for j in range(len(CAMERAS))]
     ds = LeRobotDataset.create(REPO, fps=args.fps, features=features, root=root,
                                rgb_encoder=RGBEncoderConfig(vcodec=codec), streaming_encoding=True)
     rng = np.random.default_rng(0)
@@ -153,7 +157,7 @@ def dataset_root(workload: str, args) -> str:
     renamed at the end: a stopped write leaves nothing under the name later runs reuse)."""
     codec, size = WORKLOADS[workload]
     length = round(args.episode_seconds * args.fps)
-    root = os.path.join(args.cache, f"{workload}-{args.episodes}x{length}-{args.fps}fps")
+    root = os.path.join(args.cache, f"{workload}-{args.episodes}x{length}-{args.fps}fps-noise{args.noise:g}")
     if not os.path.exists(root):
         print(f"writing {root}", file=sys.stderr)
         tmp = root + ".tmp"
@@ -223,7 +227,7 @@ def shm_pipeline(root: str, history: int, rep: int, args) -> Pipeline:
         check = True
         for batch in loader:
             nbytes = 0
-            for key, value in batch.items():
+            for value in batch.values():
                 _touch(value.reshape(-1))
                 nbytes += value.nbytes
             wrong = None
@@ -239,7 +243,7 @@ def lerobot_dataset(root: str, history: int, args):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     return LeRobotDataset(REPO, root=root, delta_timestamps=deltas(history, args.fps),
-                          video_backend=args.lerobot_decoder)
+                          video_backend=args.lerobot_decoder, return_uint8=True)
 
 
 def lerobot_pipeline(root: str, history: int, rep: int, args) -> Pipeline:
@@ -263,9 +267,9 @@ def lerobot_pipeline(root: str, history: int, rep: int, args) -> Pipeline:
                     _touch(value.reshape(-1).numpy())
                     nbytes += value.nbytes
             wrong = None
-            if check:  # LeRobot's float [B, (T,) 3, H, W] in [0, 1] back to uint8 [B, (T,) H, W, 3]
-                as_uint8 = [(batch[c].movedim(-3, -1) * 255).round().to(torch.uint8).numpy() for c in CAMERAS]
-                wrong = sum(_codes_wrong(f, batch["index"].numpy(), j + 1) for j, f in enumerate(as_uint8))
+            if check:  # uint8 [B, (T,) 3, H, W]
+                wrong = sum(_codes_wrong(batch[c].movedim(-3, -1).numpy(), batch["index"].numpy(), j + 1)
+                            for j, c in enumerate(CAMERAS))
                 check = False
             yield len(batch["index"]), nbytes, wrong
 
@@ -291,7 +295,7 @@ def prepare(args, notes: list[str]) -> dict:
         codec, (h, wd) = WORKLOADS[w]
         videos = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(roots[w], "videos")) for f in fs]
         nbytes = sum(map(os.path.getsize, videos))
-        with av.open(sorted(videos)[0]) as c:
+        with av.open(min(videos)) as c:
             stream = c.streams.video[0]
             seconds = float(stream.duration * stream.time_base) if stream.duration else float("nan")
             codec_name = stream.codec_context.name
@@ -323,7 +327,7 @@ def prepare(args, notes: list[str]) -> dict:
     for j, i in enumerate(picks):
         item = theirs[i]
         for c in CAMERAS:
-            ref = (item[c].movedim(-3, -1).numpy() * 255).round()
+            ref = item[c].movedim(-3, -1).numpy().astype(np.float64)
             diffs.append(float(np.abs(mine[c][j].astype(np.float64) - ref).mean()))
     notes.append(f"{args.workloads[0]}: samples {picks} from both pipelines: mean |diff| of the frames, grey "
                  f"levels, at most {max(diffs):.3f} (0 = the same pixels).")

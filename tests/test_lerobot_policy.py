@@ -130,6 +130,16 @@ def test_the_policy_gets_the_same_batch_and_loss_as_from_lerobots_dataloader(set
         assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape, key
         assert torch.equal(got[key], want[key]), f"{key}: max |diff| {(got[key].double() - want[key].double()).abs().max()}"
     assert want["action_is_pad"].any() and not want["action_is_pad"].all()  # chunks pass episodes' ends
+    # lerobot-train's own dataset gives uint8 frames (``return_uint8=True``; its loop divides by 255):
+    # ours, channels first, are those.
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    as_uint8 = lerobot_batch(LeRobotDataset(REPO, root=theirs.root, delta_timestamps=theirs.delta_timestamps,
+                                            return_uint8=True), INDICES)
+    read = ours.read(INDICES)
+    for camera in ours.cameras:
+        assert as_uint8[camera].dtype == torch.uint8
+        assert torch.equal(torch.from_numpy(read[camera]).permute(0, 3, 1, 2), as_uint8[camera]), camera
 
     with torch.no_grad():
         mine, reference_loss = loss_of(policy, preprocessor, got), loss_of(policy, preprocessor, want)
