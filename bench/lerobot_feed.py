@@ -298,11 +298,10 @@ def prepare(args, notes: list[str]) -> dict:
         with av.open(min(videos)) as c:
             stream = c.streams.video[0]
             seconds = float(stream.duration * stream.time_base) if stream.duration else float("nan")
-            codec_name = stream.codec_context.name
         ds = lerobot.dataset(roots[w])
         wrote = f"written in {took:.0f} s" if took > 1 else "in the cache"
         notes.append(f"{w}: {len(ds)} timesteps ({len(ds.episodes)} episodes of {args.episode_seconds:g} s at "
-                     f"{args.fps} fps), cameras {wd}x{h} ({codec_name} by LeRobot's writer, {codec}), "
+                     f"{args.fps} fps), cameras {wd}x{h} encoded by LeRobot's writer with {codec}, "
                      f"{len(videos)} video files, {nbytes / 2**20:.1f} MiB, {nbytes * 8e-6 / seconds / len(videos):.2f} "
                      f"Mbit/s a file; {wrote}.")
     # Which decoder LeRobot uses, and the same frames from both (checked once, outside the runs).
