@@ -7,6 +7,7 @@ the policy, its pre-processor and LeRobot's DataLoader run here, beside shmloade
 written by LeRobot's own writer in its default codec (AV1), as ``tests/_lerobot_reference.py``
 writes it; the policy is configured as ``lerobot-train`` configures it (features and normalisation
 statistics from the dataset's metadata, ``delta_timestamps`` from the policy's delta indices).
+ACT, because it needs nothing beyond ``lerobot[dataset]`` (Diffusion Policy needs ``diffusers``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ REPO = "shmloader/reference"
 # ACT's action chunk, in timesteps: 0.4 s at the reference's 10 fps, so that the chunk of every
 # episode's last timesteps passes its end (episodes of 7, 5 and 9 timesteps: pads in the loss).
 CHUNK = 5
-# Timesteps at both edges of every episode, and one batch of LeRobot's DataLoader.
+# Timesteps at both edges of every episode (and inside), read in batches of BATCH and joined.
 INDICES = [0, 1, 3, 6, 7, 9, 11, 12, 15, 19, 20]
 BATCH = 4
 STEPS = 12  # optimizer steps on the loader's batches
