@@ -53,8 +53,8 @@ from typing import Any
 import av
 
 __all__ = ["open_input", "filter_graph", "fraction", "ffmpeg_logs_to_stderr", "boxes_end", "require", "decord_clashes",
-           "encodes_beside_decord", "colour_tags", "AV_MAJOR", "INDEX_ENTRIES", "GRAPH_THREADS", "FRAME_COLOUR", "NEWER_AV", "UnreadableVideoError",
-           "NeedsNewerAV"]
+           "encodes_beside_decord", "colour_tags", "AV_MAJOR", "INDEX_ENTRIES", "GRAPH_THREADS", "FRAME_COLOUR",
+           "NEWER_AV", "UnreadableVideoError", "NeedsNewerAV"]
 
 AV_MAJOR = int(av.__version__.split(".")[0])
 _OPEN_OPTIONS: dict[str, Any] = {} if AV_MAJOR >= 19 else {"metadata_errors": "ignore"}
