@@ -18,8 +18,14 @@ from shmloader import qwen
 from shmloader.samples import write_video
 
 from ._needs import need
+from ._qwen import have_torchvision, import_torchvision
 
 torch = need("torch")
+# transformers decides once, at its import, whether torchvision is there (its video processors
+# need it): torchvision first, where make test installed it, so that any later test in this process
+# (tests/test_qwen_plan.py's processors) finds it
+if have_torchvision():
+    import_torchvision()
 transformers = need("transformers")
 
 pytestmark = pytest.mark.timeout(120)

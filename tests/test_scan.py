@@ -209,9 +209,11 @@ def test_from_csv_loads_the_manifest(dataset, tmp_path):
     assert len(got) == 3 * len(good)
     damaged = next(i for i, r in enumerate(good) if r["problem"] == "damaged at frame 36")
     assert sorted(int(s["start"]) for s in got if int(s["index"]) == damaged) == [0, 27, 54]
-    # The rows' decoders read them; only the files PyAV reads are probed (for their timestamps).
+    # The rows' decoders read them; only the files PyAV reads are probed (for their timestamps),
+    # and those decord reads whose rate is not constant (for each frame's time: gap.mkv).
     by = {d: sum(r["decoder"] == d for r in good) for d in ("decord", "pyav")}
-    assert by == {"decord": 2, "pyav": 5} and stats["probes"] == by["pyav"], stats
+    untimed = sum(r["decoder"] == "decord" and r["problem"] not in ("", "timestamps in decode order") for r in good)
+    assert by == {"decord": 2, "pyav": 5} and untimed == 1 and stats["probes"] == by["pyav"] + untimed, stats
     assert stats["decord"] == by["decord"] and stats["pyav"] == by["pyav"], stats
     for s in got:
         row = good[int(s["index"])]
@@ -276,6 +278,25 @@ def load(out, workers=1, **kw):
     with shmloader.Loader(clips, batch_size=2, workers=workers, timeout=60) as loader:
         got = [{k: np.array(v[i]) for k, v in b.items()} for b in loader for i in range(len(b["index"]))]
         return got, loader.stats()
+
+
+def test_times_follow_the_files_timestamps_from_a_manifest_row(dataset, tmp_path):
+    """Each frame's time in a batch: by the rate for a constant-rate row (no probe), by the file's
+    own timestamps for a row whose timestamps jump (gap.mkv: 0.44 s missing at frame 30, read by
+    decord, probed for its times alone), as a probe of the file times them."""
+    from shmloader.video.probe import probe
+
+    out = str(tmp_path / "manifest.csv")
+    scan([dataset], out)
+    rows = [r for r in rows_of(out) if os.path.basename(r["path"]) in ("gap.mkv", "plain.mp4")]
+    write_rows(out, *rows)
+    got, stats = load(out, clip_len=8, clips_per_video=6, frame_step=6)
+    assert stats["probes"] == 1, stats  # gap.mkv's, for its times; plain.mp4 timed by its rate
+    for s in got:
+        times = probe(rows[int(s["index"])]["path"]).times()
+        np.testing.assert_allclose(s["times"], times[s["frames"], 0] - times[0, 0], atol=1e-6)
+    gap = [s for s in got if rows[int(s["index"])]["path"].endswith("gap.mkv") and s["frames"].max() >= 30]
+    assert gap and all(np.diff(s["times"]).max() > 6 / 25 + 0.3 for s in gap)  # the jump is in them
 
 
 def test_from_csv_trusts_a_row_until_its_file_changes(dataset, tmp_path):

@@ -28,6 +28,8 @@ __all__ = ["Decoding"]
 # audio packets, as many bytes each, count as frames): a worker revisits a video every epoch, and
 # re-reading its packets costs ~5-10 ms.
 _PROBED_FRAMES = 2_000_000
+# Probes kept for timestamps alone (``timed``): a worker's recent variable-rate manifest rows.
+_TIMED_KEPT = 16
 # A stretch of audio bytes more than this share of the block cache is not fetched ahead (a
 # whole-video sample's sound spans the file): its first blocks would leave the cache before the
 # demuxer reads them, and be fetched twice. The demuxer reads it as it goes.
@@ -45,6 +47,7 @@ class Decoding:
         self._decoders: dict[str, Decord | PyAV] = {}
         self._probes: OrderedDict[str, tuple[tuple[int, int], VideoInfo]] = OrderedDict()
         self._probed_frames = 0
+        self._timed: OrderedDict[str, tuple[tuple[int, int], VideoInfo]] = OrderedDict()
         self.unsupported: set[int] = set()  # output widths decord fails to copy out on this CPU
         self.fallbacks = 0  # decodes sent to PyAV after decord refused
         self.decodes: Counter = Counter()  # decode calls by the decoder that gave the frames
@@ -82,6 +85,21 @@ class Decoding:
         info = probe(media, storage=self.storage)
         self.probes += 1
         self._keep(path, now, info)
+        return info
+
+    def timed(self, path: str) -> VideoInfo:
+        """A probe of ``path`` for its frames' timestamps alone (``times`` of a manifest row whose
+        rate is not constant), kept apart from the probes that choose a decoder: the row's
+        decoder still reads it. The last few are kept."""
+        media = self.storage.resolve(path)
+        hit = self._timed.get(path)
+        if hit is not None and hit[0] == media.stamp:
+            return hit[1]
+        info = probe(media, storage=self.storage, index=False)
+        self.probes += 1
+        self._timed[path] = (media.stamp, info)
+        while len(self._timed) > _TIMED_KEPT:
+            self._timed.popitem(last=False)
         return info
 
     def kept(self, path: str) -> VideoInfo | None:

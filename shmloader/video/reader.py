@@ -263,7 +263,7 @@ class ClipReader:
             pts = info.times()
             if pts is None:  # a manifest row of a variable-rate video: read the timestamps
                 pts = self.decoding.info(path).times()
-        starts = _starts(info, pts, lambda: self.decoding.info(path))
+        starts = _starts(info, pts, lambda: self.decoding.timed(path))
         native = (info.height, info.width)
         size = vc.decode_size
         if px.native and size is not None and native != tuple(size):
@@ -338,12 +338,26 @@ def decode_cost(union: np.ndarray, keyframes: np.ndarray) -> tuple[int, int]:
 def _starts(info: VideoInfo, pts: np.ndarray | None, probed: Callable[[], VideoInfo]
             ) -> Callable[[np.ndarray], np.ndarray]:
     """Frames' starts in seconds from the first frame's, by the file's timestamps (``times``), for
-    the frames asked (no table of every frame built per sample); a variable-rate video known by a
-    manifest row alone is probed (``probed()``) for them."""
+    the frames asked (no table of every frame built per sample); a video known by a manifest row
+    alone whose rate is not constant is probed (``probed()``) for them, once asked (after its
+    frames decoded); NaN for a stream that has none (a raw H.264 stream)."""
     if pts is not None:
         return lambda frames: pts[frames, 0] - pts[0, 0]
+    timer: list[Callable[[np.ndarray], np.ndarray]] = []
+
+    def at(frames: np.ndarray) -> np.ndarray:
+        if not timer:
+            timer.append(_timer(info, probed))
+        return timer[0](frames)
+
+    return at
+
+
+def _timer(info: VideoInfo, probed: Callable[[], VideoInfo]) -> Callable[[np.ndarray], np.ndarray]:
     for known in (info, None):  # as VideoInfo.times() times them
         if known is None:
+            if info.pts is not None:  # probed already: it has no usable timestamps
+                break
             known = probed()
         if known.pts is not None and known.durations is not None:
             stamps, unit = known.pts, float(known.time_base)
@@ -351,7 +365,7 @@ def _starts(info: VideoInfo, pts: np.ndarray | None, probed: Callable[[], VideoI
         if known.pts is None and known.problem in ("", UNORDERED) and known.fps > 0:
             fps = known.fps
             return lambda frames: frames / fps
-    raise ValueError("the video has no timestamps to time its frames by")
+    return lambda frames: np.full(np.shape(frames), np.nan)
 
 
 def _fill(clips: Clips, out: dict[str, np.ndarray], v: int, frames: np.ndarray, union: np.ndarray,
