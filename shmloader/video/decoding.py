@@ -92,9 +92,10 @@ class Decoding:
         rate is not constant), kept apart from the probes that choose a decoder: the row's
         decoder still reads it. The last few are kept."""
         media = self.storage.resolve(path)
-        hit = self._timed.get(path)
-        if hit is not None and hit[0] == media.stamp:
-            return hit[1]
+        for kept in (self._probes, self._timed):  # PyAV's decode probed it already, or an earlier time
+            hit = kept.get(path)
+            if hit is not None and hit[0] == media.stamp and hit[1].pts is not None:
+                return hit[1]
         info = probe(media, storage=self.storage, index=False)
         self.probes += 1
         self._timed[path] = (media.stamp, info)
