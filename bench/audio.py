@@ -195,8 +195,7 @@ def markdown(doc: dict) -> str:
     lines += table("| with / without audio | CPU ms per clip | clips/s |",
                    [f"| {name} | {fmt_ratio(r['cpu_ms_per_clip'])} | {fmt_ratio(r['clips_per_s'])} |"
                     for name, r in doc["ratios"].items()])
-    lines += [""] + [f"- Target {t['target']}: {'met' if t['met'] else 'missed'} "
-                     f"({'–' if t['ratio'] is None else format(t['ratio'], '.2f')})." for t in doc["targets"]]
+    lines += [""] + report.target_lines(doc["targets"])
     lines += [""]
     return "\n".join(lines + report.tail(doc))
 

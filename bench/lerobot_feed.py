@@ -473,8 +473,7 @@ def markdown(doc: dict) -> str:
                        [f"| {k} | {fmt_ratio(r['samples_per_s'])} | {fmt_ratio(r['peak_mem_mib'])} |"
                         for k, r in doc["ratios"].items()])
         lines += [""]
-    lines += [f"- Target {t['target']}: {'met' if t['met'] else 'missed'} "
-              f"({'–' if t['ratio'] is None else format(t['ratio'], '.2f')})." for t in doc["targets"]]
+    lines += report.target_lines(doc["targets"])
     lines += ["", ("frames/s per node: this machine is the node (its usable cores in the header). `added`: the peak "
                    "less the main process's own memory before the run (torch, lerobot and shmloader imported). "
                    "`summed RSS`: every process's RSS added up, shared pages once per process (for comparison)."), ""]

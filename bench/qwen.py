@@ -83,11 +83,6 @@ _TOUCH_BYTES = 4096
 # Sampling period of the memory sampler (as measure.Sampler's): short enough for a worker's
 # transient buffers of a long video, which live for seconds.
 _TICK_S = 0.1
-# Where `make test` installs torchvision's Python code apart from the venv's packages (the
-# Makefile's TORCHVISION says why: PyPI's build is CUDA's, torch here the CPU build).
-_REFERENCE = os.path.join(sys.prefix, "reference")
-
-
 def options(p) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--fps", type=float, default=2.0, help="Qwen's frame rate (fetch_video's fps)")
@@ -155,26 +150,15 @@ def repeat_segment(segment: str, path: str, times: int) -> str:
 
 # -------------------------------------------------------------------- qwen-vl-utils
 def vision_process(backend: str):
-    """qwen-vl-utils' vision_process with ``backend`` as its video reader; torchvision loaded from
-    where `make test` installs it (tests/_qwen.py: its C++ ops cannot load beside torch's CPU
-    build, so the two fake kernels its import stops at are declared first)."""
-    import torch
+    """qwen-vl-utils' vision_process with ``backend`` as its video reader; torchvision loaded as
+    the tests load it (tests/_qwen.py: from where `make test` installs it, its C++ ops unloadable
+    beside torch's CPU build)."""
+    if harness.ROOT not in sys.path:  # a DataLoader worker spawned with this script as its main module
+        sys.path.append(harness.ROOT)
+    from tests._qwen import have_torchvision, import_torchvision
 
-    if importlib.util.find_spec("torchvision") is None and os.path.isdir(_REFERENCE):
-        sys.path.append(_REFERENCE)
-        importlib.invalidate_caches()
-    try:
-        importlib.import_module("torchvision")
-    except RuntimeError as e:
-        if "torchvision::nms" not in str(e):
-            raise
-        for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
-            del sys.modules[name]
-        lib = torch.library.Library("torchvision", "DEF")
-        lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        vision_process.library = lib  # type: ignore[attr-defined]  # kept alive: dropping it undefines them
-        importlib.import_module("torchvision")
+    if have_torchvision():
+        import_torchvision()
     module = importlib.import_module("qwen_vl_utils.vision_process")
     if module.FORCE_QWENVL_VIDEO_READER != backend:
         module.FORCE_QWENVL_VIDEO_READER = backend  # read once and cached by get_video_reader_backend
@@ -529,8 +513,7 @@ def markdown(doc: dict) -> str:
                        [f"| {k} | {fmt_ratio(r['videos_per_s'])} | {fmt_ratio(r['peak_mem_mib'])} |"
                         for k, r in doc["ratios"].items()])
         lines += [""]
-    lines += [f"- Target {t['target']}: {'met' if t['met'] else 'missed'} "
-              f"({'–' if t['ratio'] is None else format(t['ratio'], '.2f')})." for t in doc["targets"]]
+    lines += report.target_lines(doc["targets"])
     lines += ["", ("`added`: the peak less the main process's own memory before the run (its imports: torch, "
                    "qwen-vl-utils, shmloader). `summed RSS`: every process's RSS added up, shared pages once per "
                    "process (for comparison). `delivered`: bytes the training process is handed per video."), ""]

@@ -99,6 +99,12 @@ def machine_line(m: dict) -> str:
     return f"{m['cpu_model']}, {m['usable_cores']} usable cores, Python {m['python']}{extra}"
 
 
+def target_lines(targets: list[dict]) -> list[str]:
+    """A line per target of a report: met or missed, and its ratio."""
+    return [f"- Target {t['target']}: {'met' if t['met'] else 'missed'} "
+            f"({'–' if t['ratio'] is None else format(t['ratio'], '.2f')})." for t in targets]
+
+
 def table(head: str, rows: list[str]) -> list[str]:
     """A Markdown table: ``head`` is its header row, ``rows`` its body rows (with their pipes)."""
     return [head, "|" + "---|" * (head.count("|") - 1), *rows]

@@ -195,8 +195,7 @@ def markdown(doc: dict) -> str:
     lines += ["", "| ratio | clips/s, median (min-max by repetition) | CPU ms per clip |", "|---|---|---|"]
     for name, r in doc["ratios"].items():
         lines.append(f"| {name} | {fmt_ratio(r)} | {fmt_ratio(doc['cpu_ratios'].get(name))} |")
-    lines += [""] + [f"- Target {t['target']}: {'met' if t['met'] else 'missed'} "
-                     f"({'–' if t['ratio'] is None else format(t['ratio'], '.2f')})." for t in doc["targets"]]
+    lines += [""] + report.target_lines(doc["targets"])
     lines += [""]
     return "\n".join(lines + report.tail(doc))
 

@@ -1,5 +1,5 @@
-"""The Qwen-VL reference tools in the tests: qwen-vl-utils' vision_process (reading video with decord)
-and torchvision, which it imports, loaded from where `make test` installs it."""
+"""The Qwen-VL reference tools in the tests (and in bench/qwen.py): qwen-vl-utils' vision_process
+(reading video with decord) and torchvision, which it imports, loaded from where `make test` installs it."""
 
 from __future__ import annotations
 
