@@ -242,6 +242,7 @@ class _HostBuffers:
                     for name, (shape, dtype) in loader.element_spec.items()}
             layout = Layout.build(spec, loader.batch_size)
         self._layout = layout
+        self._offsets = [f.name for f in layout.fields if f.is_offsets]  # samples of several sizes
         self._pinned = pinned
         self._lent = Returns()  # buffers come back from whatever thread drops their last tensor
         self._free: list[memoryview] = []
@@ -254,10 +255,11 @@ class _HostBuffers:
         # keeps batches from deadlocking; memory grows only by what it keeps.
         mem = self._free.pop() if self._free else self._allocate()
         base = np.frombuffer(mem, np.uint8)
-        room = self._layout.views(base)
-        offsets = [f.name for f in self._layout.fields if f.is_offsets]
-        for name in offsets:  # first: they say how many rows the fields of rows hold
-            room[name][: len(batch[name])] = batch[name]
+        offsets = self._offsets
+        if offsets:  # first: they say how many rows the fields of rows hold
+            room = self._layout.views(base)
+            for name in offsets:
+                room[name][: len(batch[name])] = batch[name]
         n = len(batch[offsets[0]]) - 1 if offsets else len(next(iter(batch.values())))
         views = self._layout.views(base, n)
         for name, view in views.items():

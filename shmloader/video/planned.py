@@ -98,6 +98,7 @@ class PlannedVideos:
         self.threads = threads
         videos = list(metas) if metas is not None else self._probe_all()
         self._plans = [self._plan(i, v) for i, v in enumerate(videos)]
+        self._sizes = self._sizes_of(self._plans)  # the loader's plan and every Ray task read them
         self._decoding: Decoding | None = None
 
     def _probe_all(self) -> list[Video]:
@@ -133,10 +134,13 @@ class PlannedVideos:
                 "label": ((), i64), "index": ((), i64)}
 
     def sizes(self) -> Sizes:
+        return self._sizes
+
+    def _sizes_of(self, plans: list[Planned]) -> Sizes:
         names = [name for name, (shape, _) in self.spec().items() if shape[:1] == (-1,)]
-        rows = {name: np.fromiter((p.rows.get(name, len(p.indices)) for p in self._plans), np.int64,
-                                  len(self._plans)) for name in names}
-        return Sizes(rows=rows, cost=np.fromiter((p.cost for p in self._plans), np.int64, len(self._plans)))
+        rows = {name: np.fromiter((p.rows.get(name, len(p.indices)) for p in plans), np.int64, len(plans))
+                for name in names}
+        return Sizes(rows=rows, cost=np.fromiter((p.cost for p in plans), np.int64, len(plans)))
 
     def plans(self) -> list[Planned]:
         """Every video's plan, as the main process made it."""
