@@ -12,12 +12,14 @@ check); a window of frames reads the clamped rows' timestamps, as LeRobot's
 
 A worker handed several samples (a stretch of an episode, grouped by the plan) reads every
 camera's frames of all of them file by file: one decode pass over the union of each file's frames.
+Remote files are probed together where not met yet, then the bytes of every camera's frames are
+fetched in one round of requests (NOTE [ Reading remote files ] in ``video.storage``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -25,6 +27,7 @@ from .engine.shared import SharedStrings
 from .engine.source import Spec
 from .video.reader import decode_cost
 from .video.stamps import TimedFrames
+from .video.storage import LOCAL, Storage
 
 __all__ = ["Layout", "EpisodeReader", "SharedEpisodes", "describe", "tables"]
 
@@ -32,7 +35,8 @@ __all__ = ["Layout", "EpisodeReader", "SharedEpisodes", "describe", "tables"]
 @dataclass(frozen=True)
 class Layout:
     """What a sample holds: the cameras (name -> (height, width)), the numeric features (name ->
-    per-row shape, dtype), the offsets of each windowed key in rows, and how frames are found."""
+    per-row shape, dtype), the offsets of each windowed key in rows, and how frames are found
+    and read (``storage``; ``remote``: the videos are read through fsspec)."""
 
     root: str
     cameras: dict[str, tuple[int, int]]
@@ -41,6 +45,8 @@ class Layout:
     tolerance_s: float
     decoder: str = "auto"
     decode_threads: int = 1
+    storage: Storage = field(default=LOCAL, repr=False, compare=False)
+    remote: bool = False
 
     def spec(self) -> Spec:
         spec: Spec = {}
@@ -71,6 +77,19 @@ def describe(root: str, arrays: dict[str, np.ndarray], row: int) -> str:
             f"frame {int(arrays['row/frame_index'][row]) if 'row/frame_index' in arrays else row}")
 
 
+class _Pass(NamedTuple):
+    """One camera's decode pass over one file: the samples it serves (positions in the batch),
+    the file's frames each of them shows (``[n, T]``), their sorted union and each one's place
+    in it."""
+
+    camera: str
+    path: str
+    mine: np.ndarray
+    frames: np.ndarray
+    union: np.ndarray
+    where: np.ndarray
+
+
 class EpisodeReader:
     """Samples written into arrays in this process (NOTE [ A LeRobot sample ]).
 
@@ -81,7 +100,7 @@ class EpisodeReader:
 
     def __init__(self, layout: Layout, arrays: dict[str, np.ndarray], paths: Sequence[str]) -> None:
         self.layout, self.arrays, self.paths = layout, arrays, paths
-        self.frames = TimedFrames(layout.decode_threads, layout.decoder)
+        self.frames = TimedFrames(layout.decode_threads, layout.decoder, layout.storage)
         # As a video reader counts them (``Loader.stats``): frames the decoder went through from the
         # keyframes, those no sample shows, those before each pass's first, and frames delivered.
         self.counts = dict.fromkeys(("frames_decoded", "frames_lead", "frames_head", "frames_delivered"), 0)
@@ -119,46 +138,59 @@ class EpisodeReader:
         for k, (_, pad) in windows.items():
             for i, out in enumerate(outs):
                 out[f"{k}_is_pad"][...] = pad[i]
-        for c in lay.cameras:
-            self._camera(c, rows, windows[c][0] if c in windows else rows[:, None], outs)
-
-    def _camera(self, camera: str, rows: np.ndarray, wanted: np.ndarray, outs: Sequence[dict[str, np.ndarray]]) -> None:
-        """Camera ``camera``'s frames of the rows ``wanted`` (``[n, T]``) of samples ``rows``."""
-        lay, a = self.layout, self.arrays
         e = a["episode_of_row"][rows]
+        files = {c: a[f"ep/{c}/file"][e] for c in lay.cameras}
+        if lay.remote:  # the files not met yet probed together, not one after another
+            self.frames.probe_ahead([self.paths[int(f)] for c in lay.cameras for f in np.unique(files[c])])
+        passes = [p for c in lay.cameras
+                  for p in self._passes(c, rows, e, windows[c][0] if c in windows else rows[:, None], files[c])]
+        if lay.remote:  # every camera's frames in one round of requests
+            self.frames.prefetch([(p.path, p.union) for p in passes])
+        for p in passes:
+            self._fill(p, outs)
+
+    def _passes(self, camera: str, rows: np.ndarray, e: np.ndarray, wanted: np.ndarray, files: np.ndarray
+                ) -> list[_Pass]:
+        """Camera ``camera``'s passes for the rows ``wanted`` (``[n, T]``) of samples ``rows``,
+        whose episodes ``e`` keep it in ``files``: each frame found by its time, checked within
+        ``tolerance_s``."""
+        lay, a = self.layout, self.arrays
         stamps = a["row/timestamp"][wanted].astype(np.float64)
         seconds = a[f"ep/{camera}/from_timestamp"][e][:, None] + stamps
-        files = a[f"ep/{camera}/file"][e]
-        windowed = camera in lay.deltas
+        out = []
         for f in np.unique(files):
             mine = np.flatnonzero(files == f)
             path = self.paths[int(f)]
             size = self.frames.size(path)
             if size != lay.cameras[camera]:
-                raise ValueError(f"{path!r}: frames of {size[0]}x{size[1]}, meta/info.json says {camera!r} is "
-                                 f"{lay.cameras[camera][0]}x{lay.cameras[camera][1]}")
-            starts = self.frames.starts(path)
+                raise ValueError(f"{lay.storage.name(path)!r}: frames of {size[0]}x{size[1]}, meta/info.json says "
+                                 f"{camera!r} is {lay.cameras[camera][0]}x{lay.cameras[camera][1]}")
             frames, gaps = self.frames.nearest(path, seconds[mine])
             bad = np.argwhere(gaps >= lay.tolerance_s)
             if len(bad):
                 s, t = bad[0]
                 row = int(rows[mine[s]])
                 raise ValueError(
-                    f"{path!r}: episode {int(a['row/episode_index'][row])}, {camera} at {seconds[mine[s], t]:.6f} s "
-                    f"(from_timestamp {a[f'ep/{camera}/from_timestamp'][e[mine[s]]]:.6f} + timestamp "
-                    f"{stamps[mine[s], t]:.6f}): the nearest frame starts at {starts[frames[s, t]]:.6f} s, "
-                    f"{gaps[s, t]:.6f} s away, not within tolerance_s={lay.tolerance_s}")
+                    f"{lay.storage.name(path)!r}: episode {int(a['row/episode_index'][row])}, {camera} at "
+                    f"{seconds[mine[s], t]:.6f} s (from_timestamp {a[f'ep/{camera}/from_timestamp'][e[mine[s]]]:.6f} "
+                    f"+ timestamp {stamps[mine[s], t]:.6f}): the nearest frame starts at "
+                    f"{self.frames.starts(path)[frames[s, t]]:.6f} s, {gaps[s, t]:.6f} s away, not within "
+                    f"tolerance_s={lay.tolerance_s}")
             union, where = np.unique(frames, return_inverse=True)
-            decoded = self.frames.decode(path, union)
-            where = where.reshape(frames.shape)
-            for j, s in enumerate(mine.tolist()):
-                dst = outs[s][camera]
-                np.copyto(dst, decoded[where[j]] if windowed else decoded[where[j, 0]])
-            decoded_n, head = decode_cost(union, self.frames.keyframes(path))
-            self.counts["frames_decoded"] += decoded_n
-            self.counts["frames_lead"] += decoded_n - len(union)
-            self.counts["frames_head"] += head
-            self.counts["frames_delivered"] += frames.size
+            out.append(_Pass(camera, path, mine, frames, union, where.reshape(frames.shape)))
+        return out
+
+    def _fill(self, p: _Pass, outs: Sequence[dict[str, np.ndarray]]) -> None:
+        """Decode pass ``p`` and copy each sample's frames out."""
+        decoded = self.frames.decode(p.path, p.union)
+        windowed = p.camera in self.layout.deltas
+        for j, s in enumerate(p.mine.tolist()):
+            np.copyto(outs[s][p.camera], decoded[p.where[j]] if windowed else decoded[p.where[j, 0]])
+        decoded_n, head = decode_cost(p.union, self.frames.keyframes(p.path))
+        self.counts["frames_decoded"] += decoded_n
+        self.counts["frames_lead"] += decoded_n - len(p.union)
+        self.counts["frames_head"] += head
+        self.counts["frames_delivered"] += p.frames.size
 
 
 class SharedEpisodes:

@@ -8,7 +8,9 @@ file by time (LeRobot's episodes, many to a file, each from its ``from_timestamp
 :meth:`TimedFrames.nearest` which frames those are, and how far from the time asked each one
 starts, then decides itself what distance it accepts; :meth:`TimedFrames.decode` then decodes the
 sorted union of every frame asked of the file at once (NOTE [ Decoding less, exactly ] in
-``video.reader``), so the samples that read one stretch of a file decode it once.
+``video.reader``), so the samples that read one stretch of a file decode it once. For remote files,
+:meth:`TimedFrames.probe_ahead` and :meth:`TimedFrames.prefetch` put the probes and the frames'
+bytes of several files in one round of requests (NOTE [ Reading remote files ] in ``video.storage``).
 """
 
 from __future__ import annotations
@@ -66,6 +68,15 @@ class TimedFrames:
         """The frames of ``path`` starting nearest to ``seconds`` and their distances (``nearest_starts``)."""
         return nearest_starts(self.starts(path), seconds)
 
+    def probe_ahead(self, paths: list[str]) -> None:
+        """Probe the remote files ``paths`` not probed yet, together (``Decoding.probe_ahead``)."""
+        self.decoding.probe_ahead(paths)
+
+    def prefetch(self, wanted: list[tuple[str, np.ndarray]]) -> None:
+        """Fetch the bytes that decoding each (path, frames) of ``wanted`` reads, all at once
+        (``Decoding.prefetch``); local files need none."""
+        self.decoding.prefetch([(self.decoding.info(p), np.asarray(f, np.int64), None) for p, f in wanted])
+
     def decode(self, path: str, frames: np.ndarray) -> np.ndarray:
         """Frames ``frames`` (ascending, unique) of ``path`` at their own size, ``[n, H, W, 3]``
         uint8, in one pass. The array may be the decoder's scratch buffer: copy out of it before
@@ -73,7 +84,8 @@ class TimedFrames:
         return self.decoding.decode(self.decoding.info(path), None, np.asarray(frames, np.int64))
 
     def counters(self) -> dict[str, int]:
-        """Decodes by decord and by PyAV, decodes decord handed to PyAV, files probed."""
+        """Decodes by decord and by PyAV, decodes decord handed to PyAV, files probed, bytes and
+        requests fetched from remote storage."""
         d = self.decoding
         return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
-                "probes": d.probes}
+                "probes": d.probes, **d.storage.counters()}
