@@ -13,10 +13,19 @@ What LeRobot 0.6 reads (``LeRobotDatasetMetadata``, ``load_nested_dataset``) and
 - ``meta/tasks.parquet``: the tasks' texts, task ``i`` the ``i``-th row (``tasks.iloc[i]``).
 
 A feature of shape ``(1,)`` is a scalar per row, as LeRobot's ``datasets.Value`` gives it.
+
+The folder is local or at an fsspec URL (``s3://bucket/prefix/ds``, ``hf://datasets/org/name``,
+``https://host/ds``), its files read whole through ``video.storage`` (retries, credentials kept
+out of errors). The numbered parquet files are listed by the filesystem (``glob``); http(s) lists
+nothing, so there ``meta/episodes`` files are tried in the order LeRobot's writer numbers them
+(``file-000``, ``file-001``... of ``chunk-000``, then ``chunk-001`` after ``chunks_size`` files)
+up to the first missing, the episodes found checked against ``total_episodes``; the data files
+are those ``meta/episodes`` names.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from dataclasses import dataclass
@@ -24,11 +33,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .video.media import has_scheme, is_remote, local_path, scheme_of
+from .video.storage import LOCAL, Storage, first_line
+
 __all__ = ["Meta", "load"]
 
 # The columns of meta/episodes a reader needs (the rest are statistics).
 _EPISODE_COLUMNS = ("episode_index", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index")
 _CAMERA_COLUMNS = ("chunk_index", "file_index", "from_timestamp")
+_EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+_CHUNKS_SIZE = 1000  # files per chunk folder where info.json does not say (LeRobot's default)
 
 
 @dataclass(frozen=True)
@@ -37,7 +52,7 @@ class Meta:
     chosen episodes in LeRobot's order), ``episodes`` (column -> ``[E]`` array, the chosen
     episodes; per camera ``<key>/file`` (into ``paths``) and ``<key>/from_timestamp``)."""
 
-    root: str
+    root: str  # what errors name: the folder, or its URL without credentials
     fps: int
     cameras: tuple[str, ...]
     sizes: dict[str, tuple[int, int]]  # camera -> (height, width)
@@ -50,17 +65,72 @@ class Meta:
     left_out: tuple[str, ...]  # features that are not numbers or video (language, strings)
 
 
-def load(root: str | os.PathLike[str], episodes: Sequence[int] | None = None) -> Meta:
-    """The tables of the v3 dataset at ``root``; ``episodes``: only these (``episode_index``)."""
-    try:
+class Folder:
+    """The dataset's folder, local or at an fsspec URL: its files by path (joined with "/" on a
+    URL), each read whole, the numbered ones listed (the module's docstring says how)."""
+
+    def __init__(self, root: str | os.PathLike[str], storage: Storage = LOCAL) -> None:
+        given = os.fspath(root)
+        self.remote = is_remote(given)
+        self.path = given.rstrip("/") if self.remote else os.path.abspath(local_path(given))
+        self.storage = storage
+        self.name = storage.name(self.path)
+        self.lists = not self.remote or Storage.protocol(self.path) not in ("http", "https")
+
+    def join(self, relative: str) -> str:
+        return f"{self.path}/{relative}" if self.remote else os.path.join(self.path, relative)
+
+    def read(self, path: str) -> bytes:
+        """The whole file; FileNotFoundError naming it where it is missing."""
+        if not self.remote:
+            with open(path, "rb") as f:
+                return f.read()
+        return self.storage.call(path, "reading", lambda fs: fs.cat_file(path))
+
+    def parquet(self, path: str):
         import pyarrow as pa  # type: ignore[import-untyped]  # no stubs
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+        data = self.read(path)
+        try:
+            return pq.read_table(pa.BufferReader(data))
+        except (pa.ArrowInvalid, OSError) as e:
+            raise ValueError(f"{self.storage.name(path)!r} is not a readable parquet file: {first_line(e)}") from None
+
+    def numbered(self, folder: str, pattern: str, chunks_size: int) -> list[str]:
+        """The files ``folder/*/*.parquet`` in the sorted order of their paths: listed, or tried
+        by their numbers (``pattern``) up to the first missing where the filesystem cannot list."""
+        if not self.remote:
+            return sorted(glob.glob(os.path.join(self.path, folder, "*", "*.parquet")))
+        if self.lists:
+            wanted, scheme = self.join(f"{folder}/*/*.parquet"), scheme_of(self.path)[0]
+            found = self.storage.call(wanted, "listing", lambda fs: fs.glob(wanted))
+            return sorted(f if has_scheme(f) else scheme + f for f in found)
+        out: list[str] = []
+        chunk = file = 0
+        while True:
+            path = self.join(pattern.format(chunk_index=chunk, file_index=file))
+            try:
+                self.storage.size(path)
+            except FileNotFoundError:
+                return out
+            out.append(path)
+            chunk, file = (chunk + 1, 0) if file + 1 >= chunks_size else (chunk, file + 1)
+
+
+def load(root: str | os.PathLike[str], episodes: Sequence[int] | None = None, storage: Storage = LOCAL) -> Meta:
+    """The tables of the v3 dataset at ``root`` (a folder or an fsspec URL read through
+    ``storage``); ``episodes``: only these (``episode_index``)."""
+    try:
+        import pyarrow as pa
         import pyarrow.compute as pc  # type: ignore[import-untyped]
     except ImportError as e:
         raise ImportError("reading a LeRobot dataset's parquet tables needs pyarrow (pip install pyarrow; "
                           "lerobot[dataset] installs it)") from e
 
-    root = os.path.abspath(os.fspath(root))
-    info = _info(root)
+    folder = Folder(root, storage)
+    root = folder.name
+    info = _info(folder)
     fps = int(info["fps"])
     features: dict[str, dict[str, Any]] = info["features"]
     cameras = tuple(k for k, f in features.items() if f["dtype"] == "video")
@@ -88,8 +158,13 @@ def load(root: str | os.PathLike[str], episodes: Sequence[int] | None = None) ->
         if needed not in numeric:
             raise ValueError(f"{root!r}: meta/info.json has no {needed!r} feature (is it a LeRobot v3 dataset?)")
 
-    table = _parquets(root, "meta/episodes", [*_EPISODE_COLUMNS, *(f"videos/{c}/{x}" for c in cameras
-                                                                    for x in _CAMERA_COLUMNS)])
+    chunks_size = int(info.get("chunks_size") or _CHUNKS_SIZE)
+    table = _parquets(folder, "meta/episodes", [*_EPISODE_COLUMNS, *(f"videos/{c}/{x}" for c in cameras
+                                                                      for x in _CAMERA_COLUMNS)],
+                      pattern=_EPISODES_PATH, chunks_size=chunks_size)
+    if not folder.lists and "total_episodes" in info and table.num_rows != int(info["total_episodes"]):
+        raise ValueError(f"{root!r}: meta/episodes/chunk-000/file-000.parquet onwards hold {table.num_rows} episodes, "
+                         f"meta/info.json says {int(info['total_episodes'])} (a file missing from the numbering?)")
     if episodes is not None:
         wanted = np.asarray(sorted({int(e) for e in episodes}), np.int64)
         have = set(table.column("episode_index").to_pylist())
@@ -104,7 +179,7 @@ def load(root: str | os.PathLike[str], episodes: Sequence[int] | None = None) ->
         files = []
         for chunk, file in zip(table.column(f"videos/{c}/chunk_index").to_pylist(),
                                table.column(f"videos/{c}/file_index").to_pylist()):
-            path = os.path.join(root, info["video_path"].format(video_key=c, chunk_index=chunk, file_index=file))
+            path = folder.join(info["video_path"].format(video_key=c, chunk_index=chunk, file_index=file))
             if path not in where:
                 where[path] = len(paths)
                 paths.append(path)
@@ -112,23 +187,22 @@ def load(root: str | os.PathLike[str], episodes: Sequence[int] | None = None) ->
         eps[f"{c}/file"] = np.asarray(files, np.int64)
         eps[f"{c}/from_timestamp"] = table.column(f"videos/{c}/from_timestamp").to_numpy().astype(np.float64)
 
-    data_files = None if episodes is None else sorted(
+    data_files = None if episodes is None and folder.lists else sorted(
         {(int(a), int(b)) for a, b in zip(eps["data/chunk_index"], eps["data/file_index"])})
-    data = _parquets(root, "data", list(numeric), data_files, info.get("data_path"))
+    data = _parquets(folder, "data", list(numeric), data_files, info.get("data_path") or _DATA_PATH, chunks_size)
     if episodes is not None:
         data = data.filter(pc.is_in(data.column("episode_index"), value_set=pa.array(eps["episode_index"])))
     rows = {k: _column(data.column(k), shape, dtype, k) for k, (shape, dtype) in numeric.items()}
     episode_of_row = _episodes_of_rows(root, rows, eps)
     return Meta(root=root, fps=fps, cameras=cameras, sizes={c: _size(c, features[c]) for c in cameras},
                 features=numeric, rows=rows, episodes=eps, episode_of_row=episode_of_row, paths=paths,
-                tasks=_tasks(root), left_out=tuple(left_out))
+                tasks=_tasks(folder), left_out=tuple(left_out))
 
 
-def _info(root: str) -> dict[str, Any]:
-    path = os.path.join(root, "meta", "info.json")
+def _info(folder: Folder) -> dict[str, Any]:
+    root = folder.name
     try:
-        with open(path) as f:
-            info = json.load(f)
+        info = json.loads(folder.read(folder.join("meta/info.json")))
     except FileNotFoundError:
         raise FileNotFoundError(f"{root!r} is not a LeRobot dataset: it has no meta/info.json") from None
     version = str(info.get("codebase_version", ""))
@@ -138,28 +212,25 @@ def _info(root: str) -> dict[str, Any]:
     return info
 
 
-def _parquets(root: str, folder: str, columns: list[str], files: list[tuple[int, int]] | None = None,
-              pattern: str | None = None):
-    """The parquet files ``folder/chunk-*/file-*.parquet`` (or only ``files``, (chunk, file) pairs
-    placed by ``pattern``) read as one table of ``columns``, in the sorted order of their paths."""
-    import glob
-
+def _parquets(folder: Folder, sub: str, columns: list[str], files: list[tuple[int, int]] | None = None,
+              pattern: str = _DATA_PATH, chunks_size: int = _CHUNKS_SIZE):
+    """The parquet files ``sub/chunk-*/file-*.parquet`` (``Folder.numbered``; or only ``files``,
+    (chunk, file) pairs placed by ``pattern``) read as one table of ``columns``, in the sorted
+    order of their paths."""
     import pyarrow as pa
-    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     if files is None:
-        found = sorted(glob.glob(os.path.join(root, folder, "*", "*.parquet")))
+        found = folder.numbered(sub, pattern, chunks_size)
     else:
-        found = sorted(os.path.join(root, (pattern or "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet")
-                                    .format(chunk_index=c, file_index=f)) for c, f in files)
+        found = sorted(folder.join(pattern.format(chunk_index=c, file_index=f)) for c, f in files)
     if not found:
-        raise FileNotFoundError(f"{root!r} has no {folder}/chunk-*/file-*.parquet")
+        raise FileNotFoundError(f"{folder.name!r} has no {sub}/chunk-*/file-*.parquet")
     tables = []
     for path in found:
-        t = pq.read_table(path)
+        t = folder.parquet(path)
         absent = [c for c in columns if c not in t.column_names]
         if absent:
-            raise ValueError(f"{path!r} has no column {absent[0]!r}")
+            raise ValueError(f"{folder.storage.name(path)!r} has no column {absent[0]!r}")
         tables.append(t.select(columns))
     return pa.concat_tables(tables).combine_chunks()
 
@@ -219,12 +290,10 @@ def _size(camera: str, feature: dict[str, Any]) -> tuple[int, int]:
     raise ValueError(f"camera {camera!r}: no height and width in meta/info.json ({feature})")
 
 
-def _tasks(root: str) -> list[str]:
-    import pyarrow.parquet as pq
-
-    path = os.path.join(root, "meta", "tasks.parquet")
-    if not os.path.exists(path):
+def _tasks(folder: Folder) -> list[str]:
+    try:
+        t = folder.parquet(folder.join("meta/tasks.parquet"))
+    except FileNotFoundError:
         return []
-    t = pq.read_table(path)
     name = "task" if "task" in t.column_names else "__index_level_0__"
     return [str(s) for s in t.column(name).to_pylist()] if name in t.column_names else []

@@ -1,7 +1,8 @@
 """LeRobot datasets (format v3) read as LeRobot reads them, decoded in the loader's workers.
 
 ``dataset(root, delta_timestamps=..., episodes=...)`` describes the dataset at ``root`` (a local
-folder LeRobot's writer made, or its Hub snapshot); ``shmloader.Loader`` runs it. Sample ``i``
+folder LeRobot's writer made, its Hub snapshot, or either at an fsspec URL: ``s3://``, ``gs://``,
+``hf://``, ``https://``...); ``shmloader.Loader`` runs it. Sample ``i``
 holds what ``LeRobotDataset(repo_id, root=root, delta_timestamps=..., episodes=...)[i]`` holds,
 by the same keys (NOTE [ A LeRobot sample ] in ``shmloader._lerobot_read``):
 
@@ -27,14 +28,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._checks import check_choice, check_int, check_seconds
+from ._checks import check_int, check_seconds
 from ._lerobot_meta import load
 from ._lerobot_read import EpisodeReader, Layout, SharedEpisodes, describe, tables
 from .engine.source import Spec
+from .video.media import is_remote
+from .video.options import Reading
 
 __all__ = ["dataset"]
 
@@ -54,12 +57,18 @@ class Dataset:
 
     def __init__(self, root: str | os.PathLike[str], *, delta_timestamps: Mapping[str, Sequence[float]] | None,
                  episodes: Sequence[int] | None, tolerance_s: float, stretch: int, decoder: str,
-                 decode_threads: int) -> None:
+                 decode_threads: int, storage_options: Mapping[str, Any] | None = None,
+                 fetch: Mapping[str, Any] | None = None) -> None:
         check_int("stretch", stretch, 1)
-        check_int("decode_threads", decode_threads, 1)
-        check_choice("decoder", decoder, ("auto", "pyav", "decord"))
         check_seconds("tolerance_s", tolerance_s)
-        meta = load(root, episodes)
+        reading = Reading(decoder=decoder, decode_threads=decode_threads, storage_options=storage_options,
+                          fetch=fetch)
+        remote = is_remote(os.fspath(root))
+        if remote and decoder == "decord":
+            raise ValueError("decoder='decord' reads local files only; a remote dataset's videos are read by "
+                             "PyAV (decoder='auto' or 'pyav')")
+        storage = reading.storage()
+        meta = load(root, episodes, storage)
         self.root, self.fps, self.cameras = meta.root, meta.fps, list(meta.cameras)
         self.tasks, self.left_out = meta.tasks, list(meta.left_out)
         self.episodes = meta.episodes["episode_index"].tolist()
@@ -67,7 +76,8 @@ class Dataset:
         self.tolerance_s, self.stretch = float(tolerance_s), stretch
         self.layout = Layout(root=meta.root, cameras=dict(meta.sizes), features=dict(meta.features),
                              deltas=_deltas(self.delta_timestamps, meta.fps, tolerance_s, meta),
-                             tolerance_s=float(tolerance_s), decoder=decoder, decode_threads=decode_threads)
+                             tolerance_s=float(tolerance_s), decoder=decoder, decode_threads=decode_threads,
+                             storage=storage, remote=remote)
         self._arrays = tables(meta.rows, meta.episodes, meta.episode_of_row)
         self._paths = meta.paths
         self._groups = _stretches(meta.episode_of_row, stretch)
@@ -124,10 +134,20 @@ class Dataset:
 
 def dataset(root: str | os.PathLike[str], *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
             episodes: Sequence[int] | None = None, tolerance_s: float = 1e-4, stretch: int = _STRETCH,
-            decoder: str = "auto", decode_threads: int = 1) -> Dataset:
+            decoder: str = "auto", decode_threads: int = 1, storage_options: Mapping[str, Any] | None = None,
+            fetch: Mapping[str, Any] | None = None) -> Dataset:
     """The LeRobot v3 dataset at ``root`` as a source for ``shmloader.Loader``.
 
-    :param root: the dataset's folder (``meta/info.json``, ``data/``, ``videos/``).
+    A remote ``root`` (``s3://bucket/prefix/ds``, ``hf://datasets/org/name``,
+    ``https://host/ds``) is read where it lies: the metadata and the data's parquet files whole,
+    once, in this process; the videos by byte range in the workers, a group's frames of every
+    camera fetched together (NOTE [ Reading remote files ] in ``video.storage``), decoded by PyAV.
+    The numbered parquet files are listed by the filesystem; over http(s), which lists nothing,
+    ``meta/episodes``' files are tried in the writer's order (``chunk-000/file-000``,
+    ``file-001``...) up to the first missing and their episodes checked against ``meta/info.json``'s
+    ``total_episodes``, and the data files are those ``meta/episodes`` names.
+
+    :param root: the dataset's folder (``meta/info.json``, ``data/``, ``videos/``), or its fsspec URL.
     :param delta_timestamps: key -> offsets in seconds (multiples of ``1 / fps`` within
         ``tolerance_s``), as LeRobot takes them: a camera's, ``action``'s or any numeric feature's
         window, with ``<key>_is_pad``.
@@ -135,12 +155,20 @@ def dataset(root: str | os.PathLike[str], *, delta_timestamps: Mapping[str, Sequ
     :param tolerance_s: how far from the time asked a frame may start (LeRobot's check); further
         is an error naming the file, the episode and the time (``Loader(on_error=)`` decides).
     :param stretch: consecutive timesteps of an episode grouped for one decode pass.
-    :param decoder: ``"auto"`` (the probe's choice per file), ``"pyav"`` or ``"decord"``.
+    :param decoder: ``"auto"`` (the probe's choice per file; PyAV for remote files), ``"pyav"`` or
+        ``"decord"`` (local files only).
     :param decode_threads: decoding threads per worker.
+    :param storage_options: as ``VideoClips``' (``shmloader.Reading.storage_options``): the fsspec
+        filesystem's options (credentials, endpoint), or one dict per protocol.
+    :param fetch: as ``VideoClips``' (``shmloader.Reading.fetch``): the workers' remote reads
+        (``retries``, ``timeout``, ``block_size``, ``cache_bytes``, ``stat_ttl``).
     :raises ValueError: not a v3 dataset, a bad argument, an offset off the frame rate.
+    :raises FileNotFoundError: no ``meta/info.json`` or no ``meta/episodes`` or ``data`` file, or
+        one they name missing (named, never with credentials).
     """
     return Dataset(root, delta_timestamps=delta_timestamps, episodes=episodes, tolerance_s=tolerance_s,
-                   stretch=stretch, decoder=decoder, decode_threads=decode_threads)
+                   stretch=stretch, decoder=decoder, decode_threads=decode_threads,
+                   storage_options=storage_options, fetch=fetch)
 
 
 def _deltas(delta_timestamps: dict[str, list[float]], fps: int, tolerance_s: float, meta) -> dict[str, tuple[int, ...]]:
