@@ -44,11 +44,13 @@ def written(tmp_path_factory):
     return v3.write(str(tmp_path_factory.mktemp("lerobot") / "ds"))
 
 
-def epoch(source, **kw) -> dict[str, np.ndarray]:
+def epoch(source, stats: dict | None = None, **kw) -> dict[str, np.ndarray]:
     """One shuffled epoch through the loader (2 workers), the samples put back in order (of their
-    ``index``, the order of the data's rows here)."""
+    ``index``, the order of the data's rows here); ``stats``: filled with the loader's."""
     with shmloader.Loader(source, batch_size=4, workers=2, shuffle=True, seed=5, **kw) as loader:
         batches = [{k: v.copy() for k, v in b.items()} for b in loader]
+        if stats is not None:
+            stats.update(loader.stats())
     got = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
     order = np.argsort(got["index"])
     assert len(order) == len(source) and (np.diff(got["index"][order]) > 0).all()  # every sample once
