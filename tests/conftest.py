@@ -6,6 +6,7 @@ import gc
 import importlib.util
 import os
 import re
+import signal
 import time
 
 import psutil
@@ -26,6 +27,13 @@ if importlib.util.find_spec("triton") is not None:
 from shmloader.video.decord import import_decord  # noqa: E402
 
 import_decord()
+
+# A shell's background job (`make test &`, nohup) starts with Ctrl-C ignored, and an ignored signal
+# stays ignored in every process started from it: the tests' training scripts would not see the
+# Ctrl-C they are sent. Each test process takes Python's own handler back, as in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def pytest_xdist_auto_num_workers(config):
     """``make test``'s ``-n auto``: a test process per usable CPU, at most 4. Each test runs worker

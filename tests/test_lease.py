@@ -6,6 +6,7 @@ import gc
 import warnings
 
 import numpy as np
+import pytest
 
 import shmloader
 from shmloader.video.samples import read_codes
@@ -86,3 +87,22 @@ def test_mapping_outlives_close_while_batch_held(videos):
     del held
     gc.collect()
     assert our_mappings() == []
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_the_books_stay_the_rings_size_however_long_the_run(ordered):
+    """A long run keeps no record per batch delivered: after 1 500 batches the main process holds
+    no more batch records than the ring has slots (a record kept per batch grew memory and the
+    garbage collector's passes with the run)."""
+    from shmloader.engine.schedule import Batch
+
+    def records() -> int:
+        return sum(isinstance(o, Batch) for o in gc.get_objects())
+
+    before = records()  # another loader of this process may hold its own
+    src = shmloader.ArraySource({"x": np.arange(4000).reshape(1000, 4)})
+    with shmloader.Loader(src, batch_size=2, workers=1, epochs=3, ordered=ordered, slots=4) as loader:
+        delivered = sum(1 for _ in loader)
+        alive = records() - before
+    assert delivered == 1500
+    assert alive <= 4, alive

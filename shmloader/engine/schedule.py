@@ -123,7 +123,9 @@ class Scheduler:
         self.free = list(range(slots - 1, -1, -1))
         self.queue: deque[Task] = deque()  # tasks not yet sent to a worker
         self.inflight: dict[int, Batch] = {}  # by seq: insertion order is plan order
-        self._done: deque[Batch] = deque()  # completed, in completion order
+        # Completed batches in completion order, kept only when not ordered (ordered hands out
+        # the oldest in flight): a record kept per batch would grow with the run.
+        self._done: deque[Batch] = deque()
         self._start = start
         self._epochs = epochs
         self._ordered = ordered
@@ -266,7 +268,7 @@ class Scheduler:
 
     def _position_done(self, b: Batch, n: int = 1) -> None:
         b.pending -= n
-        if not b.pending:
+        if not b.pending and not self._ordered:
             self._done.append(b)
 
     def skip(self, task: Task, i: int, reason: str) -> None:
