@@ -169,6 +169,11 @@ class VideoInfo:
     # PyAV reads it for speed alone: decord reads it right too, and without a probe (the decoder
     # of its manifest row).
     pyav_faster: bool = False
+    # The codec's profile ("Main", "High"...) and whether frames are stored out of presentation
+    # order (B-frames): with the sizes and GOP, the file's shape the decoder is measured for
+    # (``video.measuring``). Unknown ("", False) in a manifest row.
+    profile: str = ""
+    bframes: bool = False
 
     def __post_init__(self) -> None:
         if self.media is not None and self.media.path != self.path:
@@ -289,7 +294,7 @@ def probe(path: str | Media, *, check: str = "headers", index: bool = True,
     return VideoInfo(path=media.path, frames=kept, height=shown_h, width=shown_w, fps=r.fps, duration=duration,
                      codec=r.codec, pix_fmt=first.format.name, rotation=rotation, container=r.container,
                      decoder="pyav" if pyav else "decord", problem="; ".join(problems), time_base=tb,
-                     pyav_faster=pyav == ["faster"],
+                     pyav_faster=pyav == ["faster"], profile=r.profile, bframes=bool(reorder),
                      pts=pts, keyframes=None if pts is None else r.keyframes,
                      durations=None if pts is None else r.durations,
                      decode_pos=None if pts is None else r.decode_pos, indexed=r.indexed,
