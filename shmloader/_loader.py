@@ -180,7 +180,7 @@ class Loader:
         running = source.for_workers() if isinstance(source, Described) else source
         config = pickle.dumps((list(sys.path), cloudpickle.dumps({
             "layout": self._layout, "slots": slots, "source": running, "transform": transform,
-            "seed": seed, "scratch": scratch,
+            "seed": seed, "scratch": scratch, "log_level": log.getEffectiveLevel(),
         })))
         self._engine = Engine(running, self._plan, self._layout, slots=slots, workers=nworkers, run=run,
                               start=self._start, epochs=epochs, ordered=ordered,
