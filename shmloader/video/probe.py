@@ -44,6 +44,15 @@ PyAV still reads what decord counts or turns wrong, and what PyAV reads faster:
   decord's on grouped reads: decord keeps them, and every shape not measured (FLV, other
   codecs, larger frames).
 
+That last bullet is a rule of thumb drawn from the shapes we wrote, and it misjudged files users
+have (Big Buck Bunny, 720p without B-frames, one GOP: decord by the rule, PyAV's by CPU): it is
+only the first guess. Where both decoders read a file exactly (``decord`` here, or ``pyav`` for
+speed alone, ``VideoInfo.pyav_faster``), a loader's worker with ``decoder="auto"`` measures the
+two on the files of each shape for the loader's own cut and keeps the faster
+(NOTE [ Measuring the decoder ] in ``video.measuring``); the evidence above still decides which
+files both may read. The rule alone decides a manifest row (``shmloader scan --measure-cut`` measures there)
+and a remote file; the other speed reasons (a long GOP, a long file) are not measured.
+
 PyAV seeks by the timestamps a probe reads, which a scan manifest's row does not hold: reading
 from a row, a worker probes such a file first (kept per worker, ``video.decoding``), which
 costs about what PyAV saves on a clip of a large frame (the results' probe column) and which a
