@@ -6,6 +6,7 @@ given to decord, and ``stats()`` reports each shape's choice and figures."""
 
 from __future__ import annotations
 
+import csv
 import logging
 
 import numpy as np
@@ -113,3 +114,24 @@ def test_a_far_clip_does_not_count_against_its_decoder(videos):
     assert m.pick(info) == (other, None) and m.chosen == {other: 1} and m.reads == 2 * TIMED
     report = m.report()[str(key)]
     assert report["decoder"] == other and report[f"{other}_ms"] < report[f"{info.decoder}_ms"]
+
+
+def test_a_pyav_row_stays_pyav_after_the_worker_probed_the_file(videos, tmp_path):
+    """A scan row may say pyav where a worker's own probe says decord (the scan's seek evidence
+    caught decord misreading the file, or PyAV measured faster): every read of it is PyAV's, the
+    second and later too (the worker probes the file for PyAV's timestamps at the first)."""
+    from .test_scan import rows_of, scan
+
+    path = videos[0][6]  # MPEG-4: decord by the probe
+    assert probe(path).decoder == "decord"
+    out = tmp_path / "m.csv"
+    scan([path], out, workers=1)
+    rows = rows_of(out)
+    rows[0]["decoder"] = "pyav"
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    clips = shmloader.VideoClips.from_csv(str(out), clip_len=4, size=(64, 64), decoder="auto")
+    _, stats = epochs_of(clips, 4, workers=1)
+    assert stats["pyav"] == 4 and not stats["decord"] and stats["probes"] == 1, stats

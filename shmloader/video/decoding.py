@@ -221,8 +221,8 @@ class Decoding:
         if info.media is not None and info.media.remote:
             name = "pyav"  # decord reads whole local files only (refused up front for decoder="decord")
         hit = self._probes.get(info.path)
-        if hit is not None and hit[1].decoder != info.decoder and self._choice == "auto":
-            info = hit[1]  # decord refused this file earlier: PyAV reads it
+        if hit is not None and hit[1].decoder == "pyav" != info.decoder and self._choice == "auto":
+            info = hit[1]  # decord refused this file earlier: PyAV reads it (a pyav row stays PyAV's)
             name = info.decoder
         width = info.width if size is None else size[1]
         measured: Shape | None = None  # the shape this read is timed for
