@@ -116,6 +116,35 @@ def test_a_far_clip_does_not_count_against_its_decoder(videos):
     assert report["decoder"] == other and report[f"{other}_ms"] < report[f"{info.decoder}_ms"]
 
 
+def test_scan_measures_a_cut_and_the_loader_trusts_its_rows(videos, tmp_path):
+    """``shmloader scan --measure-cut``: each file both decoders read exactly gets both figures and
+    the faster in its decoder column, an edit-list cut neither; the loader reads every row with its
+    row's decoder and measures nothing; a scan again for another cut measures again."""
+    from .test_scan import rows_of, scan
+
+    cut = cut_start(write_video(tmp_path / "src.mp4", 9, frames=48, size=(96, 128), gop=12),
+                    str(tmp_path / "cut.mp4"), 13)
+    paths = [videos[0][0], videos[0][6], cut]  # H.264, MPEG-4, an edit list
+    out = tmp_path / "m.csv"
+    r = scan(paths, out, workers=1, extra=["--measure-cut", "5,2,64x64"])
+    rows = rows_of(out)
+    assert list(rows[0])[-3:] == ["cut", "decord_ms", "pyav_ms"] and r.returncode == 0
+    for row in rows[:2]:
+        ms = {n: float(row[f"{n}_ms"]) for n in ("decord", "pyav")}
+        assert row["cut"] == "64x64, 5 frames every 2" and min(ms.values()) > 0
+        assert row["decoder"] == min(ms, key=ms.__getitem__), row
+    assert (rows[2]["decoder"], rows[2]["decord_ms"], rows[2]["pyav_ms"]) == ("pyav", "", "")
+    clips = shmloader.VideoClips.from_csv(str(out), clip_len=5, frame_step=2, size=(64, 64), clips_per_video=2)
+    _, stats = epochs_of(clips, 3, workers=1)
+    assert not stats["measured_reads"] and stats["decoder_shapes"] == {}
+    by = [row["decoder"] for row in rows]
+    assert stats["decord"] + stats["pyav"] >= 9 and all(stats[n] == 0 for n in ("decord", "pyav") if n not in by), stats
+    scan(paths, out, workers=1, extra=["--measure-cut", "8,1"])
+    assert [row["cut"] for row in rows_of(out)] == ["native, 8 frames every 1"] * 3
+    bad = scan(paths, tmp_path / "bad.csv", workers=1, expect_ok=False, extra=["--measure-cut", "8"])
+    assert "LEN,STEP[,HxW[,K]]" in bad.stderr
+
+
 def test_a_pyav_row_stays_pyav_after_the_worker_probed_the_file(videos, tmp_path):
     """A scan row may say pyav where a worker's own probe says decord (the scan's seek evidence
     caught decord misreading the file, or PyAV measured faster): every read of it is PyAV's, the

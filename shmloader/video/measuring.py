@@ -64,6 +64,33 @@ class Cut(NamedTuple):
         return (f"{self.size}, {self.length} frames every {self.step}"
                 + ("" if self.together == 1 else f", {self.together} clips a read"))
 
+    @classmethod
+    def parse(cls, text: str) -> Cut:
+        """``"LEN,STEP[,HxW[,K]]"`` (``shmloader scan --measure-cut``): clips of LEN frames every
+        STEP, decoded at HxW (default: the native size), K clips of a video a read (default 1)."""
+        parts = [p.strip() for p in text.split(",")]
+        try:
+            length, step = int(parts[0]), int(parts[1])
+            size = parts[2].lower() if len(parts) > 2 and parts[2] else "native"
+            together = int(parts[3]) if len(parts) > 3 else 1
+            if size != "native":
+                h, w = (int(x) for x in size.split("x"))
+                size = f"{h}x{w}"
+            ok = length >= 1 and step >= 1 and together >= 1 and len(parts) <= 4 and (size == "native" or h * w > 0)
+        except (ValueError, IndexError):
+            ok = False
+        if not ok:
+            raise ValueError(f"a cut to measure is LEN,STEP[,HxW[,K]] (e.g. 16,2,112x112), got {text!r}")
+        return cls(size, length, step, together)
+
+    @property
+    def decode_size(self) -> tuple[int, int] | None:
+        """``(height, width)`` of a cut given as ``HxW``; None for the native size."""
+        if "x" not in self.size or " " in self.size:
+            return None
+        h, w = self.size.split("x")
+        return int(h), int(w)
+
 
 class Shape(NamedTuple):
     """The files a measurement speaks for (``shape_of``)."""
@@ -194,7 +221,7 @@ def summary(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         mine = [r for r in records if r["shape"] == shape]
         out[shape] = {"decoder": dict(Counter(r["decoder"] for r in mine)), "rule": mine[0]["rule"],
                       "cut": mine[0]["cut"], "workers": len(mine),
-                      **{k: float(np.median([r[k] for r in mine])) for k in ("decord_ms", "pyav_ms")}}
+                      **{k: round(float(np.median([r[k] for r in mine])), 2) for k in ("decord_ms", "pyav_ms")}}
     return out
 
 
