@@ -180,7 +180,7 @@ class Loader:
         running = source.for_workers() if isinstance(source, Described) else source
         config = pickle.dumps((list(sys.path), cloudpickle.dumps({
             "layout": self._layout, "slots": slots, "source": running, "transform": transform,
-            "seed": seed, "scratch": scratch,
+            "seed": seed, "scratch": scratch, "log_level": log.getEffectiveLevel(),
         })))
         self._engine = Engine(running, self._plan, self._layout, slots=slots, workers=nworkers, run=run,
                               start=self._start, epochs=epochs, ordered=ordered,
@@ -264,8 +264,9 @@ class Loader:
         first batch. ``samples_per_worker_s``: decode rate of one busy worker. ``judged``: more
         than 8 batches handed out (fewer, and ``stats_line()`` says the run is too short to
         judge). ``recommended_workers``: workers needed to meet the consumer's demand (what it
-        consumed while not waiting) at that rate, at most one per CPU. After ``close()`` the
-        figures are the run's, frozen at close.
+        consumed while not waiting) at that rate, at most one per CPU. ``decoder_shapes`` (videos,
+        ``decoder="auto"``): per shape of file, the decoder each worker measured faster and the CPU
+        ms a read of each. After ``close()`` the figures are the run's, frozen at close.
         """
         return self._engine.stats(usable_cpus())
 

@@ -13,6 +13,7 @@ import pytest
 import shmloader
 from shmloader.video.decoders import DecoderLimit
 from shmloader.video.decoding import Decoding
+from shmloader.video.measuring import measurable
 from shmloader.video.probe import probe
 
 from ._needs import written_apart
@@ -72,13 +73,16 @@ def test_every_frame_is_the_one_libavformat_shows(variants, name, decoder):
                                      decoder=decoder, **kw)
         got, stats = samples(clips)
         assert len(got) == CLIPS
-        # Which decoder read it: the probe's choice, with no pass handed from decord to PyAV.
+        # Which decoder read it: the probe's choice, with no pass handed from decord to PyAV; both
+        # where both read it exactly (auto measures which is faster: NOTE [ Measuring the decoder ]).
         want = info.decoder if decoder == "auto" else decoder
         if decoder == "auto" and want == "decord" and mode != "native" and stats.get("decoder_fallbacks"):
             want = "pyav"  # a width decord cannot copy out on this CPU (see test_decord_limit...)
-        assert stats.get(want, 0) >= 1 and stats.get({"decord": "pyav", "pyav": "decord"}[want], 0) == 0, stats
-        if want == info.decoder:
-            assert not stats.get("decoder_fallbacks") and not stats.get("reprobes"), stats
+        other = stats.get({"decord": "pyav", "pyav": "decord"}[want], 0)
+        both = decoder == "auto" and measurable(info)
+        assert stats.get(want, 0) + (other if both else 0) >= 1 and (both or other == 0), stats
+        if want == info.decoder:  # measuring may try decord on a width it cannot copy out: once per worker
+            assert stats.get("decoder_fallbacks", 0) <= (2 if both else 0) and not stats.get("reprobes"), stats
         ref = expected(path, mode, info.rotation)
         h, w = ref.shape[1:3]
         if mode == "scale_crop" and name == "rotation":

@@ -150,9 +150,9 @@ class Engine:
         return self._ring
 
     def stats(self, cpus: int) -> dict[str, Any]:
-        """``Loader.stats``; ``cpus``: the CPUs the recommendation may ask for."""
-        return self._clock.report(self._stats, self._workers, cpus, slots=self._nslots,
-                                  leased=self._ring.leased)
+        """``Loader.stats``, then the source's ``report()``; ``cpus``: what the recommendation may ask for."""
+        s = self._clock.report(self._stats, self._workers, cpus, slots=self._nslots, leased=self._ring.leased)
+        return {**s, **getattr(self._source, "report", dict)()}
 
     # -------------------------------------------------------------- iteration
     def begin_pass(self) -> None:

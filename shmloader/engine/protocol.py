@@ -24,11 +24,13 @@ MAX_TASK_ITEMS = 1 << 16
 
 # worker -> loader: status, items in the task it answers, failure records that follow, busy seconds,
 # then what the source counted while reading them (``COUNTS``, e.g. decodes by decord and by PyAV,
-# files probed, bytes fetched from remote storage, frames decoded and delivered)
-DONE = struct.Struct("<B3xIId11Q")
+# files probed, bytes fetched from remote storage, frames decoded and delivered, reads timed to
+# choose a decoder and the choices made)
+DONE = struct.Struct("<B3xIId14Q")
 # The source counters a reply carries, in DONE's order (by name from a source's ``counters()``).
 COUNTS = ("decord", "pyav", "decoder_fallbacks", "reprobes", "probes", "bytes_read", "requests",
-          "frames_decoded", "frames_lead", "frames_head", "frames_delivered")
+          "frames_decoded", "frames_lead", "frames_head", "frames_delivered", "measured_reads", "chose_decord",
+          "chose_pyav")
 NO_COUNTS = (0,) * len(COUNTS)
 ST_DONE = 0
 ST_READY = 2

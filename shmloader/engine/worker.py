@@ -64,6 +64,19 @@ def _error_payload(exc: BaseException) -> bytes:
     return data
 
 
+def _log_like_the_loader(level: int | None) -> None:
+    """The ``shmloader`` logger's lines below WARNING (a source's DEBUG lines: which decoder it
+    chose) to stderr, where the loader's own ``shmloader`` logger lets them through."""
+    import logging
+
+    if level is not None and level < logging.WARNING:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"shmloader worker {os.getpid()}: %(message)s"))
+        logger = logging.getLogger("shmloader")
+        logger.setLevel(level)
+        logger.addHandler(handler)
+
+
 def main(argv: list[str]) -> int:
     # Ctrl-C reaches the whole process group: only the training process reports it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -86,6 +99,7 @@ def main(argv: list[str]) -> int:
     from .ring import attach_views
 
     cfg = pickle.loads(payload)
+    _log_like_the_loader(cfg.get("log_level"))
     nslots = cfg["slots"]
     slots = attach_views(ring_fd, cfg["layout"], nslots)
     batch_size = cfg["layout"].batch_size

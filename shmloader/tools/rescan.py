@@ -56,12 +56,13 @@ def unchanged(path: str, recorded: tuple[str, str], storage: Storage) -> bool:
     return now == list(recorded)
 
 
-def earlier_rows(out: str, columns: tuple[str, ...]) -> Iterator[dict]:
+def earlier_rows(out: str, columns: tuple[str, ...], measured: tuple[str, ...] = ()) -> Iterator[dict]:
     """The rows of the scan manifest ``out`` written by an earlier run, lazily. Rows of a manifest
     from before the ``check`` column have it empty; those from before the audio columns have
-    none (``tools.scan`` reads their audio)."""
+    none (``tools.scan`` reads their audio); those of a run that did not measure the decoders,
+    none of the ``measured`` columns."""
     for row in read_manifest(out, columns, "a scan manifest", "pass --overwrite or another --out",
-                             optional=(("check",), AUDIO_COLUMNS)):
+                             optional=(("check",), AUDIO_COLUMNS) + ((measured,) if measured else ())):
         row.setdefault("check", "")
         yield row
 

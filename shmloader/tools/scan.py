@@ -24,7 +24,12 @@ is where its sound starts, in seconds after the video's first frame.
 ``decoder`` is the one the loader will use reading from the row (see NOTE [ Which decoder reads
 a file ] in ``video.probe``: decord also for a file PyAV reads only for speed, as PyAV would need
 a probe first; with ``--check keyframes`` or ``frames`` a file decord would read is checked by
-seeking into it); ``problem`` is empty when the file is fine, else ``unreadable: ...``,
+seeking into it). With ``measure_cut`` (``--measure-cut LEN,STEP[,HxW[,K]]``), three columns
+follow ``COLUMNS``: ``cut``, ``decord_ms``, ``pyav_ms``: where both decoders read a file exactly,
+each is timed on a few seeded clips of that cut (``tools.evidence.measure_decoders``) and
+``decoder`` is the one that took less CPU a read; the loader reads such a row with its decoder
+and measures nothing (a ``pyav`` row costs a worker a probe of the file first, kept for later
+clips). ``problem`` is empty when the file is fine, else ``unreadable: ...``,
 ``damaged at frame N``, ``truncated at frame N of M``, ``size change at frame N``, ``edit list
 drops N frames``, ``timestamp gap at frame N``, ``variable frame rate``, ``decord seeks wrong
 at frame N (read by PyAV)``... (``; `` between several). A probe that passes ``timeout`` or
@@ -57,8 +62,9 @@ from ..video.manifest import URL, VIDEO_EXTENSIONS, iter_manifest, walk_folder
 from .._checks import check_choice, check_int, check_seconds
 from .._cpus import usable_cpus
 from .audioprobe import AUDIO_COLUMNS, audio_cells, with_audio
-from .evidence import probe_with_evidence
+from .evidence import measure_decoders, probe_with_evidence
 from .interrupts import held, stoppable
+from ..video.measuring import Cut
 from ..video.media import is_remote, member_url, split_member
 from ..video.probe import CHECKS
 from .rescan import changed, check_fail_on, count, earlier_rows, stale
@@ -73,6 +79,8 @@ COLUMNS = ("path", "label", "frames", "width", "height", "fps", "duration", "cod
            "decoder", "problem", "bytes", "mtime_ns", "offset", "check", *AUDIO_COLUMNS)
 # Written after COLUMNS when an input manifest has either (time spans, in seconds).
 SPAN_COLUMNS = ("start", "end")
+# Written after COLUMNS with measure_cut: the cut, and CPU ms a read of it by each decoder.
+MEASURE_COLUMNS = ("cut", "decord_ms", "pyav_ms")
 
 # Probes kept for rows that name a file again (the spans of one video usually follow each other).
 _RECENT = 4096
@@ -171,15 +179,17 @@ def _remote_folder(prefix: str, storage: Storage, extensions, passed_over) -> It
             yield u, classes.index(r.split("/", 1)[0]), None, {}
 
 
-def _columns(inputs: list[str]) -> tuple[str, ...]:
-    """The manifest's columns: ``COLUMNS``, and ``SPAN_COLUMNS`` when an input manifest has a span column."""
+def _columns(inputs: list[str], measure: bool) -> tuple[str, ...]:
+    """The manifest's columns: ``COLUMNS``, ``MEASURE_COLUMNS`` where ``measure``, and
+    ``SPAN_COLUMNS`` when an input manifest has a span column."""
+    columns = COLUMNS + (MEASURE_COLUMNS if measure else ())
     for item in inputs:
         item = os.fspath(item)
         if os.path.isfile(item) and item.lower().endswith((".csv", ".json")):
             row = next((r for _, _, r in iter_manifest(os.path.abspath(item), label_column=None)), {})
             if any(c in row for c in SPAN_COLUMNS):
-                return COLUMNS + SPAN_COLUMNS
-    return COLUMNS
+                return columns + SPAN_COLUMNS
+    return columns
 
 
 def blank_row(path: str, label: int, problem: str = "") -> dict[str, Any]:
@@ -190,10 +200,11 @@ def blank_row(path: str, label: int, problem: str = "") -> dict[str, Any]:
 
 
 def probe_row(path: str, label: int, check: str, storage: Storage, place: tuple[int, int] | None = None,
-         earlier: dict | None = None, faster: bool = False) -> dict:
+         earlier: dict | None = None, faster: bool = False, cut: Cut | None = None) -> dict:
     """One manifest row (in a worker process); ``earlier`` (a row of an earlier run) is returned
     where the file's stamp has not changed since, its audio cells read where it has none.
-    ``faster``: a file PyAV reads for speed alone keeps ``pyav`` in its row (prepare's copies)."""
+    ``faster``: a file PyAV reads for speed alone keeps ``pyav`` in its row (prepare's copies).
+    ``cut``: the decoders timed on it where both read the file exactly (``MEASURE_COLUMNS``)."""
     if earlier is not None:
         try:
             member = split_member(path)
@@ -204,7 +215,7 @@ def probe_row(path: str, label: int, check: str, storage: Storage, place: tuple[
             stamp = None
         if stamp is not None and [str(x) for x in stamp] == [earlier["bytes"], earlier["mtime_ns"]]:
             return dict(earlier if AUDIO_COLUMNS[0] in earlier else with_audio(earlier, storage), _kept=True)
-        return dict(probe_row(path, label, check, storage, place), _changed=True)
+        return dict(probe_row(path, label, check, storage, place, cut=cut), _changed=True)
     row = blank_row(path, label)
     row["check"] = check
     try:
@@ -226,12 +237,17 @@ def probe_row(path: str, label: int, check: str, storage: Storage, place: tuple[
                problem="; ".join(p for p in (info.problem, why) if p), **audio)
     if info.keyframes is not None and len(info.keyframes):  # for the summary (not a column)
         row["_gop"] = round(info.frames / len(info.keyframes))
+    ms = None if cut is None else measure_decoders(info, cut)
+    if cut is not None:
+        row["cut"] = str(cut)
+    if ms is not None:
+        row.update(decord_ms=ms["decord"], pyav_ms=ms["pyav"], decoder=min(ms, key=ms.__getitem__))
     return row
 
 
 def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: str = "keyframes",
          timeout: float = 120.0, overwrite: bool = False, progress: bool = True,
-         storage_options: dict | None = None, fail_on: Iterable[str] = ()) -> dict:
+         storage_options: dict | None = None, fail_on: Iterable[str] = (), measure_cut: str | None = None) -> dict:
     """Probe every video the inputs name into the CSV manifest ``out``; returns a summary:
     ``{"rows", "resumed", "kept", "rechecked": {why: rows}, "decoders": {...}, "problems": {kind:
     rows}, "first": {kind: (path, problem)}, "unreadable", "unlabelled", "failed", "passed_over":
@@ -243,6 +259,9 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     that have no video extension; ``gops`` and ``short_sides`` count the readable rows by
     frames per keyframe (rows probed in this run) and by short side, for
     :func:`~shmloader.tools.rescan.preparing_pays`. ``storage_options``: for URLs, as ``VideoClips``'.
+    ``measure_cut``: ``"LEN,STEP[,HxW[,K]]"``, the decoders timed on each file both read exactly,
+    the faster in its row (``MEASURE_COLUMNS``); an earlier row measured for another cut, or
+    none, is done again.
 
     Where ``out`` holds rows of an earlier run of the same inputs (``resumed`` of them), a row
     is kept (``kept``) unless its file's size or modification time changed, ``check`` is deeper
@@ -253,6 +272,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
     if workers is not None:
         check_int("workers", workers, 1)
     check_seconds("timeout", timeout)
+    cut = None if measure_cut is None else Cut.parse(measure_cut)
     fail_on = check_fail_on(fail_on)
     passed_over: collections.Counter = collections.Counter()
     storage = Storage(storage_options, block_size=_SCAN_BLOCK)
@@ -265,13 +285,14 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
             raise FileNotFoundError(f"no such file or folder: {given!r}")
         if not (is_remote(given) or is_shards(given)) and os.path.realpath(given) == os.path.realpath(out):
             raise ValueError(f"--out {out!r} is one of the inputs: give another file for the manifest")
-    columns = _columns(inputs)
+    columns = _columns(inputs, cut is not None)
     todo = iter_inputs(inputs, passed_over=passed_over, storage=storage)
     first_item = next(todo, None)  # nothing to probe: an error (from_csv refuses an empty manifest)
     if first_item is None:
         raise ValueError(f"no video found in {inputs!r}")
     todo = itertools.chain([first_item], todo)
-    earlier = earlier_rows(out, columns) if os.path.exists(out) and not overwrite else iter(())
+    earlier = earlier_rows(out, columns, MEASURE_COLUMNS if cut else ()) if os.path.exists(out) and not overwrite \
+        else iter(())
     first = next(earlier, None)  # rows of an earlier run: the new rows are written beside them
     earlier = itertools.chain([first], earlier) if first is not None else earlier
     summary: dict[str, Any] = {"rows": 0, "resumed": 0, "kept": 0, "rechecked": collections.Counter(),
@@ -279,8 +300,7 @@ def scan(inputs: Iterable[str], out: str, *, workers: int | None = None, check: 
                "passed_over": passed_over, "first": {}, "unlabelled": 0, "failed": 0,
                "gops": collections.Counter(), "short_sides": collections.Counter()}
     with stoppable():  # NOTE [ A stop that leaves every output whole ]
-        work = _work(todo, earlier, check, storage,
-                     summary, out)
+        work = _work(todo, earlier, check, storage, summary, out, cut)
         backend = ProcessBackend(workers or usable_cpus(), _IN_FLIGHT)
         _write(out, first is not None, columns, work, earlier, summary, backend, timeout, fail_on,
                _total(inputs) if progress else None, progress)
@@ -299,28 +319,30 @@ class _Entry:
 
 
 def _work(todo: Iterator, earlier: Iterator[dict], check: str, storage: Storage, summary: dict,
-          out: str) -> Iterator[Work | Ready]:
+          out: str, cut: Cut | None) -> Iterator[Work | Ready]:
     """Each input's probe, or its earlier row where that stands (``resumed`` and ``rechecked``
     counted into ``summary``); ValueError where the earlier rows are not of these inputs."""
     for path, label, place, span in todo:
         entry = _Entry(path, label, span)
         old = next(earlier, None)
         if old is None:  # a file listed again (a video's spans) shares its probe
-            yield Work(probe_row, (path, label, check, storage, place), key=path, meta=entry)
+            yield Work(probe_row, (path, label, check, storage, place, None, False, cut), key=path, meta=entry)
             continue
         summary["resumed"] += 1
         if old["path"] != path:
             raise ValueError(f"{out!r} row {summary['resumed'] + 1} is {old['path']!r}, but the inputs "
                              f"list {path!r} there: not a scan of these inputs; pass --overwrite to start again")
         why = stale(old, check)
+        if why is None and cut is not None and old.get("cut") != str(cut):
+            why = "measured for another cut" if old.get("cut") else "not measured"
         moved = changed(old) if why is None else True
         if why is None and moved:
             why = "changed since"
         if why is not None:
             summary["rechecked"][why] += 1
-            yield Work(probe_row, (path, label, check, storage, place), key=path, meta=entry)
+            yield Work(probe_row, (path, label, check, storage, place, None, False, cut), key=path, meta=entry)
         elif moved is None or AUDIO_COLUMNS[0] not in old:  # remote, or no audio cells: its worker
-            yield Work(probe_row, (path, label, check, storage, place, old), meta=entry)  # compares the stamp
+            yield Work(probe_row, (path, label, check, storage, place, old, False, cut), meta=entry)  # compares the stamp
         else:
             yield Ready(dict(old, _kept=True), entry)
 

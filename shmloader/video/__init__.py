@@ -13,6 +13,7 @@ What lives here, a module a line:
 - ``reader``: ``ClipReader``, sample ids in, arrays out, in any process
 - ``sampling``: which frames, scale and crop windows (pure numpy, before decoding)
 - ``decoding``: a reader's probes (cached) and its choice of decoder per file
+- ``measuring``: the faster decoder per shape of file, measured in each worker (``decoder="auto"``)
 - ``stamps``: frames found by their times on a file's own timeline, decoded in one pass per file
 - ``probe``: what a file holds (``VideoInfo``) and which decoder reads it
 - ``packets``: one read of a file's packets: timeline, keyframes, byte spans

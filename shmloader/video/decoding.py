@@ -2,7 +2,10 @@
 (the probe's, or the user's ``decoder=``), and what decord was found unable to do on this
 machine — a decode size whose row alignment decord cannot copy out (it depends on the CPU's
 SIMD), found by behaviour once per worker and width, never from a list. Those go to PyAV, whose
-pixels equal decord's at every size where decord works (the same scaler and flags).
+pixels equal decord's at every size where decord works (the same scaler and flags). Given a
+``Measuring`` (a ``ClipReader``'s, with ``decoder="auto"``), a file both decoders read exactly
+goes to the one measured faster for its shape (NOTE [ Measuring the decoder ] in
+``video.measuring``), the probe's choice until then.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from .audio import read_audio
 from .audiobytes import audio_only, audio_ranges
 from .decoders import DecoderLimit
 from .decord import Decord
+from .measuring import Measuring, Shape, measurable, timed
 from .probe import VideoInfo, probe
 from .pyav import PyAV, OffTimeline, byte_ranges
 from .storage import LOCAL, Storage, first_line
@@ -40,10 +44,12 @@ class Decoding:
     """A worker's decoders: the probe of each file (cached), the choice per file, and the
     sizes decord was found unable to produce on this CPU (sent to PyAV from then on)."""
 
-    def __init__(self, threads: int, choice: str = "auto", storage: Storage = LOCAL) -> None:
+    def __init__(self, threads: int, choice: str = "auto", storage: Storage = LOCAL,
+                 measuring: Measuring | None = None) -> None:
         self._threads = threads
         self._choice = choice
         self.storage = storage
+        self.measuring = measuring if choice == "auto" else None  # None: the probe's choice stands
         self._decoders: dict[str, Decord | PyAV] = {}
         self._probes: OrderedDict[str, tuple[tuple[int, int], VideoInfo]] = OrderedDict()
         self._probed_frames = 0
@@ -215,17 +221,21 @@ class Decoding:
         if info.media is not None and info.media.remote:
             name = "pyav"  # decord reads whole local files only (refused up front for decoder="decord")
         hit = self._probes.get(info.path)
-        if hit is not None and hit[1].decoder != info.decoder and self._choice == "auto":
-            info = hit[1]  # decord refused this file earlier: PyAV reads it
+        if hit is not None and hit[1].decoder == "pyav" != info.decoder and self._choice == "auto":
+            info = hit[1]  # decord refused this file earlier: PyAV reads it (a pyav row stays PyAV's)
             name = info.decoder
         width = info.width if size is None else size[1]
+        measured: Shape | None = None  # the shape this read is timed for
+        if self.measuring is not None and width not in self.unsupported and measurable(info):
+            name, measured = self.measuring.pick(info)
         refused = None
         if name == "decord" and (self._choice == "decord" or width not in self.unsupported):
             seen = damage_seen()
             try:
-                got = self.decoder("decord").decode(info, size, frames, out)
+                got, cpu = timed(lambda: self.decoder("decord").decode(info, size, frames, out))
                 if damage_seen() == seen or self._choice == "decord":
                     self.decodes["decord"] += 1
+                    self._measured(measured, "decord", cpu, frames, info)
                     return got
                 # FFmpeg complained about the bitstream inside decord, which then may return a
                 # neighbouring frame for a damaged one: PyAV, which marks damaged frames, decides.
@@ -247,7 +257,9 @@ class Decoding:
             if info.pts is None:  # a manifest row: PyAV seeks by the timestamps a probe reads
                 info = self.info(info.path)
             try:
-                got = self.decoder("pyav").decode(info, size, frames, out)
+                got, cpu = timed(lambda: self.decoder("pyav").decode(info, size, frames, out))
+                if name == "pyav":
+                    self._measured(measured, "pyav", cpu, frames, info)
             except OffTimeline:
                 info = self._full_probe(info)
                 got = self.decoder("pyav").decode(info, size, frames, out)
@@ -258,6 +270,11 @@ class Decoding:
                 raise
             # Neither reads it: say both reasons (the worker adds the file's name).
             raise ValueError(f"{first_line(e, 160)}; decord: {first_line(refused, 160)}") from e
+
+    def _measured(self, shape: Shape | None, name: str, cpu: float, frames: np.ndarray, info: VideoInfo) -> None:
+        """A read timed for ``shape``'s measurement went as asked (``name`` gave the frames)."""
+        if shape is not None and self.measuring is not None and info.keyframes is not None:
+            self.measuring.done(shape, name, cpu, frames, info.keyframes)
 
 
 def _weight(info: VideoInfo) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .media import Media
-from .packets import Pass, byte_spans, indexed_end, sequence_headers
+from .packets import Pass, byte_spans, indexed_end, profile_of, sequence_headers
 from .storage import Storage
 
 __all__ = ["from_index", "audio_packets", "INDEXED_MIN_FRAMES", "US"]
@@ -60,6 +60,7 @@ def from_index(c, media: Media, touched: list, storage: Storage) -> Pass | None:
     cc.thread_count = 1
     r = Pass()
     r.container, r.codec, r.declared = "mov", cc.codec.canonical_name, n
+    r.profile = profile_of(cc)
     r.time_base = fraction(s.time_base) or Fraction(1, 1)
     touched.append(True)
     head = _gop(c, s, r, first=True)

@@ -17,7 +17,7 @@ import numpy as np
 from .media import Media
 from .storage import Storage
 
-__all__ = ["Pass", "read_open", "RawStream", "NoFrameBoundary", "RAW_EXTENSIONS", "RAW_GAP", "indexed_end",
+__all__ = ["Pass", "read_open", "profile_of", "RawStream", "NoFrameBoundary", "RAW_EXTENSIONS", "RAW_GAP", "indexed_end",
            "byte_spans", "timeline", "median_step", "index_of", "sequence_headers", "open_gop"]
 
 # Frames a probe decodes, where the decoder reorders, to see that decoded stamps follow
@@ -38,6 +38,7 @@ class Pass:
 
     container: str
     codec: str
+    profile = ""  # the codec's profile ("Main", "High"...), "" where the codec names none
     declared: int  # the frame count the container declares (0: none)
     time_base: Fraction
     dropped: int  # frames an edit list drops
@@ -64,6 +65,14 @@ class Pass:
 
     def __init__(self) -> None:
         self.sizes: list[tuple[int, int, int]] = []  # (frame index, height, width) at each size
+
+
+def profile_of(cc: Any) -> str:
+    """The profile a codec context names ("Main", "High"...), "" where none (or an old PyAV)."""
+    try:
+        return str(cc.profile or "")
+    except Exception:
+        return ""
 
 
 class NoFrameBoundary(ValueError):
@@ -124,6 +133,7 @@ def read_open(c, media: Media, decode: str, storage: Storage, raw: RawStream | N
     # keyframe (a stream-copied cut of a short clip) no frame would come out at all.
     r.container = c.format.name.split(",")[0]
     r.codec = cc.codec.canonical_name
+    r.profile = profile_of(cc)
     r.declared = int(s.frames or 0)
     r.time_base = fraction(s.time_base) or Fraction(1, 1)
     end = indexed_end(s)

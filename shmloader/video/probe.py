@@ -44,6 +44,15 @@ PyAV still reads what decord counts or turns wrong, and what PyAV reads faster:
   decord's on grouped reads: decord keeps them, and every shape not measured (FLV, other
   codecs, larger frames).
 
+That last bullet is a rule of thumb drawn from the shapes we wrote, and it misjudged files users
+have (Big Buck Bunny, 720p without B-frames, one GOP: decord by the rule, PyAV's by CPU): it is
+only the first guess. Where both decoders read a file exactly (``decord`` here, or ``pyav`` for
+speed alone, ``VideoInfo.pyav_faster``), a loader's worker with ``decoder="auto"`` measures the
+two on the files of each shape for the loader's own cut and keeps the faster
+(NOTE [ Measuring the decoder ] in ``video.measuring``); the evidence above still decides which
+files both may read. The rule alone decides a manifest row (``shmloader scan --measure-cut`` measures there)
+and a remote file; the other speed reasons (a long GOP, a long file) are not measured.
+
 PyAV seeks by the timestamps a probe reads, which a scan manifest's row does not hold: reading
 from a row, a worker probes such a file first (kept per worker, ``video.decoding``), which
 costs about what PyAV saves on a clip of a large frame (the results' probe column) and which a
@@ -169,6 +178,11 @@ class VideoInfo:
     # PyAV reads it for speed alone: decord reads it right too, and without a probe (the decoder
     # of its manifest row).
     pyav_faster: bool = False
+    # The codec's profile ("Main", "High"...) and whether frames are stored out of presentation
+    # order (B-frames): with the sizes and GOP, the file's shape the decoder is measured for
+    # (``video.measuring``). Unknown ("", False) in a manifest row.
+    profile: str = ""
+    bframes: bool = False
 
     def __post_init__(self) -> None:
         if self.media is not None and self.media.path != self.path:
@@ -289,7 +303,7 @@ def probe(path: str | Media, *, check: str = "headers", index: bool = True,
     return VideoInfo(path=media.path, frames=kept, height=shown_h, width=shown_w, fps=r.fps, duration=duration,
                      codec=r.codec, pix_fmt=first.format.name, rotation=rotation, container=r.container,
                      decoder="pyav" if pyav else "decord", problem="; ".join(problems), time_base=tb,
-                     pyav_faster=pyav == ["faster"],
+                     pyav_faster=pyav == ["faster"], profile=r.profile, bframes=bool(reorder),
                      pts=pts, keyframes=None if pts is None else r.keyframes,
                      durations=None if pts is None else r.durations,
                      decode_pos=None if pts is None else r.decode_pos, indexed=r.indexed,

@@ -30,6 +30,7 @@ from ..engine.source import Spec, seeded
 from .audio import audio_spec, clip_spans
 from .decoding import Decoding
 from .manifest import row_info
+from .measuring import ChoiceLog, Cut, Measuring, decode_cost
 from .media import split_member
 from .options import Audio, Pixels, Reading, Sampling
 from .probe import UNORDERED, VideoInfo
@@ -80,11 +81,13 @@ class ClipReader:
 
     :param clips: the dataset's description.
     :param probes: the probes a loader's workers share (``video.probestore``); None elsewhere.
+    :param choices: where the decoders measured per shape are told to the loader (``video.measuring``).
     """
 
-    def __init__(self, clips: Clips, probes: ProbeStore | None = None) -> None:
+    def __init__(self, clips: Clips, probes: ProbeStore | None = None, choices: ChoiceLog | None = None) -> None:
         self.clips = clips
-        self.decoding = Decoding(clips.reading.decode_threads, clips.reading.decoder, clips.storage)
+        measuring = None if clips.remote else Measuring(cut_of(clips), choices)
+        self.decoding = Decoding(clips.reading.decode_threads, clips.reading.decoder, clips.storage, measuring)
         self._shared = probes
         # Frames a decoder goes through for each pass, from the keyframes it decodes from (all of
         # them, lead = those no clip shows, head = those before each pass's first frame) and the
@@ -119,11 +122,15 @@ class ClipReader:
 
     def counters(self) -> dict[str, int]:
         """Decodes by decord and by PyAV, decodes decord handed to PyAV, probes read again (an
-        index-read timeline found wrong), files probed, and bytes and requests fetched from
-        remote storage so far (``engine.protocol.COUNTS``)."""
-        d = self.decoding
+        index-read timeline found wrong), files probed, bytes and requests fetched from remote
+        storage, and reads timed to measure the decoders and the shapes each was chosen for
+        (NOTE [ Measuring the decoder ]) so far (``engine.protocol.COUNTS``)."""
+        d, m = self.decoding, self.decoding.measuring
+        measured = {} if m is None else {"measured_reads": m.reads, "chose_decord": m.chosen["decord"],
+                                         "chose_pyav": m.chosen["pyav"]}
         return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
-                "reprobes": d.reprobes, "probes": d.probes, **self.clips.storage.counters(), **self.frames}
+                "reprobes": d.reprobes, "probes": d.probes, **self.clips.storage.counters(), **self.frames,
+                **measured}
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it (NOTE [ Where a probe comes from ])."""
@@ -321,18 +328,15 @@ def sample_spec(clips: Clips) -> Spec:
     return spec
 
 
-def decode_cost(union: np.ndarray, keyframes: np.ndarray) -> tuple[int, int]:
-    """Frames a seeking decoder goes through to show the sorted frames ``union``, and how many of
-    them come before the first: it seeks to the keyframe at or before a frame whenever that
-    keyframe lies past what it has decoded, else it decodes on (decord's ``get_batch`` and PyAV's
-    seek + decode forward both do; skipping non-reference frames is not counted)."""
-    frames = np.asarray(union, np.int64)
-    kf = np.asarray(keyframes, np.int64)
-    key = kf[np.maximum(np.searchsorted(kf, frames, side="right") - 1, 0)]
-    key = np.minimum(key, frames)  # a frame before the first keyframe: decoded from itself
-    prev = np.concatenate([[-1], frames[:-1]])
-    start = np.where(key > prev, key, prev + 1)
-    return int((frames - start + 1).sum()), int(frames[0] - start[0])
+def cut_of(clips: Clips) -> Cut:
+    """What ``clips``' reader reads of each file, as a decoder measurement is for it."""
+    sm, px = clips.sampling, clips.pixels
+    size = clips.decode_size
+    scale = px.short_side
+    what = (f"short side {scale[0]}" + ("" if scale[0] == scale[1] else f"-{scale[1]}") if scale is not None else
+            "native" if size is None else f"{size[0]}x{size[1]}")
+    together = sm.clips_per_sample * (sm.clips_per_video if clips.reading.group_clips else 1)
+    return Cut(what, sm.length, 0 if sm.fps is not None else sm.frame_step, together)
 
 
 def _starts(info: VideoInfo, pts: np.ndarray | None, probed: Callable[[], VideoInfo]

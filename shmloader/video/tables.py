@@ -1,5 +1,6 @@
 """What one loader's workers run for a ``VideoClips``: the description's columns in one shared
-segment, and the probes of its remote files shared by the workers.
+segment, the probes of its remote files shared by the workers, and the decoders they measured
+per shape of file (``video.measuring``), which ``Loader.stats()`` reports.
 
 The columns (paths, and labels, spans, a scan manifest's probe columns, tar members' places) go
 to the workers as one ``memfd`` each maps, instead of unpickled into each, so a worker's memory
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec
+from .measuring import ChoiceLog, summary
 from .probestore import ProbeStore
 from .reader import ClipReader, Clips
 
@@ -39,6 +41,8 @@ class SharedClips:
         self._encoded = encoded
         self._table: SharedStrings | None = None
         self._probes: ProbeStore | None = None
+        self._choices: ChoiceLog | None = None
+        self._chosen: dict[str, Any] = {}  # the workers' choices as last read (kept past release)
         self._reader: ClipReader | None = None  # in a worker (worker_init)
 
     def __len__(self) -> int:
@@ -65,13 +69,16 @@ class SharedClips:
             self._table = SharedStrings(encoded, columns)
             if vc.remote:
                 self._probes = ProbeStore(len(self._table))
+            elif vc.reading.decoder == "auto":
+                self._choices = ChoiceLog()
         return self._table
 
     @property
     def fds(self) -> tuple[int, ...]:
-        """Descriptors the workers must inherit (the shared columns, the shared probes)."""
+        """Descriptors the workers must inherit (the shared columns, the shared probes, the log
+        of measured choices)."""
         table = self._shared_table()
-        return (table.fd,) if self._probes is None else (table.fd, self._probes.fd)
+        return (table.fd, *(s.fd for s in (self._probes, self._choices) if s is not None))
 
     def acquire(self) -> None:
         """The engine starts: the segments stay until ``release``."""
@@ -85,6 +92,18 @@ class SharedClips:
         if self._probes is not None:
             self._probes.close()
             self._probes = None
+        if self._choices is not None:
+            self.report()  # kept for stats() after the loader closed
+            self._choices.close()
+            self._choices = None
+
+    def report(self) -> dict[str, Any]:
+        """``Loader.stats()``'s ``decoder_shapes``: per shape of file, the decoder the workers
+        measured faster (``video.measuring.summary``); absent where the decoder is not measured."""
+        if self._choices is not None:
+            self._chosen = summary(self._choices.records())
+        vc = self.clips
+        return {"decoder_shapes": self._chosen} if vc.reading.decoder == "auto" and not vc.remote else {}
 
     def __getstate__(self) -> dict[str, Any]:
         """For the loader's workers, which inherit the segments: the description without its
@@ -97,7 +116,7 @@ class SharedClips:
             if k in present:
                 described[k] = list(getattr(self.clips, k))
         return {"kind": type(self.clips), "described": described, "present": present,
-                "table": self._shared_table(), "probes": self._probes}
+                "table": self._shared_table(), "probes": self._probes, "choices": self._choices}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """In a worker: the description back, its columns views of the shared segment."""
@@ -117,10 +136,11 @@ class SharedClips:
         clips.__dict__.update(described)
         self.clips, self._encoded, self._table = clips, None, None
         self._probes, self._reader = state["probes"], None
+        self._choices, self._chosen = state["choices"], {}
 
     # ------------------------------------------------------------ a worker
     def worker_init(self) -> None:
-        self._reader = ClipReader(self.clips, probes=self._probes).load_decoders()
+        self._reader = ClipReader(self.clips, probes=self._probes, choices=self._choices).load_decoders()
 
     def counters(self) -> dict[str, int]:
         """What this worker's reader counted (``ClipReader.counters``); the loader's ``stats()``
