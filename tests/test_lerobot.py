@@ -139,6 +139,34 @@ def test_a_group_is_decoded_in_one_pass_per_file(written, seed):
     assert stats["frames_decoded"] - stats["frames_lead"] == 2 * len(ds)
 
 
+def test_the_order_is_the_seeds_for_any_worker_count_and_a_resume_goes_on_exactly(written):
+    """The shuffled order of an epoch is the seed's, whatever the workers; a loader resumed from
+    ``state()`` mid-epoch delivers the batches the uninterrupted run delivered after that point."""
+    ds = lerobot.dataset(written, delta_timestamps={"action": [0.0, 0.04]}, stretch=4)
+
+    def batches(workers, state=None, take=None):
+        with shmloader.Loader(ds, batch_size=3, workers=workers, shuffle=True, seed=9, epochs=2,
+                              state=state) as loader:
+            out = []
+            for b in loader:
+                out.append({k: v.copy() for k, v in b.items()})
+                if take is not None and len(out) == take:
+                    return out, loader.state()
+            return out, None
+
+    one, _ = batches(1)
+    two, _ = batches(2)
+    assert len(one) == len(two) == 2 * -(-len(ds) // 3)
+    for a, b in zip(one, two):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert sorted(np.concatenate([b["index"] for b in one[: len(one) // 2]]).tolist()) == list(range(len(ds)))
+    head, state = batches(2, take=7)
+    rest, _ = batches(2, state=state)
+    for a, b in zip(head + rest, two):
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert len(head) + len(rest) == len(two)
+
+
 def test_a_frame_outside_tolerance_is_refused_naming_file_episode_and_time(tmp_path):
     root = v3.write(str(tmp_path / "ds"), shift={2: 0.4 / v3.FPS})
     ds = lerobot.dataset(root)
