@@ -29,6 +29,8 @@ def omni(tmp_path_factory):
     """qwen-omni-utils' process_audio_info, its FFmpeg command line being imageio-ffmpeg's build
     (audioread runs `ffmpeg` from PATH)."""
     need("librosa")
+    # qwen-omni-utils imports audioread without declaring it (librosa before 1.0 brought it)
+    need("audioread", "audioread is not installed (qwen-omni-utils imports it; librosa 1.0 no longer brings it)")
     if not have_torchvision():  # qwen_omni_utils imports its vision half too
         pytest.skip("torchvision is not installed (make test installs it)")
     import_torchvision()
