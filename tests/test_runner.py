@@ -157,10 +157,11 @@ def test_a_timeout_is_tried_once_more_with_twice_the_time_then_fails(tmp_path):
     alone over twice that, then a timeout failure naming the retry's time; the rest answer."""
     folder = str(tmp_path)
     t0 = time.monotonic()
-    got = list(run([Work(hang_on, (folder, x, 1)) for x in range(4)], ProcessBackend(2, 2), timeout=0.5))
-    assert got[1].failure == Failure("timeout", seconds=1.0, tries=2)
+    # 3 s: the others' tries (instant) answer within it even on a machine busy with a whole suite
+    got = list(run([Work(hang_on, (folder, x, 1)) for x in range(4)], ProcessBackend(2, 2), timeout=3))
+    assert got[1].failure == Failure("timeout", seconds=6.0, tries=2)
     assert values(got[:1] + got[2:]) == [0, 4, 9] and tries(folder, 1) == 2
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 60
 
 
 def test_a_try_slow_once_answers_on_its_retry(tmp_path):
