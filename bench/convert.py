@@ -8,8 +8,9 @@ PyAV decoded from textured H.264 files (``workloads.write_textured``: a panning 
 under frame codes, libx264 preset medium CRF 23, as ffmpeg re-encodes Kinetics), and compares
 each alternative's pixels with today's.
 
-Cuts (source W x H -> output W x H): 340x256 -> 112x112 and native, 640x480 -> 224x224,
-1280x720 -> 112x112 and native. Rows (one block per cut, the rows of a block interleaved over
+Cuts (source W x H -> output W x H): 112x112 and 224x224 at their own size (a copy ``prepare``
+made at the clip's size), 340x256 -> 112x112 and native, 640x480 -> 224x224, 1280x720 -> 112x112
+and native. Rows (one block per cut, the rows of a block interleaved over
 ``--reps`` repetitions; each run converts the cut's ``--frames`` frames in turn for at least
 ``--duration`` s into one preallocated array, as ``PyAV.decode`` writes a clip):
 
@@ -36,7 +37,7 @@ The OpenCV rows need ``opencv-python-headless`` (not a dependency of shmloader):
 aside, e.g. ``pip install --no-deps --target /tmp/cv opencv-python-headless`` and
 ``PYTHONPATH=/tmp/cv``; without it they are left out (said in the notes).
 
-    python bench/convert.py                  # ~5 minutes on 2 cores after writing the videos
+    python bench/convert.py                  # ~7 minutes on 2 cores after writing the videos
     python bench/convert.py --rows graph,reformat --cuts "340x256 -> 112x112" --reps 3
 """
 
@@ -57,7 +58,9 @@ from report import fmt, table
 from workloads import write_textured, written
 
 # (name, source H x W, output H x W)
-CUTS = (("340x256 -> 112x112", (256, 340), (112, 112)),
+CUTS = (("112x112 -> native", (112, 112), (112, 112)),
+        ("224x224 -> native", (224, 224), (224, 224)),
+        ("340x256 -> 112x112", (256, 340), (112, 112)),
         ("340x256 -> native", (256, 340), (256, 340)),
         ("640x480 -> 224x224", (480, 640), (224, 224)),
         ("1280x720 -> 112x112", (720, 1280), (112, 112)),
