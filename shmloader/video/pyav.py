@@ -374,7 +374,13 @@ def _spoiled(info: VideoInfo, frames: np.ndarray, damaged: list[int]) -> int | N
 class _Scaler:
     """``scale=W:H,format=rgb24`` in a libavfilter graph, as decord builds it: the same swscale
     flags and steps, so PyAV's pixels equal decord's wherever decord can decode. Rebuilt when
-    the input frame's size or format changes (a stream that changes size mid-way)."""
+    the input frame's size or format changes (a stream that changes size mid-way).
+
+    Not ``VideoFrame.reformat`` with the same flags: from av 17 it scales through
+    ``sws_scale_frame``, which sites the chroma where the frame says (left, for H.264) while the
+    graph and decord centre it, so a scaled frame differs by up to 9 grey levels; it costs the
+    same (the bicubic resize is the cost, not the graph). Cheaper filters and OpenCV change the
+    pixels more (``bench/convert.py``, ``bench/results/convert-cpu2.md``)."""
 
     def __init__(self) -> None:
         self._key: tuple | None = None
