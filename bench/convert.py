@@ -46,7 +46,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from fractions import Fraction
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
@@ -94,31 +93,15 @@ def options(p) -> None:
 # ------------------------------------------------------------------------- the converters
 class Graph:
     """``scale=W:H[:OPTIONS],format=rgb24`` on one thread: today's ``_Scaler`` where ``options``
-    is None (the very class), else the same graph with those options of the scale filter."""
+    is None, else ``_Scaler`` with those options of the scale filter."""
 
     def __init__(self, options: str | None) -> None:
         from shmloader.video.pyav import _Scaler
 
-        self._options, self._scaler, self._key, self._graph = options, _Scaler(), None, None
+        self._scaler = _Scaler(options or "")
 
     def __call__(self, frame, w: int, h: int) -> np.ndarray:
-        if self._options is None:
-            return self._scaler(frame, w, h)
-        key = (frame.width, frame.height, frame.format.name, w, h)
-        if key != self._key:
-            from shmloader.video._av import filter_graph
-
-            g = filter_graph()
-            chain = [g.add_buffer(width=frame.width, height=frame.height, format=frame.format,
-                                  time_base=Fraction(1, 1000)),
-                     g.add("scale", f"{w}:{h}:{self._options}"), g.add("format", "rgb24"), g.add("buffersink")]
-            for a, b in zip(chain, chain[1:]):
-                a.link_to(b)
-            g.configure()
-            self._graph, self._key = g, key
-        frame.pts = None
-        self._graph.push(frame)
-        return self._graph.pull().to_ndarray()
+        return self._scaler(frame, w, h)
 
 
 def _reformat(frame, w: int, h: int) -> np.ndarray:

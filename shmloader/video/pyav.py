@@ -382,7 +382,8 @@ class _Scaler:
     same (the bicubic resize is the cost, not the graph). Cheaper filters and OpenCV change the
     pixels more (``bench/convert.py``, ``bench/results/convert-cpu2.md``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, options: str = "") -> None:
+        self._options = f":{options}" if options else ""  # more scale-filter options (bench/convert.py's variants)
         self._key: tuple | None = None
         self._graph: Any = None  # av.filter.Graph
 
@@ -396,7 +397,7 @@ class _Scaler:
             g = filter_graph()
             chain = [g.add_buffer(width=frame.width, height=frame.height, format=frame.format,
                                   time_base=Fraction(1, 1000)),
-                     g.add("scale", f"{width}:{height}"), g.add("format", "rgb24"), g.add("buffersink")]
+                     g.add("scale", f"{width}:{height}{self._options}"), g.add("format", "rgb24"), g.add("buffersink")]
             for a, b in zip(chain, chain[1:]):
                 a.link_to(b)
             g.configure()
