@@ -11,14 +11,48 @@ if _os.environ.pop("SHMLOADER_WORKER_STARTING", None):  # engine.pool.WORKER_ENV
     # here, before the imports below, not only once the worker's main() runs.
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
 
-from ._arrays import ArraySource, HDF5Source
-from ._calibrate import Calibration, CalibrationRow, calibrate
-from ._errors import LoaderError, SampleError, StateError, WorkerDiedError
-from ._function import FunctionSource
-from ._loader import Loader, eval_loader
-from .video.clips import VideoClips
-from .video.options import Audio, Pixels, Reading, Sampling
-from .tools.prepare import prepare
+from typing import TYPE_CHECKING
+
+# Where each public name lives. Imported on first use (PEP 562): ``import shmloader`` and every
+# worker process's start-up import only what they touch (a worker imports this package first,
+# then what its source needs).
+_WHERE = {"ArraySource": "._arrays", "HDF5Source": "._arrays", "Calibration": "._calibrate",
+          "CalibrationRow": "._calibrate", "calibrate": "._calibrate", "LoaderError": "._errors",
+          "SampleError": "._errors", "StateError": "._errors", "WorkerDiedError": "._errors",
+          "FunctionSource": "._function", "Loader": "._loader", "eval_loader": "._loader",
+          "VideoClips": ".video.clips", "Audio": ".video.options", "Pixels": ".video.options",
+          "Reading": ".video.options", "Sampling": ".video.options", "prepare": ".tools.prepare"}
+
+if TYPE_CHECKING:
+    from ._arrays import ArraySource, HDF5Source
+    from ._calibrate import Calibration, CalibrationRow, calibrate
+    from ._errors import LoaderError, SampleError, StateError, WorkerDiedError
+    from ._function import FunctionSource
+    from ._loader import Loader, eval_loader
+    from .video.clips import VideoClips
+    from .video.options import Audio, Pixels, Reading, Sampling
+    from .tools.prepare import prepare
+
+
+if not TYPE_CHECKING:  # type checkers see the names above, and nothing else
+    def __getattr__(name: str):
+        """A public name, or a subpackage or module (``shmloader.qwen``, ``shmloader.samples``),
+        imported on first use."""
+        import importlib.util
+
+        where = _WHERE.get(name)
+        if where is not None:
+            value = getattr(importlib.import_module(where, __name__), name)
+        elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            value = importlib.import_module(f"{__name__}.{name}")
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()[name] = value  # once: later lookups do not come here
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})
+
 
 __all__ = ["ArraySource", "Audio", "Calibration", "CalibrationRow", "FunctionSource", "HDF5Source", "Loader",
            "LoaderError", "Pixels", "Reading", "SampleError", "Sampling", "StateError", "VideoClips", "WorkerDiedError",
