@@ -28,6 +28,16 @@ from shmloader.video.decord import import_decord  # noqa: E402
 
 import_decord()
 
+# The tests' sources and transforms reach the workers by value, as a notebook's or a script's do
+# (cloudpickle): by reference, every worker would import the test module, and with it pytest and
+# this file (decord, triton), a quarter of a second of each worker's start-up. shmloader's own
+# classes still go by reference.
+import cloudpickle  # noqa: E402
+
+import tests  # noqa: E402
+
+cloudpickle.register_pickle_by_value(tests)
+
 # A shell's background job (`make test &`, nohup) starts with Ctrl-C ignored, and an ignored signal
 # stays ignored in every process started from it: the tests' training scripts would not see the
 # Ctrl-C they are sent. Each test process takes Python's own handler back, as in a terminal.
