@@ -376,6 +376,12 @@ def shm(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool =
     return _loader_pipeline(loader, iter(loader.as_dataset()), whole_epochs)
 
 
+def shm_grouped(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False) -> Pipeline:
+    """``shm`` with ``group_clips=True``: the ``CLIPS_PER_VIDEO`` clips of a video decoded in one
+    pass (one clip a sample still), measured over whole epochs."""
+    return shm(clips, wl, workers, batch_size, pin, whole_epochs=True, group_clips=True)
+
+
 # ------------------------------------------- 7. into PyTorch and JAX, no tf.data (issue 18)
 def shm_torch(clips: ClipSet, wl: Workload, workers: int, batch_size: int, pin: bool = False,
               grouped: bool = False) -> Pipeline:
@@ -426,6 +432,7 @@ LOADERS: dict[str, Callable[..., Pipeline]] = {
     "torch": torch_loader,
     "videoloader": video_loader,
     "shmloader": shm,
+    "shmloader-grouped": shm_grouped,
     "shm-torch": shm_torch,
     "shm-torch-grouped": shm_torch_grouped,
     "torch-dl": torch_tensors,

@@ -152,16 +152,18 @@ def spdl_decode_clip(clips: ClipSet, wl: Workload, epoch: int, sample: int) -> t
     path, label = clips.video(sample)
     fps, frames = _video_info(path)
     rng = np.random.default_rng((SEED, epoch, sample))
-    start = int(rng.integers(0, frames - wl.clip_len + 1))
-    packets = spdl.io.demux_video(path, timestamp=((start - 0.5) / fps, (start + wl.clip_len - 0.5) / fps))
+    start = int(rng.integers(0, frames - wl.span + 1))
+    packets = spdl.io.demux_video(path, timestamp=((start - 0.5) / fps, (start + wl.span - 0.5) / fps))
     h, w = wl.size
     filt = spdl.io.get_video_filter_desc(scale_width=w, scale_height=h, scale_mode=None, pix_fmt="rgb24")
+    if wl.frame_step > 1:  # every frame_step-th frame of the window, before it is scaled
+        filt = f"select='not(mod(n\\,{wl.frame_step}))',{filt}"
     decoded = spdl.io.decode_packets(packets, filter_desc=filt,
                                      decode_config=spdl.io.decode_config(decoder_options={"threads": "1"}))
     clip = spdl.io.to_numpy(spdl.io.convert_frames(decoded))
     if clip.shape[0] != wl.clip_len:
         raise RuntimeError(f"{path}: spdl decoded {clip.shape[0]} frames for the window of "
-                           f"frames {start}..{start + wl.clip_len - 1}")
+                           f"frames {start}..{start + wl.span - 1}, every {wl.frame_step}")
     if wl.py_iters:
         clip = np.array(clip)  # writable
         python_heavy(clip, wl.py_iters)
@@ -221,8 +223,8 @@ def torchcodec_decode_clip(clips: ClipSet, wl: Workload, epoch: int, sample: int
     dec = VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=1, seek_mode="approximate",
                        transforms=[Resize(size=wl.size)])
     rng = np.random.default_rng((SEED, epoch, sample))
-    start = int(rng.integers(0, len(dec) - wl.clip_len + 1))
-    clip = dec.get_frames_at(list(range(start, start + wl.clip_len))).data.numpy()
+    start = int(rng.integers(0, len(dec) - wl.span + 1))
+    clip = dec.get_frames_at(list(range(start, start + wl.span, wl.frame_step))).data.numpy()
     if wl.py_iters:
         python_heavy(clip, wl.py_iters)
     return clip, label

