@@ -156,8 +156,8 @@ def spdl_decode_clip(clips: ClipSet, wl: Workload, epoch: int, sample: int) -> t
     packets = spdl.io.demux_video(path, timestamp=((start - 0.5) / fps, (start + wl.span - 0.5) / fps))
     h, w = wl.size
     filt = spdl.io.get_video_filter_desc(scale_width=w, scale_height=h, scale_mode=None, pix_fmt="rgb24")
-    if wl.frame_step > 1:  # every frame_step-th frame of the window, before it is scaled
-        filt = f"select='not(mod(n\\,{wl.frame_step}))',{filt}"
+    if wl.frame_step > 1:  # every frame_step-th frame of the window by its time, before it is scaled
+        filt = f"select='not(mod(round(t*{fps})-{start}\\,{wl.frame_step}))',{filt}"
     decoded = spdl.io.decode_packets(packets, filter_desc=filt,
                                      decode_config=spdl.io.decode_config(decoder_options={"threads": "1"}))
     clip = spdl.io.to_numpy(spdl.io.convert_frames(decoded))
