@@ -190,11 +190,12 @@ def prepare(args, notes: list[str]) -> dict:
     from workloads import NAMED_SETS, default_workloads, list_clipset, make_clipset, named_folder
 
     if args.videos:
-        named = args.videos in NAMED_SETS
-        folder = named_folder(args.videos, args.cache) if named else args.videos
+        name = os.path.basename(args.videos)  # the harness made the argument a path
+        named = name in NAMED_SETS and not os.path.exists(args.videos)
+        folder = named_folder(name, args.cache) if named else args.videos
         clips = list_clipset(folder)
-        videos = {"folder": folder if not named else args.videos, "count": len(clips.paths),
-                  "about": f"the {args.videos} set (bench/workloads.py's NAMED_SETS)" if named
+        videos = {"folder": name if named else args.videos, "count": len(clips.paths),
+                  "about": f"the {name} set (bench/workloads.py's NAMED_SETS)" if named
                   else "files given by --videos"}
     else:
         h, w = args.video_size
