@@ -51,7 +51,8 @@ class Workload:
 
 def default_workloads(clip_len: int, small: int, large: int, py_iters: int,
                       frame_step: int = 1) -> dict[str, Workload]:
-    every = f", every {frame_step}th frame" if frame_step > 1 else ""
+    nth = {2: "2nd", 3: "3rd"}.get(frame_step, f"{frame_step}th")
+    every = f", every {nth} frame" if frame_step > 1 else ""
     return {
         "short": Workload("short", clip_len, (small, small), 0,
                           f"decode-bound {clip_len}x{small}x{small} clips{every}", frame_step),
