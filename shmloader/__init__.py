@@ -38,15 +38,12 @@ if not TYPE_CHECKING:  # type checkers see the names above, and nothing else
     def __getattr__(name: str):
         """A public name, or a subpackage or module (``shmloader.qwen``, ``shmloader.samples``),
         imported on first use."""
-        import importlib.util
+        import importlib
+
+        from ._lazy import submodule
 
         where = _WHERE.get(name)
-        if where is not None:
-            value = getattr(importlib.import_module(where, __name__), name)
-        elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-            value = importlib.import_module(f"{__name__}.{name}")
-        else:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(where, __name__), name) if where else submodule(__name__, name)
         globals()[name] = value  # once: later lookups do not come here
         return value
 

@@ -31,7 +31,8 @@ PUBLIC = {
 }
 
 # What each part may import from the package (NOTE: the subpackages' docstrings say the same).
-_SHARED = {"shmloader._errors", "shmloader._checks"}  # every part's: the exceptions, the argument checks
+# every part's: the exceptions, the argument checks, modules imported on first use
+_SHARED = {"shmloader._errors", "shmloader._checks", "shmloader._lazy"}
 ALLOWED = {
     "engine": _SHARED | {"shmloader.engine"},
     "video": _SHARED | {"shmloader.video", "shmloader.engine.source", "shmloader.engine.shared",

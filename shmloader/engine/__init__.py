@@ -16,8 +16,16 @@ What lives here, a module a line:
 - ``native_log``: what native code (decord, FFmpeg) prints, kept for the sample's error
 - ``interrupts``: Ctrl-C while the engine keeps its books
 
-What it may import: the standard library, numpy, psutil, cloudpickle, ``shmloader._errors`` and
-``shmloader._checks``.
+What it may import: the standard library, numpy, psutil, cloudpickle, ``shmloader._errors``,
+``shmloader._checks`` and ``shmloader._lazy``.
 It knows nothing of video: a source is anything that meets ``source.Source``. Nothing here is
 public API; users import from ``shmloader``.
 """
+
+from typing import TYPE_CHECKING
+
+from .._lazy import submodule
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str):  # ``shmloader.engine.<module>`` without importing it first
+        return submodule(__name__, name)

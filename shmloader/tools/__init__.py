@@ -14,7 +14,15 @@ What lives here, a module a line:
 - ``transcode``: one training copy, decoded as the loader reads, encoded with short GOPs
 
 What it may import: the standard library, numpy, PyAV, tqdm, ``shmloader._errors``,
-``shmloader._checks``, ``shmloader._cpus``, the reading path (``shmloader.video``) and the engine's
+``shmloader._checks``, ``shmloader._lazy``, ``shmloader._cpus``, the reading path (``shmloader.video``) and the engine's
 contract for sources (``shmloader.engine.source``).
 Users reach it through ``shmloader.prepare``, ``shmloader.ray.prepare`` and the command line.
 """
+
+from typing import TYPE_CHECKING
+
+from .._lazy import submodule
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str):  # ``shmloader.tools.<module>`` without importing it first
+        return submodule(__name__, name)

@@ -30,7 +30,15 @@ What lives here, a module a line:
 The offline dataset tools (scan, prepare) live in ``shmloader.tools``; nothing here imports them.
 
 What it may import: the standard library, numpy, decord, PyAV, fsspec, ``shmloader._errors``,
-``shmloader._checks`` and the engine's contract for sources (``shmloader.engine.source``,
+``shmloader._checks``, ``shmloader._lazy`` and the engine's contract for sources (``shmloader.engine.source``,
 ``.shared``, ``.native_log``), never the rest of the engine. Nothing here is public API; users import from ``shmloader``,
 ``shmloader.samples`` and ``shmloader.sampling``.
 """
+
+from typing import TYPE_CHECKING
+
+from .._lazy import submodule
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str):  # ``shmloader.video.<module>`` without importing it first
+        return submodule(__name__, name)

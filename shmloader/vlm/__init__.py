@@ -9,7 +9,15 @@ What lives here, a module a line:
 - ``sizes``: a frame size from a pixel budget, sides multiples of a factor (``smart_resize``)
 - ``patches``: frames as patch rows, their grid and tokens, their normalisation
 
-What it may import: the standard library, numpy, ``shmloader._errors`` and ``shmloader._checks``.
+What it may import: the standard library, numpy, ``shmloader._errors``, ``shmloader._checks`` and ``shmloader._lazy``.
 Never torch at a module's top (``patches.normalize`` takes torch tensors through their own
 methods). Nothing here is public API; users import from ``shmloader.qwen``.
 """
+
+from typing import TYPE_CHECKING
+
+from .._lazy import submodule
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str):  # ``shmloader.vlm.<module>`` without importing it first
+        return submodule(__name__, name)
