@@ -71,7 +71,7 @@ import psutil
 import report
 from measure import Sampler, cpu_shares
 from report import fmt, fmt_ratio, table
-from workloads import write_textured, written
+from workloads import kinetics_video, write_textured, written
 
 ARMS = ("shmloader", "shmloader-tokens", "decord", "torchcodec")
 OURS = ("shmloader", "shmloader-tokens")
@@ -108,10 +108,7 @@ def options(p) -> None:
 
 # ------------------------------------------------------------------------------- videos
 def _kinetics(args, i: int) -> str:
-    frames = round(30 * args.kinetics_seconds)
-    path = os.path.join(args.cache, f"kinetics_{i:03d}_{frames}f_256x340.mp4")
-    return written(path, lambda tmp: write_textured(tmp, i, frames=frames, size=(256, 340), fps=30, gop=0,
-                                                    options={"preset": "medium", "crf": "23"}))
+    return kinetics_video(args.cache, i, frames=round(30 * args.kinetics_seconds))
 
 
 def _long(args, i: int) -> str:

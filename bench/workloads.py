@@ -280,10 +280,16 @@ def named_folder(name: str, cache: str) -> str:
     folder = os.path.join(cache, "kinetics")
     os.makedirs(folder, exist_ok=True)
     for i in range(KINETICS_COUNT):
-        written(os.path.join(folder, f"kinetics_{i:03d}_300f_256x340.mp4"),
-                lambda tmp, i=i: write_textured(tmp, i, frames=300, size=(256, 340), fps=30, gop=0,
-                                                options={"preset": "medium", "crf": "23"}))
+        kinetics_video(folder, i, frames=300)
     return folder
+
+
+def kinetics_video(folder: str, video_id: int, frames: int) -> str:
+    """A Kinetics-style file in ``folder``, written once: ``frames`` frames at 340x256, 30 fps,
+    x264 preset medium CRF 23 with its default GOP and B-frames (``write_textured``)."""
+    path = os.path.join(folder, f"kinetics_{video_id:03d}_{frames}f_256x340.mp4")
+    return written(path, lambda tmp: write_textured(tmp, video_id, frames=frames, size=(256, 340), fps=30, gop=0,
+                                                    options={"preset": "medium", "crf": "23"}))
 
 
 def list_clipset(folder: str) -> ClipSet:

@@ -28,6 +28,8 @@ from workloads import (CLIPS_PER_VIDEO, FRAME_MAD_TOLERANCE, SEED, ClipSet, Work
 pytestmark = pytest.mark.timeout(120)
 
 WL = Workload("short", 8, (64, 64), 0, "test clips")
+# Clips of every 2nd frame (bench/cpu_vs_workers.py --frame-step 2): checked, and the peers pick the same frames.
+WL_STEP = Workload("step", 8, (64, 64), 0, "test clips, every 2nd frame", frame_step=2)
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +46,8 @@ def _batch(clips: ClipSet, keys, wl: Workload = WL) -> tuple[np.ndarray, np.ndar
 def test_check_frames_passes_decords_own_clips(clips):
     video, labels = _batch(clips, [(0, 0), (0, 5), (1, 11)])
     assert check_frames(video, labels, clips, WL) == (0, 0.0)
-    step = Workload("step", 8, (64, 64), 0, "", frame_step=2)
-    video, labels = _batch(clips, [(0, 0), (1, 11)], step)
-    assert check_frames(video, labels, clips, step) == (0, 0.0)
+    video, labels = _batch(clips, [(0, 0), (1, 11)], WL_STEP)
+    assert check_frames(video, labels, clips, WL_STEP) == (0, 0.0)
     assert check_frames(video, labels, clips, WL)[0] == 2  # frames 2 apart are no consecutive clip
 
 
@@ -227,10 +228,6 @@ def test_grain_loader_delivers_the_stream_in_order_and_closes(clips, tmp_path):
     assert "left: []" in run.stdout  # close() stopped grain's worker processes
     expected, _ = _batch(clips, _stream(len(clips), 4))
     np.testing.assert_array_equal(np.load(out), expected)
-
-
-# Clips of every 2nd frame (bench/cpu_vs_workers.py --frame-step 2): the peers pick the same frames.
-WL_STEP = Workload("step", 8, (64, 64), 0, "test clips, every 2nd frame", frame_step=2)
 
 
 @pytest.mark.parametrize("wl", [WL, WL_STEP], ids=["consecutive", "every-2nd"])
