@@ -203,6 +203,8 @@ class SharedEpisodes:
     :param paths: the video files.
     """
 
+    worker_imports = ("shmloader.video.preload",)  # for the fork server (engine.forkserver)
+
     def __init__(self, layout: Layout, arrays: dict[str, np.ndarray], paths: list[str]) -> None:
         self.layout, self._arrays, self._paths = layout, arrays, paths
         self._length = len(arrays["episode_of_row"])

@@ -56,10 +56,10 @@ def pytest_xdist_auto_num_workers(config):
 # The modules that take longest, longest first (pytest --durations on make test's run). In a
 # parallel run each test process takes the next module when it ends one, so these go first:
 # one of them taken last would run alone at the end while the other processes sit idle.
-_LONGEST = ("test_docs", "test_scan", "test_notebooks", "test_realworld", "test_bench", "test_ray",
-            "test_prepare", "test_audio", "test_keras", "test_bad_input", "test_tasks", "test_cli",
-            "test_shutdown", "test_ray_prepare", "test_remote", "test_trainers", "test_faults", "test_typing",
-            "test_distributed", "test_shapes", "test_jax", "test_skipping", "test_recipes", "test_frames")
+_LONGEST = ("test_docs", "test_scan", "test_prepare", "test_ray_prepare", "test_shapes", "test_ray", "test_bench",
+            "test_trainers", "test_realworld", "test_notebooks", "test_typing", "test_remote", "test_runner",
+            "test_shutdown", "test_faults", "test_keras", "test_cli", "test_torch", "test_qwen_omni", "test_skipping",
+            "test_leak_check", "test_calibrate", "test_time_spans", "test_wheel")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -170,7 +170,13 @@ def our_mappings() -> list[str]:
 
 
 def live_children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    """Live processes below this one, but for the fork server (engine.forkserver), which stays
+    for the process's life by design; the workers it forked are counted."""
+    from shmloader.engine.forkserver import server_pid
+
+    server = server_pid()
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.pid != server and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def leaks(before_shm: set[str], before_kids: set[int], wait_s: float = 5.0) -> list[str]:

@@ -487,3 +487,20 @@ def test_gpu_feed_runs_small_on_cpu(tmp_path):
     (tmp_path / "again" / "feed.json").write_text(json.dumps(doc))
     assert report.main([str(tmp_path / "again" / "feed.json"), "--write"]) == 0
     assert (tmp_path / "again" / "feed.md").read_text() == md
+
+
+def test_startup_counts_the_training_process_and_all_its_descendants(tmp_path):
+    """bench/startup.py's run: a fresh training process opening 2 loaders reads each epoch whole,
+    and its CPU (os.wait4) holds its workers' (and the fork server's, which reaped its workers):
+    more than the same script opening none, whichever way the workers start."""
+    import startup
+
+    from shmloader.samples import make_videos
+
+    paths, _ = make_videos(tmp_path, count=4, frames=20, size=(48, 64))
+    base = startup.run_script(paths, "baseline", 0, 2)
+    assert base["batches"] == 0 and base["firsts"] == []
+    for mode in ("server", "exec"):
+        got = startup.run_script(paths, mode, 2, 2)
+        assert got["batches"] == 2 * 2 and len(got["firsts"]) == 2, got
+        assert got["cpu_s"] > base["cpu_s"], (mode, got, base)

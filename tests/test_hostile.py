@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 import shmloader
+from shmloader.engine import forkserver
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -71,18 +72,31 @@ def test_segment_is_private(shm_dir):
         assert st.st_nlink == 0  # no name anywhere: nothing to find, nothing to leak
 
 
-def test_workers_are_exec_not_fork():
-    """Workers are fresh interpreters running our entry module: fork safety after TF holds by construction."""
+@pytest.mark.parametrize("fork_server", ["1", "0"])
+def test_workers_never_fork_the_training_process(fork_server, monkeypatch):
+    """Fork safety after TF holds by construction: workers are forked by the fork server, a fresh
+    interpreter running our module that this process started by fork+exec, single-threaded and
+    without TensorFlow or torch; with ``SHMLOADER_FORK_SERVER=0`` each is a fresh interpreter."""
+    monkeypatch.setenv("SHMLOADER_FORK_SERVER", fork_server)
     src = shmloader.FunctionSource(lambda i, rng: {"x": np.zeros(2)}, {"x": ((2,), np.float64)}, 4)
     with shmloader.Loader(src, batch_size=2, workers=2) as loader:
         for pid in loader.worker_pids():
+            parent = psutil.Process(pid).parent()
+            if fork_server == "1":
+                assert parent.pid == forkserver.server_pid() and parent.ppid() == os.getpid()
+                cmd = parent.cmdline()
+                assert cmd[cmd.index("-m") : cmd.index("-m") + 2] == ["-m", "shmloader.engine.forkserver"]
+                assert parent.num_threads() == 1
+                with open(f"/proc/{parent.pid}/maps") as f:
+                    assert not [line for line in f if "tensorflow" in line or "libtorch" in line]
+                continue
             # Popen returns once the child has begun its exec (vfork); its arguments show only
             # once the exec is through, which on a busy CPU may be a moment later.
             deadline = time.monotonic() + 30
             while not (cmd := psutil.Process(pid).cmdline()) and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert cmd[cmd.index("-m") : cmd.index("-m") + 2] == ["-m", "shmloader.engine.worker"]
-            assert psutil.Process(pid).ppid() == os.getpid()
+            assert parent.pid == os.getpid()
 
 
 DECOY = textwrap.dedent("""

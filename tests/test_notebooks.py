@@ -90,6 +90,16 @@ def _images(nb) -> int:
                for out in cell.get("outputs", []) if "image/png" in out.get("data", {}))
 
 
+_FORK_SERVER = "-m shmloader.engine.forkserver"
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:  # ended meanwhile
+        return ""
+
+
 class _Watcher:
     """Records every descendant of the kernel, polling in a thread while the notebook runs."""
 
@@ -151,12 +161,15 @@ def _run(name: str, kernel_name: str, tmp_path: Path):
             return
         # The last cell has run and the kernel is still up: a loader left open shows here,
         # before shutting the kernel down would hide it. Give closing workers a moment.
+        # The fork server stays with its kernel by design (shmloader.engine.forkserver); the workers
+        # it forked are the kernel's descendants, counted here, and the server must end with the kernel.
+        def left() -> list[tuple[int, str]]:
+            return [(p.pid, cmd) for p in watcher.children() if _FORK_SERVER not in (cmd := _cmdline(p))]
+
         deadline = time.monotonic() + 5
-        kids = watcher.children()
-        while kids and time.monotonic() < deadline:
+        while (kids := left()) and time.monotonic() < deadline:
             time.sleep(0.1)
-            kids = watcher.children()
-        at_end["children"] = [(p.pid, " ".join(p.cmdline())) for p in kids]
+        at_end["children"] = kids
         at_end["memfds"] = our_fds(watcher.kernel.pid)
 
     client = nbclient.NotebookClient(

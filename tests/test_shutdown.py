@@ -297,12 +297,16 @@ def test_process_group_killed_leaves_nothing(tmp_path, shm_dir):
 _FREEZER = "/sys/fs/cgroup/freezer"
 
 
-def test_close_does_not_wait_for_a_killed_worker_that_cannot_end(tmp_path, caplog):
+@pytest.mark.parametrize("fork_server", ["1", "0"])
+def test_close_does_not_wait_for_a_killed_worker_that_cannot_end(fork_server, tmp_path, caplog, monkeypatch):
     """A worker that SIGKILL cannot end at once: close() kills it after the grace period and
     returns within the reap's bound, saying so, not when the kernel lets the process go; once it
-    ends, the next close reaps it (no zombie left)."""
+    ends, no zombie is left: the fork server reaps the workers it forked, and a worker started by
+    fork+exec is reaped by the next close."""
+    from shmloader.engine import pool
     from shmloader.engine.pool import _GRACE_S, REAP_S
 
+    monkeypatch.setenv("SHMLOADER_FORK_SERVER", fork_server)
     if os.geteuid() != 0 or not os.path.isdir(_FREEZER):
         pytest.skip("needs root and the cgroup v1 freezer to make a process that SIGKILL cannot end at once")
     group = os.path.join(_FREEZER, f"shmloader-test-{os.getpid()}")
@@ -342,10 +346,18 @@ def test_close_does_not_wait_for_a_killed_worker_that_cannot_end(tmp_path, caplo
             assert time.monotonic() < deadline, "the worker did not end once thawed"
             time.sleep(0.01)
         os.rmdir(group)
-    assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # ended, not reaped yet
+    if fork_server == "1":
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(pid):  # the server reaps it as it ends
+            assert time.monotonic() < deadline, "the fork server left its worker a zombie"
+            time.sleep(0.01)
+    else:
+        assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # ended, not reaped yet
+    assert [p.pid for p in pool._abandoned] == [pid]
     with small_loader() as other:
         next(iter(other))
     assert not psutil.pid_exists(pid)  # reaped by the next close
+    assert pool._abandoned == []  # and no longer waited for
 
 
 def open_in(folder: str) -> list[str]:

@@ -9,6 +9,7 @@ What lives here, a module a line:
 - ``ring``: the ring of whole batches, and the slot lease
 - ``pool``: the worker processes, their pipes, their start-up and shutdown
 - ``worker``: the worker's entry point and loop
+- ``forkserver``: one clean interpreter that imports what workers need once and forks them
 - ``protocol``: the fixed-format messages between them
 - ``plan``: the epoch plan, which samples in which order
 - ``schedule``: slots, tasks, replies, retries

@@ -88,7 +88,7 @@ class Engine:
         self._error: BaseException | None = None
         self._ring = Ring(layout, slots, shm_dir)
         self._selector = selectors.DefaultSelector()
-        self._pool = Pool(self._selector, self._ring.fd, config, tuple(getattr(source, "fds", ())), cpus)
+        self._pool = Pool(self._selector, self._ring.fd, config, source, cpus)
         self._workers = self._pool.workers  # the live ones, kept current by the pool
         acquire = getattr(source, "acquire", None)
         if acquire is not None:

@@ -3,7 +3,8 @@
 NOTE [ Shutdown ]
 Each worker holds three pipe ends: tasks (read), results (write), lifeline (read). The
 loader holds the other ends and nobody else does (descriptors are close-on-exec and passed
-to one child only), so:
+to one child only; the fork server that forks a worker holds its copies only until the fork,
+NOTE [ Fork server ] in ``engine.forkserver``), so:
   * a worker waiting for a task sees EOF on its task pipe when the loader closes it or dies;
   * a worker busy in native code sees EOF on the lifeline from a watcher thread, which ends
     the process (decord releases the GIL while decoding, so the thread gets to run);
@@ -31,10 +32,15 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Union
 
+from . import forkserver
 from .protocol import write_all
 
 WORKER_ENV = "SHMLOADER_WORKER_STARTING"
+
+# A worker forked by the fork server (NOTE [ Fork server ]), or started by fork+exec where it cannot.
+Process = Union[forkserver.Forked, subprocess.Popen]
 
 log = logging.getLogger("shmloader")
 
@@ -48,7 +54,7 @@ REAP_S = 2.0
 
 # Killed workers that had not ended within REAP_S, reaped (waited for without blocking) by
 # every later stop_workers and start_worker, so that none stays a zombie once it ends.
-_abandoned: list[subprocess.Popen] = []
+_abandoned: list[Process] = []
 
 
 def _reap_abandoned() -> None:
@@ -58,7 +64,7 @@ def _reap_abandoned() -> None:
 @dataclass(slots=True, eq=False)
 class Worker:
     wid: int
-    proc: subprocess.Popen
+    proc: Process
     task_w: int
     done_r: int
     life_w: int
@@ -82,6 +88,8 @@ class Worker:
         code = self.proc.poll()
         if code is None:
             return "is still running"
+        if code == forkserver.STATUS_LOST:
+            return "ended (how is unknown: the fork server that started it had died)"
         if code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -113,8 +121,9 @@ def _env() -> dict[str, str]:
 
 
 def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ...] = (),
-                 cpu: int | None = None) -> Worker:
-    """Start one worker by fork+exec of a fresh interpreter (see ``engine.worker``)."""
+                 cpu: int | None = None, imports: tuple[str, ...] = ()) -> Worker:
+    """Start one worker: forked by the fork server, else by fork+exec of a fresh interpreter
+    (see ``engine.worker``)."""
     _reap_abandoned()
     task_r, task_w = os.pipe2(os.O_CLOEXEC)
     done_r, done_w = os.pipe2(os.O_CLOEXEC)
@@ -124,11 +133,13 @@ def start_worker(wid: int, ring_fd: int, config: bytes, extra_fds: tuple[int, ..
         write_all(cfg_fd, config)
         os.lseek(cfg_fd, 0, os.SEEK_SET)
         child_fds = (task_r, done_w, life_r, ring_fd, cfg_fd)
-        proc = subprocess.Popen(
-            [sys.executable, *_SAFE_PATH, "-m", "shmloader.engine.worker", *map(str, child_fds),
-             *([str(cpu)] if cpu is not None else [])],
-            pass_fds=child_fds + tuple(extra_fds), stdin=subprocess.DEVNULL, env=_env(), close_fds=True,
-        )
+        argv = [*map(str, child_fds), *([str(cpu)] if cpu is not None else [])]
+        env = _env()
+        proc: Process | None = forkserver.start(child_fds, tuple(extra_fds), argv, env, _SAFE_PATH, imports)
+        if proc is None:
+            proc = subprocess.Popen([sys.executable, *_SAFE_PATH, "-m", "shmloader.engine.worker", *argv],
+                                    pass_fds=child_fds + tuple(extra_fds), stdin=subprocess.DEVNULL, env=env,
+                                    close_fds=True)
     except BaseException:
         for fd in (task_w, done_r, life_w):
             os.close(fd)
@@ -179,13 +190,14 @@ _READ_BYTES = 1 << 16
 
 class Pool:
     """One loader's live workers, their reply pipes registered in ``selector`` (with the worker
-    as the key's data), and how to start, read and remove them."""
+    as the key's data), and how to start, read and remove them. The workers inherit ``source``'s
+    descriptors (its ``fds``); the fork server imports its ``worker_imports`` ahead."""
 
-    def __init__(self, selector: selectors.BaseSelector, ring_fd: int, config: bytes,
-                 extra_fds: tuple[int, ...], cpus: list[int] | None) -> None:
+    def __init__(self, selector: selectors.BaseSelector, ring_fd: int, config: bytes, source: object,
+                 cpus: list[int] | None) -> None:
         self.selector = selector
         self.workers: list[Worker] = []
-        self._start = (ring_fd, config, extra_fds)
+        self._start = (ring_fd, config, tuple(getattr(source, "fds", ())), tuple(getattr(source, "worker_imports", ())))
         self._cpus = cpus
 
     def __contains__(self, w: Worker) -> bool:
@@ -193,8 +205,8 @@ class Pool:
 
     def spawn(self, wid: int) -> Worker:
         cpu = self._cpus[wid % len(self._cpus)] if self._cpus else None
-        ring_fd, config, extra_fds = self._start
-        w = start_worker(wid, ring_fd, config, extra_fds, cpu)
+        ring_fd, config, extra_fds, imports = self._start
+        w = start_worker(wid, ring_fd, config, extra_fds, cpu, imports)
         self.workers.append(w)
         self.selector.register(w.done_r, selectors.EVENT_READ, w)
         return w

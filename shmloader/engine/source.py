@@ -2,7 +2,11 @@
 
 A source object is built in the main process, pickled by value to each worker, and there
 asked to write sample ``index`` into preallocated arrays (views of a ring slot). The main
-process never reads a sample; it only plans which index goes where.
+process never reads a sample; it only plans which index goes where. Besides the protocol
+below, a source may have ``read_many`` (several samples in one call), ``fds`` (descriptors its
+workers inherit), ``acquire``/``release`` (around the engine's life), ``counters`` (what a worker
+counted, for ``stats()``) and ``worker_imports`` (shmloader modules its workers import, which the
+fork server imports once ahead, ``engine.forkserver``).
 
 NOTE [ Samples of several sizes ]
 A field's shape is the same for every sample, except where its first dimension is ``-1``: a

@@ -26,6 +26,7 @@ What lives here, a module a line:
 - ``media``: what a path names, a file's place resolved once
 - ``storage``: local, remote and tar reads (stat, retries); ``blocks``: the block cache
 - ``samples``: the synthetic sample videos whose frames say who they are
+- ``preload``: what a video worker imports, imported once by the fork server
 
 The offline dataset tools (scan, prepare) live in ``shmloader.tools``; nothing here imports them.
 

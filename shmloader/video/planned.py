@@ -81,6 +81,8 @@ class PlannedVideos:
     (float64 rows: its start in seconds from the first frame's, by the file's timestamps),
     ``label`` and ``index`` (int64)."""
 
+    worker_imports = ("shmloader.video.preload",)  # for the fork server (engine.forkserver)
+
     def __init__(self, paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None, recipe: Recipe, *,
                  spans: Sequence[tuple[float | None, float | None] | None] | None = None,
                  decoder: str = "auto", threads: int = 1, metas: Sequence[Video] | None = None) -> None:

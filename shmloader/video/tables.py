@@ -36,6 +36,8 @@ class SharedClips:
     :param encoded: its paths as ``SharedStrings.encode`` gives them, where already encoded.
     """
 
+    worker_imports = ("shmloader.video.preload",)  # for the fork server (engine.forkserver)
+
     def __init__(self, clips: Clips, encoded: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.clips = clips
         self._encoded = encoded

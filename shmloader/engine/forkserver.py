@@ -1,0 +1,439 @@
+"""The fork server: one clean interpreter per training process that imports what workers need
+once and forks each worker from there.
+
+NOTE [ Fork server ]
+A worker started as a fresh interpreter (fork+exec, ``engine.pool``) spends most of its start-up
+importing numpy, cloudpickle, decord, PyAV and our reading path: ~0.25 s of CPU each, for every
+worker of every loader and every replacement. The server is started that very way, by fork+exec
+of ``python -P -m shmloader.engine.forkserver`` (never a fork of the training process, which may
+hold TensorFlow's threads), imports numpy, cloudpickle and the worker's modules at once, and each
+source's own (``Source.worker_imports``: ours only, never a user's module, which may import
+TensorFlow) when a worker first needs them, with BLAS and OpenMP held to one thread. It stays
+single-threaded, which it checks before each fork: a fork of it is as safe as an exec. It opens no
+reader (decord's readers must be made in the process that uses them).
+
+Starting a worker: the loader sends one message (SOCK_SEQPACKET, atomic) carrying the worker's
+descriptors, its stdout and stderr as they are now, and a memfd with its environment, working
+folder and arguments. The server forks; the child closes every descriptor but the worker's, moves
+them to the numbers the loader chose (``pass_fds`` keeps numbers, so sources that name their
+descriptors work unchanged) and becomes ``engine.worker`` (``_Become`` unwinds the server's
+frames); the server closes its copies, so the EOF rules of NOTE [ Shutdown ] in ``engine.pool``
+hold as before. It answers on a socket of that worker's own with the pid and a pidfd, reaps the
+worker when it ends and sends its exit status there: ``Forked`` reads it as ``Popen`` reads its
+child's, and kills through the pidfd, so a pid reused after the reap is never signalled.
+
+The server ends at EOF on its socket: the training process closed it (at exit) or died. Workers
+it forked outlive it only until their lifelines end them. Whatever goes wrong with the server
+(not installed as expected, killed, a refused fork) costs only speed: ``start`` returns None and
+the worker is started by fork+exec. ``SHMLOADER_FORK_SERVER=0`` always starts them that way.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import importlib
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+__all__ = ["Forked", "STATUS_LOST", "server_pid", "start"]
+
+ENV = "SHMLOADER_FORK_SERVER"
+
+# The exit status of a worker whose server died before reaping it: no real status is this.
+STATUS_LOST = -(1 << 16)
+
+_PID = struct.Struct("<i")
+_STATUS = struct.Struct("<i")
+# How long a start waits for the server's answer (the server's own start-up included) before the
+# worker is started by fork+exec instead.
+_ANSWER_S = 30.0
+# Descriptors one start may carry (the kernel's SCM_MAX_FD is 253).
+_MAX_FDS = 200
+# Variables the server's imports read once: one BLAS or OpenMP thread, or the server would not
+# be single-threaded; each worker still gets the training process's values in its environment.
+_ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+# ---------------------------------------------------------------- the training process's side
+
+
+class Forked:
+    """A worker forked by the server, read as ``subprocess.Popen`` reads its child: ``pid``,
+    ``poll()``, ``wait(timeout)``, ``kill()``, ``returncode`` (``STATUS_LOST`` if the server died
+    before it could tell)."""
+
+    def __init__(self, pid: int, pidfd: int, status: socket.socket) -> None:
+        self.pid = pid
+        self.args = ["shmloader.engine.worker", str(pid)]  # what TimeoutExpired names
+        self.returncode: int | None = None
+        self._pidfd = pidfd
+        self._status = status
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._take(0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            self._take(left)
+        return self.returncode
+
+    def kill(self) -> None:
+        with self._lock:
+            if self.returncode is None and self._pidfd >= 0:
+                try:
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def _take(self, timeout: float | None) -> None:
+        """Read the exit status if it comes within ``timeout``; from a server that died, learn
+        from the pidfd whether the worker ended. Waits without the lock: ``kill`` may come from
+        another thread meanwhile."""
+        with self._lock:
+            if self.returncode is not None:
+                return
+            watch = self._status.fileno() if self._status.fileno() >= 0 else self._pidfd
+        try:
+            if not _readable(watch, timeout):
+                return
+        except (OSError, ValueError):  # closed by another thread, which took the status
+            return
+        with self._lock:
+            if self.returncode is not None:
+                return
+            if self._status.fileno() >= 0:
+                try:
+                    data = self._status.recv(_STATUS.size, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    return
+                if len(data) == _STATUS.size:
+                    self._ended(_STATUS.unpack(data)[0])
+                    return
+                self._status.close()  # EOF without a status: the server is gone
+                if not _readable(self._pidfd, 0.0):
+                    return  # the worker lives on; its pidfd tells when it ends
+            self._ended(STATUS_LOST)
+
+    def _ended(self, code: int) -> None:
+        self.returncode = code
+        self._status.close()
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+    def __del__(self) -> None:
+        if getattr(self, "_pidfd", -1) >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+
+class _Server:
+    def __init__(self, env: dict[str, str], safe_path: tuple[str, ...]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        cfg = _memfd(pickle.dumps(list(sys.path)))
+        env = dict(env, **{k: "1" for k in _ONE_THREAD})
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, *safe_path, "-m", "shmloader.engine.forkserver", str(theirs.fileno()), str(cfg)],
+                pass_fds=(theirs.fileno(), cfg), stdin=subprocess.DEVNULL, env=env, close_fds=True)
+        finally:
+            theirs.close()
+            os.close(cfg)
+        self.sock = ours
+        self.owner = os.getpid()
+        self.answered = False  # whether it has started a worker yet
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None and self.sock.fileno() >= 0
+
+    def close(self, wait_s: float = 1.0) -> None:
+        self.sock.close()  # EOF: the server leaves
+        if self.owner == os.getpid():
+            try:
+                self.proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+_lock = threading.Lock()
+_server: _Server | None = None
+_unusable = False  # a server ended before its first answer (no pidfds here): fork+exec from now on
+
+
+def _forget_in_child() -> None:
+    """A fork of the training process (multiprocessing's, a user's) starts its own server: the
+    parent's is not its child, and another thread may have held the lock at the fork."""
+    global _lock, _server
+    _lock = threading.Lock()
+    if _server is not None:
+        _server.sock.close()  # the child's copy; the parent keeps its own
+    _server = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1") != "0" and hasattr(os, "pidfd_open")
+
+
+def server_pid() -> int | None:
+    """The pid of this process's fork server, if one runs."""
+    s = _server
+    return s.proc.pid if s is not None and s.alive() else None
+
+
+def start(child_fds: tuple[int, ...], extra_fds: tuple[int, ...], argv: list[str], env: dict[str, str],
+          safe_path: tuple[str, ...], imports: tuple[str, ...] = ()) -> Forked | None:
+    """A worker forked by the server with ``child_fds`` and ``extra_fds`` at their numbers, stdout
+    and stderr as this process's now, ``env`` and this working folder, running
+    ``engine.worker.main(argv)``, once the server has imported ``imports`` (the source's modules);
+    None if the server could not (the caller starts it by exec)."""
+    global _server, _unusable
+    if _unusable or not enabled() or len(child_fds) + len(extra_fds) + 4 > _MAX_FDS:
+        return None
+    with _lock:
+        if _server is not None and not _server.alive():
+            if _server.owner == os.getpid():
+                _server.close(wait_s=0.0)
+            _server = None
+        if _server is None:
+            try:
+                _server = _Server(env, safe_path)
+            except OSError:
+                return None
+        server = _server
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    fds = (*child_fds, *extra_fds)
+    info = _memfd(pickle.dumps({"env": env, "cwd": os.getcwd(), "argv": argv, "at": [1, 2, *fds],
+                                "imports": list(imports)}))
+    try:
+        socket.send_fds(server.sock, [b"S"], [theirs.fileno(), info, 1, 2, *fds])
+    except OSError:
+        ours.close()
+        return None
+    finally:
+        theirs.close()
+        os.close(info)
+    try:
+        if not _readable(ours.fileno(), _ANSWER_S):
+            raise OSError("no answer")
+        data, got, _, _ = socket.recv_fds(ours, _PID.size, 1)
+        if len(data) != _PID.size or len(got) != 1:
+            raise OSError("refused")
+    except OSError:
+        ours.close()  # the server kills a child whose answer it cannot give (Serving.fork)
+        with _lock:
+            if server.proc.poll() is not None and not server.answered:
+                _unusable = True  # it ended before its first answer: it cannot serve here
+        return None
+    server.answered = True
+    return Forked(_PID.unpack(data)[0], got[0], ours)
+
+
+def _readable(fd: int, timeout: float | None) -> bool:
+    """Whether ``fd`` is readable (or at EOF) within ``timeout`` seconds (None: no limit); poll,
+    not select, which fails on descriptors past 1023."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(None if timeout is None else max(0, int(timeout * 1000 + 0.999))))
+
+
+def _memfd(data: bytes) -> int:
+    fd = os.memfd_create("shmloader-start", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    if _server is not None:
+        _server.close()
+
+
+# ---------------------------------------------------------------- the server
+
+
+class _Become(BaseException):
+    """Raised in a forked child: leave the server's frames and run the worker."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+
+
+def _preload(names: list[str]) -> None:
+    """Import the modules a worker needs (the engine's, then its source's) before forking it. One
+    that fails to import here is imported, and fails with its own message, in the worker."""
+    for name in ("cloudpickle", "numpy", "shmloader.engine.worker", *names):
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass
+
+
+def _one_thread() -> bool:
+    return len(os.listdir("/proc/self/task")) == 1
+
+
+class _Serving:
+    """The server's state: its socket to the training process, the SIGCHLD wake-up pipe, and each
+    live child's answer socket."""
+
+    def __init__(self, sock_fd: int) -> None:
+        self.sock = socket.socket(fileno=sock_fd)
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.children: dict[int, socket.socket] = {}
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the poll through the pipe
+        self.poll = select.poll()
+        for fd in (self.sock.fileno(), self.wake_r):
+            self.poll.register(fd, select.POLLIN)
+
+    def run(self) -> None:
+        while True:
+            ready = {fd for fd, _ in self.poll.poll()}
+            if self.wake_r in ready:
+                try:
+                    while os.read(self.wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                self.reap()
+            if self.sock.fileno() in ready:
+                try:
+                    msg, fds, _, _ = socket.recv_fds(self.sock, 16, _MAX_FDS)
+                except OSError:
+                    return
+                if not msg:
+                    return  # the training process closed its end, or died
+                self.fork(fds)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            answer = self.children.pop(pid, None)
+            if answer is not None:
+                try:
+                    answer.send(_STATUS.pack(os.waitstatus_to_exitcode(status)))
+                except OSError:
+                    pass
+                answer.close()
+
+    def fork(self, fds: list[int]) -> None:
+        answer = socket.socket(fileno=fds[0])
+        theirs = fds[1:]
+        try:
+            with os.fdopen(os.dup(theirs[0]), "rb") as f:
+                info: dict[str, Any] = pickle.load(f)
+            if len(theirs) - 1 != len(info["at"]):
+                raise OSError("descriptors lost on the way")
+            _preload(info["imports"])
+            if _readable(answer.fileno(), 0.0):  # EOF: the loader has given up waiting
+                raise OSError("the loader left")
+            if not _one_thread():  # an import started a thread: no fork from here on
+                raise OSError("the server is no longer single-threaded")
+            pid = os.fork()
+        except Exception:
+            answer.close()  # EOF without a pid: the loader starts this worker by exec
+            for fd in theirs:
+                os.close(fd)
+            return
+        if pid == 0:
+            self.become_worker(info, theirs[1:], answer, theirs[0])
+        try:
+            pidfd = os.pidfd_open(pid)
+            try:
+                socket.send_fds(answer, [_PID.pack(pid)], [pidfd])
+            finally:
+                os.close(pidfd)
+        except OSError:
+            # The loader gave up waiting and starts this worker by exec: this copy must not run
+            # (it holds the same pipes). Still our unreaped child: its pid is its own.
+            os.kill(pid, signal.SIGKILL)
+        self.children[pid] = answer
+        for fd in theirs:
+            os.close(fd)
+
+    def become_worker(self, info: dict[str, Any], passed: list[int], answer: socket.socket, info_fd: int) -> None:
+        """In the forked child: only the worker's descriptors, at the numbers the loader gave
+        them, its environment and working folder; then ``_Become`` runs the worker."""
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            # detach(), not close(): a socket object closed later would close whatever reuses its number
+            for s in (self.sock, answer, *self.children.values()):
+                os.close(s.detach())
+            for fd in (self.wake_r, self.wake_w, info_fd):
+                os.close(fd)
+            at: list[int] = info["at"]
+            # out of the way first: a passed descriptor may sit on a number another one wants
+            high = max([*at, *passed]) + 1
+            moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, high) for fd in passed]
+            for fd in passed:
+                os.close(fd)
+            for fd, want in zip(moved, at):
+                os.dup2(fd, want, inheritable=want <= 2)
+            keep = {0, *at}
+            for fd in [int(n) for n in os.listdir("/proc/self/fd")]:
+                if fd not in keep:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass  # the listing's own descriptor, already closed
+            os.chdir(info["cwd"])
+            os.environ.clear()
+            os.environ.update(info["env"])
+            os.environ.pop("SHMLOADER_WORKER_STARTING", None)  # engine.pool.WORKER_ENV: read by the server's start
+            import numpy as np
+
+            np.random.seed()  # the server's global stream would be every worker's: each gets its own
+            sys.argv = [sys.argv[0], *info["argv"]]
+        except BaseException:
+            os._exit(70)
+        raise _Become(info["argv"])
+
+
+def main(argv: list[str]) -> int:
+    with os.fdopen(int(argv[1]), "rb") as f:
+        sys.path[:0] = [p for p in pickle.load(f) if p not in sys.path]
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return 3  # no pidfds (Linux < 5.3): the loader sees this server end unanswered and stops asking
+    _preload([])
+    try:
+        _Serving(int(argv[0])).run()
+    except _Become as b:
+        from .worker import main as worker_main
+
+        return worker_main(b.argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
