@@ -1,7 +1,8 @@
 """The fork server (NOTE [ Fork server ] in shmloader.engine.forkserver): workers forked from one
 clean interpreter get what a fresh interpreter would (environment, working folder, stdout and
-stderr, descriptors at their numbers, a random stream of their own), report how they ended, and
-leave nothing behind when the server, a worker or the training process dies."""
+stderr, descriptors at their numbers, a random stream of their own) and leave nothing behind when
+the server, a worker or the training process dies. How a worker ended (exit code, signal) reaches
+the loader's error through the server in test_faults, which runs with it as every test does."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import time
 
 import numpy as np
 import psutil
-import pytest
 
 import shmloader
 from shmloader.engine import forkserver
@@ -102,29 +102,6 @@ def test_a_worker_holds_its_own_descriptors_only():
         assert not [t for t in fds if t.startswith("socket:")], (pid, fds)
     pipes = [{t for t in fds if t.startswith("pipe:")} for fds in held.values()]
     assert pipes[0] and pipes[1] and not pipes[0] & pipes[1]
-
-
-def _exit_at_3(i, rng):
-    if i == 3:
-        os._exit(7)
-    return {"x": np.int64(i)}
-
-
-def _segfault_at_3(i, rng):
-    if i == 3:
-        os.kill(os.getpid(), signal.SIGSEGV)
-    return {"x": np.int64(i)}
-
-
-@pytest.mark.parametrize("fn, how", [(_exit_at_3, "exited with code 7"), (_segfault_at_3, "was killed by SIGSEGV")])
-def test_how_a_forked_worker_ended_is_reported(fn, how):
-    """The exit status the server reaped reaches the loader's error."""
-    sample = 3
-    src = shmloader.FunctionSource(fn, {"x": ((), np.int64)}, 8)
-    with pytest.raises(shmloader.WorkerDiedError, match=how):
-        with shmloader.Loader(src, batch_size=1, workers=1, shuffle=False, epochs=1) as loader:
-            for b in loader:
-                assert int(b["x"][0]) < sample
 
 
 def _slow(i, rng):
