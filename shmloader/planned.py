@@ -6,7 +6,8 @@ loader's workers. ``shmloader.qwen.clips`` is one such recipe; another family's 
   frame's start in seconds; the span asked for);
 - ``Planned``: a plan (frame indices, decode size, rows of each field of rows, cost);
 - ``Recipe``: ``spec()``, ``plan(video)``, ``fill(frames, planned, video, out)``;
-- ``PlannedVideos(paths, labels, recipe, spans=, decoder=, threads=)``: the source, with
+- ``PlannedVideos(paths, labels, recipe, spans=, decoder=, decode_threads=, storage_options=,
+  fetch=, on_error=)``: the source, with
   ``frames``, ``times``, ``label`` and ``index`` beside the recipe's fields.
 
 A field whose shape starts with -1 holds rows, as many per sample as its plan says, packed end to

@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Sequence, overload
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, overload
 
 import numpy as np
 
 from .vlm import frames as _frames
 from .vlm import patches as _patches
 from .vlm import sizes as _sizes
+
+if TYPE_CHECKING:
+    from .video.planned import PlannedVideos
 
 __all__ = ["MODELS", "Recipe", "VideoPlan", "clips", "frame_indices", "frame_size", "grid_thw", "normalize", "patches", "plan",
            "sample_fps", "second_per_grid_ts"]
@@ -263,7 +266,7 @@ class Recipe:
             from .video.soundtrack import read_track
 
             start, end = video.span if video.span is not None else (None, None)
-            sound = read_track(video.path, self.audio_rate, start, end)
+            sound = read_track(video.path, self.audio_rate, start, end, storage=video.storage)
             room = out["audio"]
             if len(sound) > len(room):
                 raise ValueError(f"the sound track gives {len(sound)} samples, more than the {len(room)} the "
@@ -278,7 +281,9 @@ def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None 
           min_frames: int = FPS_MIN_FRAMES, max_frames: int = FPS_MAX_FRAMES, min_pixels: float | None = None,
           max_pixels: float | None = None, total_pixels: float | None = None, resized_height: int | None = None,
           resized_width: int | None = None, spans: Sequence[tuple[float | None, float | None] | None] | None = None,
-          decoder: str = "auto", threads: int = 1, audio_rate: int | None = None) -> Any:
+          decoder: str = "auto", decode_threads: int = 1, audio_rate: int | None = None,
+          storage_options: Mapping[str, Any] | None = None, fetch: Mapping[str, Any] | None = None,
+          allow_urls: bool = False, on_error: str = "raise", threads: int | None = None) -> PlannedVideos:
     """A source for ``shmloader.Loader`` of one sample per video, as Qwen-VL takes it: sample ``i``
     holds what ``qwen_vl_utils.fetch_video({"video": paths[i], "fps": fps, ...})`` and the model's
     video processor (``do_resize=False``) make of it — the same frame indices and size, the frames
@@ -292,6 +297,14 @@ def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None 
     for Qwen-Omni's ``use_audio_in_video`` (the whole track, or its ``spans`` from the track's first
     sample, mono, resampled with soxr; needs ``pip install soxr``), as ``audio`` rows (float32, room
     for the longest track the container's duration allows) and ``audio_len`` (the samples that are real).
+
+    Where the videos live and how they are read, as for ``VideoClips`` (:class:`shmloader.Reading`):
+    ``paths`` are local files or fsspec URLs (``s3://``, ``gs://``, ``hf://``, ``https://``), read
+    by byte range with ``storage_options`` and ``fetch``; ``decoder``, ``decode_threads``.
+    ``on_error="skip"``: a video that cannot be read or planned (missing, cut short, too few
+    frames) is left out with a warning and listed in ``.skipped`` as (position, path, reason);
+    ``index`` stays its position in ``paths``. ``"raise"`` (the default) names every such video in
+    one ValueError.
     """
     from .video.planned import PlannedVideos
 
@@ -308,5 +321,12 @@ def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None 
             import soxr  # noqa: F401  (the resampler qwen-omni-utils' librosa uses)
         except ImportError as e:
             raise ImportError("qwen.clips(audio_rate=...) resamples the sound with soxr: pip install soxr") from e
+    if threads is not None:  # the keyword's old name
+        import warnings
+
+        warnings.warn("threads= is now decode_threads=, as VideoClips and lerobot.dataset name it",
+                      DeprecationWarning, stacklevel=2)
+        decode_threads = threads
     return PlannedVideos(paths, labels, Recipe(model, tuple(options.items()), audio_rate), spans=spans,
-                         decoder=decoder, threads=threads)
+                         decoder=decoder, decode_threads=decode_threads, storage_options=storage_options,
+                         fetch=fetch, allow_urls=allow_urls, on_error=on_error)

@@ -36,7 +36,7 @@ _SHARED = {"shmloader._errors", "shmloader._checks", "shmloader._lazy"}
 ALLOWED = {
     "engine": _SHARED | {"shmloader.engine"},
     "video": _SHARED | {"shmloader.video", "shmloader.engine.source", "shmloader.engine.shared",
-                        "shmloader.engine.native_log"},
+                        "shmloader.engine.native_log", "shmloader.engine.skips"},
     "tools": _SHARED | {"shmloader._cpus", "shmloader.tools", "shmloader.video", "shmloader.engine.source"},
     "ray": _SHARED | {"shmloader.ray", "shmloader.engine", "shmloader.video", "shmloader.tools"},
     "vlm": _SHARED | {"shmloader.vlm"},

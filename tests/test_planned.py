@@ -81,3 +81,109 @@ def test_a_video_that_cannot_be_planned_or_read_is_named(lengths_videos, tmp_pat
     broken.write_bytes(b"not a video")
     with pytest.raises(ValueError, match="broken.mp4: cannot read it"):
         PlannedVideos([paths[1], str(broken)], None, Uniform())
+
+
+def _epoch(src, **kw) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Every sample of one epoch by its ``index``: (its frames' indices, its pixels)."""
+    out = {}
+    with shmloader.Loader(src, batch_tokens=12, workers=1, **kw) as loader:
+        for batch in loader:
+            vo, fo = batch["video_offsets"], batch["frames_offsets"]
+            for k, v in enumerate(batch["index"].tolist()):
+                assert v not in out
+                out[v] = (batch["frames"][fo[k] : fo[k + 1]].copy(), batch["video"][vo[k] : vo[k + 1]].copy())
+        return out, loader.stats()
+
+
+def test_every_unreadable_video_is_named_at_once_or_left_out(lengths_videos, tmp_path):
+    """A missing file, one cut short and one too short to plan: ``"raise"`` names all three in one
+    error; ``"skip"`` leaves them out with one warning and lists them, and each other video is
+    read once with ``index`` its place in the paths given."""
+    paths, lengths = lengths_videos
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(open(paths[3], "rb").read()[:3000])
+    missing = tmp_path / "missing.mp4"
+
+    class Picky(Uniform):
+        def plan(self, video):
+            if video.frames < 5:
+                raise ValueError(f"{video.frames} frames, fewer than 5")
+            return super().plan(video)
+
+    given = [paths[0], str(cut), paths[1], str(missing), paths[2], paths[3]]
+    with pytest.raises(ValueError, match=r"3 of 6 videos cannot be read or planned") as e:
+        PlannedVideos(given, None, Picky())
+    for name in ("v0.mp4: 4 frames, fewer than 5", "cut.mp4: cannot read it", "missing.mp4: cannot read it",
+                 "on_error='skip'"):
+        assert name in str(e.value)
+    with pytest.warns(UserWarning, match=r"3 of 6 videos left out \(on_error='skip'\)"):
+        src = PlannedVideos(given, [10, 11, 12, 13, 14, 15], Picky(), on_error="skip")
+    assert len(src) == 3 and [(i, n.rsplit("/", 1)[1]) for i, n, _ in src.skipped] == \
+        [(0, "v0.mp4"), (1, "cut.mp4"), (3, "missing.mp4")]
+    assert "3 videos, 3 left out" in repr(src)
+    got, stats = _epoch(src)
+    assert sorted(got) == [2, 4, 5] and stats["skipped"] == 0
+    for pos, (frames, pixels) in got.items():
+        v = [None, None, 1, None, 2, 3][pos]
+        ids, numbers = read_codes(pixels)
+        assert (ids == v).all() and np.array_equal(numbers, frames)
+    with pytest.raises(ValueError, match=r"2 of 2 videos cannot be read or planned"):
+        PlannedVideos([str(cut), str(missing)], None, Uniform(), on_error="skip")
+    with pytest.raises(ValueError, match="on_error must be one of 'raise', 'skip', got 'ignore'"):
+        PlannedVideos(paths, None, Uniform(), on_error="ignore")
+
+
+def test_a_saved_state_resumes_only_the_same_videos_planned_the_same_way(lengths_videos, tmp_path):
+    from .conftest import state_after
+
+    paths, _ = lengths_videos
+    src = PlannedVideos(paths, None, Uniform())
+    _, state = state_after(src, 1, batch_tokens=12, workers=1)
+    assert state["dataset"] == src.fingerprint() == PlannedVideos(paths, None, Uniform()).fingerprint()
+    others = [write_video(tmp_path / f"o{i}.mp4", 20 + i, frames=n) for i, n in enumerate([4, 9, 30, 50])]
+    for other in (PlannedVideos(others, None, Uniform()), PlannedVideos(paths, None, Uniform(n=4)),
+                  PlannedVideos(paths, [1, 2, 3, 4], Uniform())):
+        assert other.fingerprint() != src.fingerprint()
+        with pytest.raises(shmloader.StateError, match="another dataset"):
+            shmloader.Loader(other, batch_tokens=12, workers=1, state=state).close()
+    with shmloader.Loader(PlannedVideos(paths, None, Uniform()), batch_tokens=12, workers=1, state=state) as loader:
+        assert sum(len(b["index"]) for b in loader) >= 1
+
+
+def test_the_keywords_are_the_other_families(lengths_videos):
+    paths, _ = lengths_videos
+    src = PlannedVideos(paths[:1], None, Uniform(), decode_threads=2, decoder="pyav")
+    assert (src.decode_threads, src.decoder) == (2, "pyav")
+    with pytest.warns(DeprecationWarning, match="threads= is now decode_threads="):
+        assert PlannedVideos(paths[:1], None, Uniform(), threads=3).decode_threads == 3
+    with pytest.raises(ValueError, match="decode_threads must be an integer >= 1"):
+        PlannedVideos(paths[:1], None, Uniform(), decode_threads=0)
+    with pytest.raises(ValueError, match="fetch takes"):
+        PlannedVideos(paths[:1], None, Uniform(), fetch={"retry": 2})
+
+
+def test_remote_videos_are_read_by_range_and_counted(lengths_videos):
+    """Over an HTTP server of the test's: the same frames and pixels as the local files, the bytes
+    and requests in ``stats()``, no file read whole once a request."""
+    import os
+
+    from ._servers import RangeServer
+
+    paths, _ = lengths_videos
+    root = os.path.dirname(paths[0])
+    local, _ = _epoch(PlannedVideos(paths, None, Uniform()))
+    with RangeServer(root) as srv:
+        urls = [srv.url(os.path.basename(p)) for p in paths]
+        src = PlannedVideos(urls, None, Uniform(), fetch={"block_size": 4096})
+        assert src.remote and src.describe(0) == urls[0]
+        with pytest.raises(ValueError, match="decoder='decord' reads local files only"):
+            PlannedVideos(urls, None, Uniform(), decoder="decord")
+        remote, stats = _epoch(src)
+        served = srv.bytes_sent
+    assert sorted(remote) == sorted(local) == [0, 1, 2, 3]
+    for v in local:
+        np.testing.assert_array_equal(local[v][0], remote[v][0])
+        np.testing.assert_array_equal(local[v][1], remote[v][1])
+    size = sum(os.path.getsize(p) for p in paths)
+    assert stats["pyav"] == 4 and stats["requests"] > 0 and 0 < stats["bytes_read"] <= 2 * size
+    assert served <= 4 * size, (served, size)  # the main process's probes and the workers' reads

@@ -121,3 +121,24 @@ def test_bad_input_is_named(files, tmp_path):
         shmloader.Loader(src, batch_tokens=100)
     with pytest.raises(ValueError, match="model must be one of"):
         qwen.clips(paths[:1], model="qwen9")
+
+
+def test_unreadable_videos_are_left_out_or_named_together(files, tmp_path):
+    paths, _ = files
+    one = write_video(tmp_path / "one.mp4", 1, frames=1, size=(64, 64))
+    missing = str(tmp_path / "missing.mp4")
+    with pytest.raises(ValueError, match=r"2 of 3 videos cannot be read or planned: .*one\.mp4: .*missing\.mp4"):
+        qwen.clips([one, paths[0], missing])
+    with pytest.warns(UserWarning, match="2 of 3 videos left out"):
+        src = qwen.clips([one, paths[0], missing], on_error="skip", decode_threads=1)
+    assert len(src) == 1 and [i for i, _, _ in src.skipped] == [0, 2]
+    out = _room(src)
+    src.read(0, np.random.default_rng(0), out)
+    assert out["index"] == 1 and len(out["frames"]) == src.plans()[0].indices.size
+
+
+def _room(src) -> dict:
+    """One sample's arrays, each field of rows as long as the sample's plan says."""
+    sizes = src.sizes()
+    return {k: np.zeros((int(sizes.rows[k][0]), *shape[1:]) if shape[:1] == (-1,) else shape, dtype)
+            for k, (shape, dtype) in src.spec().items()}

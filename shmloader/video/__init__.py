@@ -32,7 +32,7 @@ The offline dataset tools (scan, prepare) live in ``shmloader.tools``; nothing h
 
 What it may import: the standard library, numpy, decord, PyAV, fsspec, ``shmloader._errors``,
 ``shmloader._checks``, ``shmloader._lazy`` and the engine's contract for sources (``shmloader.engine.source``,
-``.shared``, ``.native_log``), never the rest of the engine. Nothing here is public API; users import from ``shmloader``,
+``.shared``, ``.native_log``, ``.skips``: ``on_error``'s choices), never the rest of the engine. Nothing here is public API; users import from ``shmloader``,
 ``shmloader.samples`` and ``shmloader.sampling``.
 """
 

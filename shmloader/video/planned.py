@@ -9,27 +9,43 @@ before the first read, so a loader can cut batches by cost; a worker plans its v
 the frames' timestamps, and the two agree because the plan is a function of the same probe.
 Frames are decoded at the planned size by the file's decoder (decord or PyAV, as
 ``video.probe`` chooses), never at full size and resized afterwards.
+
+What clips have, planned videos have by the same keywords (``video.options.Reading``): local files
+or fsspec URLs read by byte range with ``storage_options`` and ``fetch``, ``decoder``,
+``decode_threads``; a fingerprint a loader's saved state carries; ``counters()`` for
+``Loader.stats()`` (decodes, probes, bytes and requests). A file that cannot be probed or planned
+is named with every other such file at once (``on_error="raise"``) or left out and listed in
+``skipped`` (``on_error="skip"``); ``index`` stays the video's position in the paths given.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from .._checks import check_choice
+from ..engine.skips import ON_ERROR
 from ..engine.source import Sizes, Spec
+from .arguments import checked_labels, checked_paths, path_list
 from .decoding import Decoding
+from .options import Reading
 from .probe import VideoInfo, probe
-from .storage import LOCAL
+from .storage import Storage
 
 __all__ = ["Planned", "PlannedReader", "PlannedVideos", "Recipe", "Video"]
 
 # Videos probed at once in the main process (the probe reads packets: I/O and libavformat, which
 # let go of the GIL for most of it).
 _PROBE_THREADS = 8
+# Files named in a warning or an error about the videos left out; the rest are counted (all of
+# them are in ``skipped``).
+_NAMED = 5
 
 
 @dataclass(frozen=True)
@@ -47,6 +63,9 @@ class Video:
     span: tuple[float | None, float | None] | None = None
     path: str = ""
     duration: float = 0.0
+    storage: Storage | None = field(default=None, compare=False, repr=False)
+    """How ``path`` is read again by a recipe that reads more of the file (its sound): remote
+    files by byte range, as the frames were; None: a local file."""
 
 
 @dataclass(frozen=True)
@@ -85,30 +104,70 @@ class PlannedVideos:
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None, recipe: Recipe, *,
                  spans: Sequence[tuple[float | None, float | None] | None] | None = None,
-                 decoder: str = "auto", threads: int = 1, metas: Sequence[Video] | None = None) -> None:
-        self.paths = [os.fspath(p) for p in paths]
-        if not self.paths:
+                 decoder: str = "auto", decode_threads: int = 1, storage_options: Mapping[str, Any] | None = None,
+                 fetch: Mapping[str, Any] | None = None, allow_urls: bool = False, on_error: str = "raise",
+                 metas: Sequence[Video] | None = None, threads: int | None = None) -> None:
+        if threads is not None:  # the keyword's old name
+            warnings.warn("threads= is now decode_threads=, as VideoClips and lerobot.dataset name it",
+                          DeprecationWarning, stacklevel=3)
+            decode_threads = threads
+        given = path_list(paths)
+        if not given:
             raise ValueError("no videos given")
-        if labels is not None and len(labels) != len(self.paths):
-            raise ValueError(f"{len(labels)} labels for {len(self.paths)} videos")
-        if spans is not None and len(spans) != len(self.paths):
-            raise ValueError(f"{len(spans)} spans for {len(self.paths)} videos")
-        self.labels = None if labels is None else np.asarray(labels, np.int64)
-        self.spans = None if spans is None else [None if s is None else (s[0], s[1]) for s in spans]
+        check_choice("on_error", on_error, ON_ERROR)
+        codes = None if labels is None else checked_labels(labels, len(given))
+        if spans is not None and len(spans) != len(given):
+            raise ValueError(f"{len(spans)} spans for {len(given)} videos")
+        if metas is not None and len(metas) != len(given):
+            raise ValueError(f"{len(metas)} metas for {len(given)} videos")
+        self.reading = Reading(decoder=decoder, decode_threads=decode_threads, storage_options=storage_options,
+                               fetch=fetch, allow_urls=allow_urls)
+        resolved, self.remote = checked_paths(given, allow_urls)
+        if self.remote and decoder == "decord":
+            raise ValueError("decoder='decord' reads local files only; remote paths are read by PyAV "
+                             "(decoder='auto' or 'pyav')")
+        self.storage = self.reading.storage()
         self.recipe = recipe
-        self.decoder = decoder
-        self.threads = threads
+        self.paths = resolved
+        self.spans = None if spans is None else [None if s is None else (s[0], s[1]) for s in spans]
         videos = list(metas) if metas is not None else self._probe_all()
-        self._plans = [self._plan(i, v) for i, v in enumerate(videos)]
+        plans = [v if isinstance(v, str) else self._plan(v) for v in videos]
+        bad = [(i, self.storage.name(resolved[i]), p) for i, p in enumerate(plans) if isinstance(p, str)]
+        if bad and (on_error == "raise" or len(bad) == len(resolved)):
+            hint = "" if on_error == "skip" else " (on_error='skip' leaves such videos out)"
+            raise ValueError(_left_out(bad, len(resolved), "cannot be read or planned") + hint)
+        # (position in the paths given, path, reason) of each video left out
+        self.skipped: list[tuple[int, str, str]] = bad
+        if bad:
+            warnings.warn(_left_out(bad, len(resolved), "left out (on_error='skip'): they cannot be read or "
+                                    "planned; every one is in .skipped"), stacklevel=3)
+        kept = np.array([i for i, p in enumerate(plans) if not isinstance(p, str)], np.int64)
+        self.positions = kept  # each sample's video's position in the paths given (its ``index``)
+        self.paths = [resolved[i] for i in kept]
+        self.labels = None if codes is None else np.ascontiguousarray(codes[kept])
+        self.spans = None if self.spans is None else [self.spans[i] for i in kept]
+        self._plans = [p for p in plans if not isinstance(p, str)]
         self._sizes = self._sizes_of(self._plans)  # the loader's plan and every Ray task read them
+        self._digest = self._fingerprint()
         self._decoding: Decoding | None = None
 
-    def _probe_all(self) -> list[Video]:
-        def one(i: int) -> Video:
+    @property
+    def decoder(self) -> str:
+        return self.reading.decoder
+
+    @property
+    def decode_threads(self) -> int:
+        return self.reading.decode_threads
+
+    def _probe_all(self) -> list[Video | str]:
+        """Each video as probed, or why it cannot be (a string)."""
+        storage = self.storage
+
+        def one(i: int) -> Video | str:
             try:
-                info = probe(self.paths[i])
+                info = probe(storage.resolve(self.paths[i]), storage=storage)
             except Exception as e:
-                raise ValueError(f"{self.describe(i)}: cannot read it: {e}") from e
+                return f"cannot read it: {storage.redact(str(e))}"
             return _video(info, self._span(i), timed=False)  # a plan's sizes need no timestamps
 
         with ThreadPoolExecutor(min(_PROBE_THREADS, len(self.paths))) as pool:
@@ -117,11 +176,31 @@ class PlannedVideos:
     def _span(self, i: int) -> tuple[float | None, float | None] | None:
         return None if self.spans is None else self.spans[i]
 
-    def _plan(self, i: int, video: Video) -> Planned:
+    def _plan(self, video: Video) -> Planned | str:
+        """The recipe's plan of ``video``, or why it gives none (a string)."""
         try:
             return self.recipe.plan(video)
         except ValueError as e:
-            raise ValueError(f"{self.describe(i)}: {e}") from e
+            return str(e)
+
+    def _fingerprint(self) -> str:
+        h = hashlib.sha256("\0".join(self.paths).encode("utf-8", "surrogateescape"))
+        for part in (self.positions, self.labels, self._sizes.cost, *self._sizes.rows.values()):
+            h.update(b";" if part is None else np.ascontiguousarray(part, np.int64).tobytes())
+        h.update(repr([p.size for p in self._plans]).encode())
+        h.update(repr(self.spans).encode())
+        return h.hexdigest()[:16]
+
+    def fingerprint(self) -> str:
+        """A hash of the videos kept, in order, their labels, spans and plans (frames, sizes,
+        costs), which a loader's saved state carries: a state saved over other videos, or the
+        same videos planned otherwise (another ``fps``, pixel budget or model), is refused."""
+        return self._digest
+
+    def __repr__(self) -> str:
+        left = f", {len(self.skipped)} left out" if self.skipped else ""
+        return (f"{type(self).__name__}({len(self)} videos{left}, {type(self.recipe).__name__}: "
+                f"{int(self._sizes.cost.sum())} cost in all, decoder={self.decoder!r})")
 
     # --------------------------------------------------------------- the source
     def __len__(self) -> int:
@@ -149,7 +228,7 @@ class PlannedVideos:
         return list(self._plans)
 
     def describe(self, index: int) -> str:
-        return self.paths[index]
+        return self.storage.name(self.paths[index])
 
     group_size = 1  # one sample a video (the plan of a loader, or of Ray's tasks)
 
@@ -158,20 +237,31 @@ class PlannedVideos:
         return PlannedReader(self)
 
     def worker_init(self) -> None:
-        self._decoding = Decoding(self.threads, self.decoder, LOCAL)
+        self._decoding = Decoding(self.reading.decode_threads, self.reading.decoder, self.storage)
+
+    def counters(self) -> dict[str, int]:
+        """Decodes by decord and by PyAV, decodes decord handed to PyAV, probes, bytes and requests
+        fetched from remote storage so far (``engine.protocol.COUNTS``)."""
+        d = self._decoding
+        if d is None:
+            return dict(self.storage.counters())
+        return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
+                "reprobes": d.reprobes, "probes": d.probes, **self.storage.counters()}
 
     def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
         if self._decoding is None:
             self.worker_init()
         assert self._decoding is not None
         info = self._decoding.info(self.paths[index])
-        video = _video(info, self._span(index))
+        video = _video(info, self._span(index), storage=self.storage if self.remote else None)
         planned = self.recipe.plan(video)
         if planned.size != self._plans[index].size or len(planned.indices) != len(self._plans[index].indices):
             raise ValueError(f"the video changed since the loader planned it: {planned.size} "
                              f"{len(planned.indices)} frames, planned {self._plans[index].size} "
                              f"{len(self._plans[index].indices)} frames")
         union, where = np.unique(planned.indices, return_inverse=True)
+        if self.remote:  # the bytes of every frame decoded, in one round of requests
+            self._decoding.prefetch([(info, union, None)])
         decoded = self._decoding.decode(info, planned.size, union)
         frames = decoded if np.array_equal(union, planned.indices) else decoded[where.reshape(-1)]
         self.recipe.fill(frames, planned, video, out)
@@ -179,7 +269,7 @@ class PlannedVideos:
         assert video.times is not None
         out["times"][:] = video.times[planned.indices]
         out["label"][...] = -1 if self.labels is None else self.labels[index]
-        out["index"][...] = index
+        out["index"][...] = self.positions[index]
 
 
 class PlannedReader:
@@ -217,8 +307,16 @@ class PlannedReader:
         return {} if d is None else {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"]}
 
 
-def _video(info: VideoInfo, span: tuple[float | None, float | None] | None, timed: bool = True) -> Video:
+def _video(info: VideoInfo, span: tuple[float | None, float | None] | None, timed: bool = True,
+           storage: Storage | None = None) -> Video:
     times = info.times() if timed else None
     return Video(frames=info.frames, fps=float(info.fps), height=info.height, width=info.width,
                  times=None if times is None else times[:, 0] - times[0, 0], span=span, path=info.path,
-                 duration=float(info.duration))
+                 duration=float(info.duration), storage=storage)
+
+
+def _left_out(bad: list[tuple[int, str, str]], total: int, what: str) -> str:
+    """One message for the videos of ``bad`` ((position, name, reason)): the first few named."""
+    named = "; ".join(f"{name}: {reason}" for _, name, reason in bad[:_NAMED])
+    more = f"; and {len(bad) - _NAMED} more" if len(bad) > _NAMED else ""
+    return f"{len(bad)} of {total} videos {what}: {named}{more}"

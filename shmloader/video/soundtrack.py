@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import math
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from .storage import Storage
 
 __all__ = ["bound", "read_track"]
 
@@ -21,14 +26,15 @@ def bound(duration: float, rate: int) -> int:
     return math.ceil((max(duration, 0.0) + 0.05) * rate) + 1
 
 
-def read_track(path: str, rate: int, start: float | None = None, end: float | None = None) -> np.ndarray:
+def read_track(path: str, rate: int, start: float | None = None, end: float | None = None,
+               storage: Storage | None = None) -> np.ndarray:
     """float32 mono samples at ``rate`` Hz of ``path``'s first audio stream, ``[start, end)``
     seconds from its first decoded sample (None: from the start, to the end); a ValueError
-    where the file has no sound."""
+    where the file has no sound. ``storage``: how a remote ``path`` is read (by byte range)."""
     import av
     import soxr
 
-    with av.open(path) as container:
+    with av.open(path if storage is None else storage.media(path)) as container:
         if not container.streams.audio:
             raise ValueError("the video has no audio stream (Qwen-Omni's use_audio_in_video needs one)")
         stream = container.streams.audio[0]
