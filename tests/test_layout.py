@@ -37,7 +37,8 @@ ALLOWED = {
     "engine": _SHARED | {"shmloader.engine"},
     "video": _SHARED | {"shmloader.video", "shmloader.engine.source", "shmloader.engine.shared",
                         "shmloader.engine.native_log", "shmloader.engine.skips"},
-    "tools": _SHARED | {"shmloader._cpus", "shmloader.tools", "shmloader.video", "shmloader.engine.source"},
+    "tools": _SHARED | {"shmloader._cpus", "shmloader.tools", "shmloader.video", "shmloader.engine.source",
+                        "shmloader.engine.interrupts"},
     "ray": _SHARED | {"shmloader.ray", "shmloader.engine", "shmloader.video", "shmloader.tools"},
     "vlm": _SHARED | {"shmloader.vlm"},
 }

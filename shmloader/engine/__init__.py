@@ -15,7 +15,7 @@ What lives here, a module a line:
 - ``schedule``: slots, tasks, replies, retries
 - ``stats``: the loader's counters and timings
 - ``native_log``: what native code (decord, FFmpeg) prints, kept for the sample's error
-- ``interrupts``: Ctrl-C while the engine keeps its books
+- ``interrupts``: Ctrl-C deferred while the engine or a dataset tool keeps its books
 
 What it may import: the standard library, numpy, psutil, cloudpickle, ``shmloader._errors``,
 ``shmloader._checks`` and ``shmloader._lazy``.

@@ -1,4 +1,5 @@
-"""Ctrl-C while the engine keeps its books.
+"""Ctrl-C while the loader's engine or a dataset tool keeps its books: one deferral (``Deferred``)
+for both, and the tools' policy over it (``stoppable``, ``held``).
 
 NOTE [ Ctrl-C inside the engine ]
 A signal handler runs between any two Python instructions of the main thread. Ctrl-C in the
@@ -15,16 +16,28 @@ being handed out at that instant, if any, is dropped with the interrupted call).
 Only a Python-callable handler is stood in for (``signal.default_int_handler``, or the user's
 own); ``SIG_IGN`` and ``SIG_DFL`` are left alone, and so is every thread but the main one,
 where Python never runs signal handlers.
+
+NOTE [ A stop that leaves every output whole ]
+The first Ctrl-C during a tool's run (``shmloader scan``, ``prepare``) raises KeyboardInterrupt
+where the run is; the stop that follows (workers killed, temporary files removed, the manifest
+written) runs to its end whatever comes after: a second Ctrl-C meanwhile is noted, not raised
+(``stoppable``). A write that must be whole (a manifest renamed into place, a temporary file
+removed) defers even the first one until it is done (``held``: a ``Deferred`` over the stop's
+handler, which then raises it). The command line reports the stop in one line and exits 130.
+Workers ignore SIGINT and are stopped by the main process (``tools.runner``). Outside the main
+thread (a run in a thread of the caller's) signals are not ours: both are no-ops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any, Callable
 
-__all__ = ["Deferred"]
+__all__ = ["Deferred", "held", "stoppable"]
 
 
 class Deferred:
@@ -75,3 +88,44 @@ class Deferred:
             return wait(*args)
         finally:
             self._safe = False
+
+
+class _Stop:
+    """Whether the stop of a ``stoppable`` run was raised already."""
+
+    raised = False
+
+
+def _stop_handler(signum: int, frame: FrameType | None) -> None:
+    if _Stop.raised:
+        return  # the stop is under way: a second Ctrl-C must not cut its cleanup short
+    _Stop.raised = True
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stoppable() -> Iterator[None]:
+    """A run that the first Ctrl-C stops and later ones do not interrupt (NOTE [ A stop that
+    leaves every output whole ]); the handler before it is restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, _stop_handler)
+    _Stop.raised = False
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """A write that a Ctrl-C must not cut, inside a ``stoppable`` run: one that comes meanwhile is
+    raised after it (nested writes: after the outermost)."""
+    handler = signal.getsignal(signal.SIGINT)
+    ours = handler is _stop_handler or isinstance(getattr(handler, "__self__", None), Deferred)  # or a held's
+    if threading.current_thread() is not threading.main_thread() or _Stop.raised or not ours:
+        yield
+        return
+    with Deferred():
+        yield

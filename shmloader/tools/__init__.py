@@ -9,13 +9,13 @@ What lives here, a module a line:
 - ``audioprobe``: a manifest's audio columns, a file's first audio stream described
 - ``runner``: the one runner of per-file work (ordered, bounded, killable) and its retry policy
 - ``filepool``: the process pool the runner's local backend runs the per-file work in
-- ``interrupts``: Ctrl-C during a tool's run, one stop whose cleanup a second one does not cut
 - ``prepare``: ``shmloader prepare``, training copies of a dataset and their manifest
 - ``transcode``: one training copy, decoded as the loader reads, encoded with short GOPs
 
 What it may import: the standard library, numpy, PyAV, tqdm, ``shmloader._errors``,
 ``shmloader._checks``, ``shmloader._lazy``, ``shmloader._cpus``, the reading path (``shmloader.video``) and the engine's
-contract for sources (``shmloader.engine.source``).
+contract for sources (``shmloader.engine.source``) and its Ctrl-C deferral (``shmloader.engine.interrupts``:
+a tool's run stops once, its cleanup never cut by a second Ctrl-C).
 Users reach it through ``shmloader.prepare``, ``shmloader.ray.prepare`` and the command line.
 """
 

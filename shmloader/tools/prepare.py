@@ -48,7 +48,7 @@ from typing import Any
 from .._checks import check_int, check_seconds
 from .._cpus import usable_cpus
 from .audioprobe import AUDIO_COLUMNS, with_audio
-from .interrupts import held, stoppable
+from ..engine.interrupts import held, stoppable
 from ..video.media import is_remote, split_member
 from .rescan import check_fail_on, count, fails, read_manifest, unchanged
 from .runner import Backend, Failure, Outcome, ProcessBackend, Work, run

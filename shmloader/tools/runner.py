@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .filepool import file_pool, kill
-from .interrupts import held
+from ..engine.interrupts import held
 
 __all__ = ["Backend", "Crashed", "Failure", "Outcome", "ProcessBackend", "Ready", "Work", "run"]
 

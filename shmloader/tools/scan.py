@@ -63,7 +63,7 @@ from .._checks import check_choice, check_int, check_seconds
 from .._cpus import usable_cpus
 from .audioprobe import AUDIO_COLUMNS, audio_cells, with_audio
 from .evidence import measure_decoders, probe_with_evidence
-from .interrupts import held, stoppable
+from ..engine.interrupts import held, stoppable
 from ..video.measuring import Cut
 from ..video.media import is_remote, member_url, split_member
 from ..video.probe import CHECKS
