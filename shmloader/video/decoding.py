@@ -60,6 +60,13 @@ class Decoding:
         self.reprobes = 0  # index-read timelines found wrong while decoding
         self.probes = 0  # files probed (a valid manifest row, or a kept probe, spares one)
 
+    def counters(self) -> dict[str, int]:
+        """What every family's reader reports of its decoding (``engine.protocol.COUNTS``): decodes
+        by decord and by PyAV, decodes decord handed to PyAV, probes read again (an index-read
+        timeline found wrong), files probed, bytes and requests fetched from remote storage."""
+        return {"decord": self.decodes["decord"], "pyav": self.decodes["pyav"], "decoder_fallbacks": self.fallbacks,
+                "reprobes": self.reprobes, "probes": self.probes, **self.storage.counters()}
+
     def decoder(self, name: str) -> Decord | PyAV:
         d = self._decoders.get(name)
         if d is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Iterable, Mapping, TypedDict
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypedDict
 
 import numpy as np
 
@@ -21,6 +21,10 @@ from .._checks import check_bool, check_choice, check_int
 from .probe import DECODERS
 from .sampling import SEGMENTS
 from .storage import Storage
+
+if TYPE_CHECKING:
+    from .decoding import Decoding
+    from .measuring import Measuring
 
 __all__ = ["Sampling", "Pixels", "Audio", "Reading", "OptionKeywords", "GROUPS", "KEYWORDS", "merged", "flat"]
 
@@ -245,6 +249,14 @@ class Reading:
     def storage(self) -> Storage:
         """The files' storage as these options set it up (``video.storage``)."""
         return Storage(self.storage_options, **(self.fetch or {}))
+
+    def decoding(self, storage: Storage, measuring: Measuring | None = None) -> Decoding:
+        """A worker's decoders as these options set them up (``video.decoding``), reading through
+        ``storage`` (this one's, made once by the description); every family's reader makes its
+        own here. ``measuring``: the decoder measured per shape of file (``decoder="auto"``)."""
+        from .decoding import Decoding
+
+        return Decoding(self.decode_threads, self.decoder, storage, measuring)
 
 
 class OptionKeywords(TypedDict, total=False):

@@ -237,16 +237,12 @@ class PlannedVideos:
         return PlannedReader(self)
 
     def worker_init(self) -> None:
-        self._decoding = Decoding(self.reading.decode_threads, self.reading.decoder, self.storage)
+        self._decoding = self.reading.decoding(self.storage)
 
     def counters(self) -> dict[str, int]:
         """Decodes by decord and by PyAV, decodes decord handed to PyAV, probes, bytes and requests
         fetched from remote storage so far (``engine.protocol.COUNTS``)."""
-        d = self._decoding
-        if d is None:
-            return dict(self.storage.counters())
-        return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
-                "reprobes": d.reprobes, "probes": d.probes, **self.storage.counters()}
+        return self.storage.counters() if self._decoding is None else self._decoding.counters()
 
     def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
         if self._decoding is None:
@@ -303,8 +299,7 @@ class PlannedReader:
         return batch
 
     def counters(self) -> dict[str, int]:
-        d = self.clips._decoding
-        return {} if d is None else {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"]}
+        return self.clips.counters()
 
 
 def _video(info: VideoInfo, span: tuple[float | None, float | None] | None, timed: bool = True,

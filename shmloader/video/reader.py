@@ -28,7 +28,6 @@ import numpy as np
 
 from ..engine.source import Spec, seeded
 from .audio import audio_spec, clip_spans
-from .decoding import Decoding
 from .manifest import row_info
 from .measuring import ChoiceLog, Cut, Measuring, decode_cost
 from .media import split_member
@@ -87,7 +86,7 @@ class ClipReader:
     def __init__(self, clips: Clips, probes: ProbeStore | None = None, choices: ChoiceLog | None = None) -> None:
         self.clips = clips
         measuring = None if clips.remote else Measuring(cut_of(clips), choices)
-        self.decoding = Decoding(clips.reading.decode_threads, clips.reading.decoder, clips.storage, measuring)
+        self.decoding = clips.reading.decoding(clips.storage, measuring)
         self._shared = probes
         # Frames a decoder goes through for each pass, from the keyframes it decodes from (all of
         # them, lead = those no clip shows, head = those before each pass's first frame) and the
@@ -125,12 +124,10 @@ class ClipReader:
         index-read timeline found wrong), files probed, bytes and requests fetched from remote
         storage, and reads timed to measure the decoders and the shapes each was chosen for
         (NOTE [ Measuring the decoder ]) so far (``engine.protocol.COUNTS``)."""
-        d, m = self.decoding, self.decoding.measuring
+        m = self.decoding.measuring
         measured = {} if m is None else {"measured_reads": m.reads, "chose_decord": m.chosen["decord"],
                                          "chose_pyav": m.chosen["pyav"]}
-        return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
-                "reprobes": d.reprobes, "probes": d.probes, **self.clips.storage.counters(), **self.frames,
-                **measured}
+        return {**self.decoding.counters(), **self.frames, **measured}
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it (NOTE [ Where a probe comes from ])."""

@@ -86,6 +86,4 @@ class TimedFrames:
     def counters(self) -> dict[str, int]:
         """Decodes by decord and by PyAV, decodes decord handed to PyAV, files probed, bytes and
         requests fetched from remote storage."""
-        d = self.decoding
-        return {"decord": d.decodes["decord"], "pyav": d.decodes["pyav"], "decoder_fallbacks": d.fallbacks,
-                "probes": d.probes, **d.storage.counters()}
+        return self.decoding.counters()
