@@ -11,10 +11,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
 import psutil
+import pytest
 
 import shmloader
 from shmloader.engine import forkserver
@@ -204,3 +206,137 @@ def test_a_server_an_import_made_threaded_forks_no_more():
         if server is not None:  # the next test gets a clean server
             os.kill(server, signal.SIGKILL)
             psutil.Process(server).wait(10)
+
+
+def _kill_server() -> None:
+    """End this process's server, if one runs: the next start starts one as the module says now."""
+    server = forkserver.server_pid()
+    if server is not None:
+        os.kill(server, signal.SIGKILL)
+        psutil.Process(server).wait(10)
+
+
+def _whose(i, rng):
+    time.sleep(0.05)
+    return {"x": np.int64(i), "pid": np.int64(os.getpid())}
+
+
+_WHOSE_SPEC = {"x": ((), np.int64), "pid": ((), np.int64)}
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_forked_after_its_loader_gave_up_never_runs(monkeypatch):
+    """A server that answers only after the loader gave up waiting (_ANSWER_S): the loader starts
+    the worker by exec, and the child forked meanwhile, on the same pipes, leaves without running
+    it: every sample comes once, all from the exec-started worker, and the child is gone."""
+    monkeypatch.setattr(forkserver, "_unusable", False)  # set when the loader gives the server up
+    monkeypatch.setattr(forkserver, "_ANSWER_DELAY_S", 2.0)
+    _kill_server()
+    src = shmloader.FunctionSource(_whose, _WHOSE_SPEC, 12)
+    _batches(src, shuffle=False)  # a server up, its imports done: it forks at once, answers 2 s later
+    server = forkserver.server_pid()
+    assert server is not None
+    monkeypatch.setattr(forkserver, "_ANSWER_S", 0.5)
+    forked: set[int] = set()
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            try:
+                forked.update(c.pid for c in psutil.Process(server).children())
+            except psutil.Error:
+                pass
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with shmloader.Loader(src, batch_size=2, workers=1, shuffle=False) as loader:
+            rows = [{k: np.array(v) for k, v in b.items()} for b in loader]
+            workers = loader.worker_pids()
+            parents = {psutil.Process(pid).ppid() for pid in workers}
+    finally:
+        done.set()
+        watcher.join()
+        _kill_server()
+    assert sorted(int(v) for b in rows for v in b["x"]) == list(range(12))
+    assert {int(v) for b in rows for v in b["pid"]} == set(workers), (rows, workers)
+    assert len(workers) == 1 and parents == {os.getpid()}
+    assert len(forked) == 1, forked  # the late child was forked: the case this test is about
+    late = psutil.Process(forked.pop())
+    deadline = time.monotonic() + 10
+    while _running(late) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(late)
+
+
+@pytest.mark.timeout(60)
+def test_a_server_that_stops_answering_costs_one_wait(monkeypatch):
+    """A stopped server: the first start waits _ANSWER_S for it and gives it up (killed), and every
+    later start, of that loader and of the next, is by exec at once: one wait, not one per worker."""
+    monkeypatch.setattr(forkserver, "_unusable", False)  # set when the loader gives the server up
+    src = shmloader.FunctionSource(lambda i, rng: {"x": np.int64(i)}, {"x": ((), np.int64)}, 8)
+    _batches(src)  # a server up
+    server = forkserver.server_pid()
+    assert server is not None
+    answer_s = 1.0
+    monkeypatch.setattr(forkserver, "_ANSWER_S", answer_s)
+    waits: list[float] = []
+    real_start = forkserver.start
+
+    def timed_start(*args, **kwargs):
+        t0 = time.monotonic()
+        try:
+            return real_start(*args, **kwargs)
+        finally:
+            waits.append(time.monotonic() - t0)
+
+    monkeypatch.setattr(forkserver, "start", timed_start)
+    os.kill(server, signal.SIGSTOP)
+    try:
+        for _ in range(2):
+            with shmloader.Loader(src, batch_size=2, workers=2, shuffle=False) as loader:
+                got = [int(v) for b in loader for v in b["x"]]
+                parents = {psutil.Process(pid).ppid() for pid in loader.worker_pids()}
+            assert got == list(range(8)) and parents == {os.getpid()}
+        given_up = not _running(psutil.Process(server)) and forkserver.server_pid() is None
+    finally:
+        try:
+            os.kill(server, signal.SIGKILL)
+            os.kill(server, signal.SIGCONT)
+            psutil.Process(server).wait(10)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    # one wait per start would be 4 x answer_s
+    assert len(waits) == 4 and waits[0] >= 0.9 * answer_s and sum(waits) < 2 * answer_s, waits
+    assert given_up
+
+
+def _blas(i, rng):
+    import threadpoolctl
+
+    n = sum(lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas")
+    return {"threads": np.int64(n), "parent": np.int64(os.getppid())}
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_gets_the_blas_threads_its_environment_asks_for(monkeypatch):
+    """The server's BLAS was sized at one thread, which a fork keeps: with the training process's
+    OPENBLAS_NUM_THREADS=2 a worker has the BLAS threads a worker started by exec has; with the
+    default (one), workers are still forked."""
+    pytest.importorskip("threadpoolctl")
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    src = shmloader.FunctionSource(_blas, {"threads": ((), np.int64), "parent": ((), np.int64)}, 4)
+
+    def threads(**env) -> tuple[set[int], set[int]]:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        rows = _batches(src)
+        return {int(v) for b in rows for v in b["threads"]}, {int(v) for b in rows for v in b["parent"]}
+
+    assert threads() == ({1}, {forkserver.server_pid()})
+    asked, _ = threads(OPENBLAS_NUM_THREADS="2")
+    by_exec, parents = threads(SHMLOADER_FORK_SERVER="0")
+    assert parents == {os.getpid()}
+    assert asked == by_exec, (asked, by_exec)

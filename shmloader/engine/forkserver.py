@@ -10,7 +10,11 @@ hold TensorFlow's threads), imports numpy, cloudpickle and the worker's modules 
 source's own (``Source.worker_imports``: ours only, never a user's module, which may import
 TensorFlow) when a worker first needs them, with BLAS and OpenMP held to one thread. It stays
 single-threaded, which it checks before each fork: a fork of it is as safe as an exec. It opens no
-reader (decord's readers must be made in the process that uses them).
+reader (decord's readers must be made in the process that uses them). A forked worker gets the
+training process's thread variables in its environment, but the pools of the libraries the server
+loaded were sized at one thread when they loaded, and a fork keeps them: a worker whose
+environment asks one of them for another count (``OPENBLAS_NUM_THREADS=4``) is refused and started
+by exec, which sizes them as the environment says.
 
 Starting a worker: the loader sends one message (SOCK_SEQPACKET, atomic) carrying the worker's
 descriptors, its stdout and stderr as they are now, and a memfd with its environment, working
@@ -20,12 +24,18 @@ descriptors work unchanged) and becomes ``engine.worker`` (``_Become`` unwinds t
 frames); the server closes its copies, so the EOF rules of NOTE [ Shutdown ] in ``engine.pool``
 hold as before. It answers on a socket of that worker's own with the pid and a pidfd, reaps the
 worker when it ends and sends its exit status there: ``Forked`` reads it as ``Popen`` reads its
-child's, and kills through the pidfd, so a pid reused after the reap is never signalled.
+child's, and kills through the pidfd, so a pid reused after the reap is never signalled. The child
+runs the worker only once the loader, having read the answer, sends a byte back on that socket: a
+loader that gave up waiting (``_ANSWER_S``) and started the worker by exec closes it instead, and
+a child forked that late leaves without touching the worker's pipes.
 
 The server ends at EOF on its socket: the training process closed it (at exit) or died. Workers
 it forked outlive it only until their lifelines end them. Whatever goes wrong with the server
 (not installed as expected, killed, a refused fork) costs only speed: ``start`` returns None and
-the worker is started by fork+exec. ``SHMLOADER_FORK_SERVER=0`` always starts them that way.
+the worker is started by fork+exec. A server that leaves a start unanswered for ``_ANSWER_S`` is
+killed (its queue holds that worker's descriptors) and none is asked again: every later worker of
+the training process starts by fork+exec at once, so a stuck server costs one wait, not one per
+worker. ``SHMLOADER_FORK_SERVER=0`` always starts them that way.
 """
 
 from __future__ import annotations
@@ -55,13 +65,21 @@ STATUS_LOST = -(1 << 16)
 _PID = struct.Struct("<i")
 _STATUS = struct.Struct("<i")
 # How long a start waits for the server's answer (the server's own start-up included) before the
-# worker is started by fork+exec instead.
+# worker is started by fork+exec instead, and the server is given up (NOTE [ Fork server ]).
 _ANSWER_S = 30.0
+# Tests only: how long the server sleeps between a fork and its answer (a server slow to answer).
+_ANSWER_DELAY_S = 0.0
+# The byte that lets a forked child run the worker: the loader has its answer (Serving.become_worker).
+_GO = b"G"
 # Descriptors one start may carry (the kernel's SCM_MAX_FD is 253).
 _MAX_FDS = 200
 # Variables the server's imports read once: one BLAS or OpenMP thread, or the server would not
-# be single-threaded; each worker still gets the training process's values in its environment.
+# be single-threaded. A worker gets the training process's values in its environment, but a forked
+# one keeps the pools the server's libraries sized at load (_threads_differ).
 _ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# The library files that size their pool from each variable when they load.
+_SIZED_AT_LOAD = {"OPENBLAS_NUM_THREADS": ("openblas",), "MKL_NUM_THREADS": ("libmkl_",),
+                  "OMP_NUM_THREADS": ("libgomp", "libomp", "libiomp")}
 
 
 # ---------------------------------------------------------------- the training process's side
@@ -147,7 +165,7 @@ class Forked:
 class _Server:
     def __init__(self, env: dict[str, str], safe_path: tuple[str, ...]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        cfg = _memfd(pickle.dumps(list(sys.path)))
+        cfg = _memfd(pickle.dumps((list(sys.path), _ANSWER_DELAY_S)))
         env = dict(env, **{k: "1" for k in _ONE_THREAD})
         try:
             self.proc = subprocess.Popen(
@@ -175,7 +193,8 @@ class _Server:
 
 _lock = threading.Lock()
 _server: _Server | None = None
-_unusable = False  # a server ended before its first answer (no pidfds here): fork+exec from now on
+# A server ended before its first answer (no pidfds here), or left one unanswered: fork+exec from now on.
+_unusable = False
 
 
 def _forget_in_child() -> None:
@@ -233,14 +252,21 @@ def start(child_fds: tuple[int, ...], extra_fds: tuple[int, ...], argv: list[str
     finally:
         theirs.close()
         os.close(info)
+    got: list[int] = []
     try:
         if not _readable(ours.fileno(), _ANSWER_S):
+            with _lock:
+                _unusable = True  # stuck, or too slow to be worth a wait per worker
+                server.proc.kill()  # its queue holds this worker's descriptors (NOTE [ Shutdown ])
             raise OSError("no answer")
         data, got, _, _ = socket.recv_fds(ours, _PID.size, 1)
         if len(data) != _PID.size or len(got) != 1:
             raise OSError("refused")
+        ours.send(_GO)
     except OSError:
-        ours.close()  # the server kills a child whose answer it cannot give (Serving.fork)
+        ours.close()  # a child forked for it sees EOF instead of _GO and leaves (Serving.become_worker)
+        for fd in got:
+            os.close(fd)
         with _lock:
             if server.proc.poll() is not None and not server.answered:
                 _unusable = True  # it ended before its first answer: it cannot serve here
@@ -295,12 +321,25 @@ def _one_thread() -> bool:
     return len(os.listdir("/proc/self/task")) == 1
 
 
+def _threads_differ(env: dict[str, str]) -> bool:
+    """Whether ``env`` asks a library this server loaded for other than the one thread its pool was
+    sized with (``_ONE_THREAD``): a worker forked from here would keep one, where one started by
+    exec sizes its own from ``env``."""
+    asked = [files for var, files in _SIZED_AT_LOAD.items() if env.get(var) != "1"]
+    if not asked:
+        return False
+    with open("/proc/self/maps") as f:
+        loaded = {line.rsplit("/", 1)[-1] for line in f if "/" in line}
+    return any(part in name for name in loaded for files in asked for part in files)
+
+
 class _Serving:
     """The server's state: its socket to the training process, the SIGCHLD wake-up pipe, and each
     live child's answer socket."""
 
-    def __init__(self, sock_fd: int) -> None:
+    def __init__(self, sock_fd: int, answer_delay_s: float = 0.0) -> None:
         self.sock = socket.socket(fileno=sock_fd)
+        self.answer_delay_s = answer_delay_s
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.children: dict[int, socket.socket] = {}
         signal.set_wakeup_fd(self.wake_w)
@@ -353,6 +392,8 @@ class _Serving:
             if len(theirs) - 1 != len(info["at"]):
                 raise OSError("descriptors lost on the way")
             _preload(info["imports"])
+            if _threads_differ(info["env"]):
+                raise OSError("the worker's environment sizes a loaded library's pool otherwise")
             if _readable(answer.fileno(), 0.0):  # EOF: the loader has given up waiting
                 raise OSError("the loader left")
             if not _one_thread():  # an import started a thread: no fork from here on
@@ -365,6 +406,10 @@ class _Serving:
             return
         if pid == 0:
             self.become_worker(info, theirs[1:], answer, theirs[0])
+        for fd in theirs:
+            os.close(fd)
+        if self.answer_delay_s:
+            time.sleep(self.answer_delay_s)
         try:
             pidfd = os.pidfd_open(pid)
             try:
@@ -372,24 +417,30 @@ class _Serving:
             finally:
                 os.close(pidfd)
         except OSError:
-            # The loader gave up waiting and starts this worker by exec: this copy must not run
-            # (it holds the same pipes). Still our unreaped child: its pid is its own.
+            # No answer given: the loader starts this worker by exec (it may have already), and the
+            # child never gets _GO. Killed so the loader sees EOF now; still our unreaped child, its
+            # pid is its own.
             os.kill(pid, signal.SIGKILL)
+            answer.close()
+            return
         self.children[pid] = answer
-        for fd in theirs:
-            os.close(fd)
 
     def become_worker(self, info: dict[str, Any], passed: list[int], answer: socket.socket, info_fd: int) -> None:
         """In the forked child: only the worker's descriptors, at the numbers the loader gave
-        them, its environment and working folder; then ``_Become`` runs the worker."""
+        them, its environment and working folder; then ``_Become`` runs the worker. Nothing of
+        the worker runs before the loader's _GO: without it the loader starts the worker by exec."""
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             # detach(), not close(): a socket object closed later would close whatever reuses its number
-            for s in (self.sock, answer, *self.children.values()):
+            for s in (self.sock, *self.children.values()):
                 os.close(s.detach())
             for fd in (self.wake_r, self.wake_w, info_fd):
                 os.close(fd)
+            go = answer.recv(len(_GO))  # EOF: the loader gave up waiting
+            os.close(answer.detach())
+            if go != _GO:
+                os._exit(0)
             at: list[int] = info["at"]
             # out of the way first: a passed descriptor may sit on a number another one wants
             high = max([*at, *passed]) + 1
@@ -420,14 +471,15 @@ class _Serving:
 
 def main(argv: list[str]) -> int:
     with os.fdopen(int(argv[1]), "rb") as f:
-        sys.path[:0] = [p for p in pickle.load(f) if p not in sys.path]
+        path, answer_delay_s = pickle.load(f)
+    sys.path[:0] = [p for p in path if p not in sys.path]
     try:
         os.close(os.pidfd_open(os.getpid()))
     except OSError:
         return 3  # no pidfds (Linux < 5.3): the loader sees this server end unanswered and stops asking
     _preload([])
     try:
-        _Serving(int(argv[0])).run()
+        _Serving(int(argv[0]), answer_delay_s).run()
     except _Become as b:
         from .worker import main as worker_main
 
