@@ -91,7 +91,9 @@ class _Pass(NamedTuple):
 
 
 class EpisodeReader:
-    """Samples written into arrays in this process (NOTE [ A LeRobot sample ]).
+    """Samples written into arrays in this process (NOTE [ A LeRobot sample ]): a loader's
+    worker's (``SharedEpisodes``), or the reader of ``LeRobotSource.reader()`` (``read``,
+    ``counters``: what a Ray task of ``shmloader.ray`` calls, as on a video reader).
 
     :param layout: what a sample holds.
     :param arrays: the tables (``tables``), numpy arrays or views of a shared segment.
@@ -108,11 +110,18 @@ class EpisodeReader:
     def counters(self) -> dict[str, int]:
         return {**self.frames.counters(), **self.counts}
 
-    def read(self, samples: Sequence[int]) -> dict[str, np.ndarray]:
-        """Samples ``samples`` as one batch ``{field: [n, ...]}`` of new arrays."""
+    def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]:
+        """Samples ``samples`` (rows ``0 .. n - 1``) as one batch ``{field: [n, ...]}`` of new
+        arrays. ``seed`` and ``epoch`` are a video reader's (``ClipReader.read``, what a Ray task
+        calls): a LeRobot sample draws nothing, the same in every epoch."""
+        ids = [int(s) for s in samples]
+        n = len(self.arrays["episode_of_row"])
+        for s in ids:
+            if not 0 <= s < n:
+                raise IndexError(f"sample {s} is not among the {n} samples")
         spec = self.layout.spec()
-        batch = {k: np.zeros((len(samples), *shape), dtype) for k, (shape, dtype) in spec.items()}
-        self.read_into([int(s) for s in samples], [{k: a[i, ...] for k, a in batch.items()} for i in range(len(samples))])
+        batch = {k: np.zeros((len(ids), *shape), dtype) for k, (shape, dtype) in spec.items()}
+        self.read_into(ids, [{k: a[i, ...] for k, a in batch.items()} for i in range(len(ids))])
         return batch
 
     def _rows(self, rows: np.ndarray, deltas: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:

@@ -2,9 +2,10 @@
 
 ``dataset(root, delta_timestamps=..., episodes=...)`` describes the dataset at ``root`` (a local
 folder LeRobot's writer made, its Hub snapshot, or either at an fsspec URL: ``s3://``, ``gs://``,
-``hf://``, ``https://``...); ``shmloader.Loader`` runs it. Sample ``i``
-holds what ``LeRobotDataset(repo_id, root=root, delta_timestamps=..., episodes=...)[i]`` holds,
-by the same keys (NOTE [ A LeRobot sample ] in ``shmloader._lerobot_read``):
+``hf://``, ``https://``...); ``shmloader.Loader`` runs it, or ``shmloader.ray.dataset`` in Ray
+tasks on a cluster's nodes (the loader's epochs, whole stretches a task). Sample ``i`` holds
+what ``LeRobotDataset(repo_id, root=root, delta_timestamps=..., episodes=...)[i]`` holds, by the
+same keys (NOTE [ A LeRobot sample ] in ``shmloader._lerobot_read``):
 
 - each camera (``observation.images.front``): uint8 ``[H, W, 3]``, or ``[T, H, W, 3]`` with
   ``T`` offsets in ``delta_timestamps``. LeRobot gives float32 ``[(T,) 3, H, W]`` in [0, 1]:
@@ -39,7 +40,7 @@ from .engine.source import Spec
 from .video.media import is_remote
 from .video.options import Reading
 
-__all__ = ["dataset"]
+__all__ = ["LeRobotSource", "dataset"]
 
 # Timesteps of an episode one worker decodes in one pass by default: with LeRobot's GOP of 2 a
 # stretch costs at most one frame before it, and a batch of 32 draws from 8+ stretches (a window
@@ -47,12 +48,15 @@ __all__ = ["dataset"]
 _STRETCH = 16
 
 
-class Dataset:
-    """A LeRobot v3 dataset described for ``shmloader.Loader`` (made by :func:`dataset`).
+class LeRobotSource:
+    """A LeRobot v3 dataset described for ``shmloader.Loader`` and ``shmloader.ray.dataset``
+    (made by :func:`dataset`; ``Dataset`` is its former name).
 
     ``cameras``: the video keys; ``fps``; ``tasks``: task texts by ``task_index``; ``episodes``:
     the ``episode_index`` of each chosen episode; ``left_out``: features not read (not numbers).
-    ``read(samples)`` gives samples as one batch of arrays in this process, no loader running.
+    ``read(samples)`` gives samples as one batch of arrays in this process, no loader running;
+    ``reader()`` a reader that keeps its files open from one ``read`` to the next (a Ray task's).
+    It pickles by value (its tables, no open file): a Ray task gets its own copy.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, delta_timestamps: Mapping[str, Sequence[float]] | None,
@@ -122,21 +126,25 @@ class Dataset:
         """What one loader's workers run (the tables shared): the loader that asks owns it."""
         return SharedEpisodes(self.layout, self._arrays, list(self._paths))
 
+    def reader(self) -> EpisodeReader:
+        """A reader of these samples in this process: ``reader().read([0, 5, 9])`` gives their
+        arrays as a loader's batch holds them, ``counters()`` its decodes so far (what a Ray task
+        of ``shmloader.ray.dataset`` calls, as on ``VideoClips.reader()``)."""
+        return EpisodeReader(self.layout, self._arrays, self._paths)
+
     def read(self, samples: Sequence[int]) -> dict[str, np.ndarray]:
         """Samples ``samples`` as one batch ``{field: [n, ...]}`` of new arrays, read here."""
-        for s in samples:
-            if not 0 <= int(s) < len(self):
-                raise IndexError(f"sample {s} is not among the {len(self)} samples")
         if self._reader is None:
-            self._reader = EpisodeReader(self.layout, self._arrays, self._paths)
+            self._reader = self.reader()
         return self._reader.read(samples)
 
 
 def dataset(root: str | os.PathLike[str], *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
             episodes: Sequence[int] | None = None, tolerance_s: float = 1e-4, stretch: int = _STRETCH,
             decoder: str = "auto", decode_threads: int = 1, storage_options: Mapping[str, Any] | None = None,
-            fetch: Mapping[str, Any] | None = None) -> Dataset:
-    """The LeRobot v3 dataset at ``root`` as a source for ``shmloader.Loader``.
+            fetch: Mapping[str, Any] | None = None) -> LeRobotSource:
+    """The LeRobot v3 dataset at ``root`` as a source for ``shmloader.Loader`` (or
+    ``shmloader.ray.dataset``).
 
     A remote ``root`` (``s3://bucket/prefix/ds``, ``hf://datasets/org/name``,
     ``https://host/ds``) is read where it lies: the metadata and the data's parquet files whole,
@@ -166,9 +174,13 @@ def dataset(root: str | os.PathLike[str], *, delta_timestamps: Mapping[str, Sequ
     :raises FileNotFoundError: no ``meta/info.json`` or no ``meta/episodes`` or ``data`` file, or
         one they name missing (named, never with credentials).
     """
-    return Dataset(root, delta_timestamps=delta_timestamps, episodes=episodes, tolerance_s=tolerance_s,
-                   stretch=stretch, decoder=decoder, decode_threads=decode_threads,
-                   storage_options=storage_options, fetch=fetch)
+    return LeRobotSource(root, delta_timestamps=delta_timestamps, episodes=episodes, tolerance_s=tolerance_s,
+                         stretch=stretch, decoder=decoder, decode_threads=decode_threads,
+                         storage_options=storage_options, fetch=fetch)
+
+
+# The class's first name, kept for code that imports it.
+Dataset = LeRobotSource
 
 
 def _deltas(delta_timestamps: dict[str, list[float]], fps: int, tolerance_s: float, meta) -> dict[str, tuple[int, ...]]:

@@ -24,7 +24,7 @@ PUBLIC = {
     "shmloader.jax": ["batches"],
     "shmloader.tfdata": ["LoaderCheckpoint", "as_dataset", "distributed_dataset"],
     "shmloader.ray": ["dataset", "plan_items", "prepare", "skipped", "stats"],
-    "shmloader.lerobot": ["dataset"],
+    "shmloader.lerobot": ["LeRobotSource", "dataset"],
     "shmloader.planned": ["Planned", "PlannedVideos", "Recipe", "Video"],
     "shmloader.qwen": ["MODELS", "Recipe", "VideoPlan", "clips", "frame_indices", "frame_size", "grid_thw", "normalize", "patches",
                        "plan", "sample_fps", "second_per_grid_ts"],

@@ -502,3 +502,33 @@ def test_planned_videos_give_rows_of_their_own_sizes(cluster, tmp_path):
         np.testing.assert_array_equal(video, batch["video"][o[k] : o[k + 1]])
         ids, _ = read_codes(video)
         assert (ids == i).all()
+
+
+def test_a_task_of_skipped_samples_alone_gives_no_rows(cluster, tmp_path):
+    """``on_error="skip"``: a task whose samples are all unreadable delivers no rows, whatever its
+    source's fields (here a field of rows of several sizes, ``shmloader.planned``), and the
+    dataset goes on with the other tasks."""
+    from dataclasses import dataclass
+
+    from shmloader.planned import Planned, PlannedVideos
+    from shmloader.samples import write_video
+
+    @dataclass(frozen=True)
+    class Three:
+        def spec(self):
+            return {"video": ((-1, 32, 48, 3), np.dtype(np.uint8))}
+
+        def plan(self, video):
+            return Planned(indices=np.arange(3), size=(32, 48), rows={"video": 3}, cost=3)
+
+        def fill(self, frames, planned, video, out):
+            out["video"][:] = frames
+
+    paths = [write_video(tmp_path / f"v{i}.mp4", i, frames=6, size=(64, 96)) for i in range(3)]
+    src = PlannedVideos(paths, None, Three())
+    with open(paths[1], "r+b") as f:  # planned, then damaged: its task fails whole
+        f.write(b"\0" * 4096)
+    ds = sray.dataset(src, seed=1, on_error="skip", samples_per_task=1)
+    rows = rows_of(ds)
+    assert sorted(int(r["sample"]) for r in rows) == [0, 2]
+    assert [(e, s) for e, s, _ in sray.skipped(ds)] == [(0, 1)]

@@ -1,10 +1,12 @@
-"""Beyond one node: decode a :class:`~shmloader.VideoClips` in Ray tasks on a cluster's CPU nodes
-and feed the trainers through Ray Data (``dataset``); prepare a dataset's training copies in Ray
-tasks (``prepare``). The public face of Ray in shmloader (``shmloader[ray]``).
+"""Beyond one node: decode a source (:class:`~shmloader.VideoClips`, ``shmloader.planned``'s
+``PlannedVideos``, ``shmloader.lerobot``'s ``LeRobotSource``: a ``Source``) in Ray tasks on a
+cluster's CPU nodes and feed the trainers through Ray Data (``dataset``); prepare a dataset's
+training copies in Ray tasks (``prepare``). The public face of Ray in shmloader (``shmloader[ray]``).
 
 What lives here, a module a line:
 
-- this module: ``dataset``, ``plan_items``, ``skipped``, ``stats``: the epoch plan as Ray tasks
+- this module: ``dataset``, ``plan_items``, ``skipped``, ``stats``: the epoch plan as Ray tasks;
+  ``Source``, what they read of a source
 - ``_tasks``: what runs inside the decode tasks, and the skip log
 - ``_prepare``: ``prepare``, prepare's per-file work as Ray tasks (the runner's Ray backend)
 - ``_nodes``: waiting for a node that can run the tasks; counting their slots
@@ -19,8 +21,10 @@ The epoch plan is the loader's own (``engine.plan.EpochPlan``): epoch ``e`` hold
 ``(seed, e, i)`` in the task that reads it (``ClipReader.read``), so each row holds exactly the
 frames the local loader gives it, whichever node reads it and however often a task is re-run.
 The plan is cut into task items in the driver (no file opened there): a run of
-``samples_per_task`` samples, or with ``group_clips=True`` whole videos' samples of that epoch
-(one decode pass per video) up to that many; the default size is set by ``_SAMPLES_PER_TASK``,
+``samples_per_task`` samples, or for a grouped source (``group_clips=True``; a LeRobot dataset's
+stretches of an episode) whole groups' samples of that epoch (one decode pass per group) up to
+that many; the groups are the plan's, as the loader's (``group_ids`` where the source has them,
+groups of several sizes); the default size is set by ``_SAMPLES_PER_TASK``,
 ``_PASSES_PER_TASK`` and ``_TASK_BYTES``.
 Ray re-runs a task lost with its node or worker; an exception of ours is not retried and ends
 the dataset, so the error policy lives in the task (``on_error``).
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, cast
 
 import numpy as np
 
@@ -54,13 +58,44 @@ from ._tasks import decode_items, task_log
 from ..engine.plan import EpochPlan
 from .._checks import check_choice, check_int, check_seconds
 from ..engine.skips import ON_ERROR
-from ..video.clips import VideoClips, digest
+from ..engine.source import Spec
+from ..video.clips import digest
 from ..video.planned import PlannedVideos
 
 if TYPE_CHECKING:
     import ray.data
 
 __all__ = ["dataset", "plan_items", "prepare", "skipped", "stats"]
+
+
+class Reader(Protocol):
+    """What a decode task calls on its source's reader (``ClipReader``, ``PlannedReader``,
+    ``EpisodeReader``): samples as one batch of new arrays, drawn as a loader with ``seed`` draws
+    them in ``epoch``; the decodes (and whatever else it counts) so far."""
+
+    def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]: ...
+
+    def counters(self) -> dict[str, int]: ...
+
+
+class Source(Protocol):
+    """What ``dataset`` and ``plan_items`` read of a source: its samples and fields, what names a
+    sample in an error, a reader for the tasks, and its groups (``group_size``, and ``group_ids``
+    where it has groups of several sizes, as the loader reads them). ``VideoClips``,
+    ``PlannedVideos`` and ``shmloader.lerobot``'s ``LeRobotSource`` are; it travels to the tasks
+    by value (pickled), and ``__getstate__`` names it (one reader per description a worker)."""
+
+    @property
+    def group_size(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def spec(self) -> Spec: ...
+
+    def describe(self, index: int) -> str: ...
+
+    def reader(self) -> Reader: ...
+
 
 # Default task size: Ray spends a fixed CPU cost on each task (the driver's executor, the raylets,
 # the worker around our function), so a task carries far more decoding than that. Measured with
@@ -79,15 +114,15 @@ _GROUP_WINDOW = 8
 _LOG_KEY = "shmloader.task_log"
 
 
-def plan_items(clips: VideoClips | PlannedVideos, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
+def plan_items(clips: Source, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
                start_epoch: int = 0, samples_per_task: int | None = None,
                group_window: int | None = None) -> list[dict[str, Any]]:
     """The tasks of epochs ``start_epoch .. start_epoch + epochs - 1``: ``[{"epoch": e,
-    "samples": [ids]}]`` in plan order (see NOTE [ Epochs on Ray ]); with ``group_clips`` a
-    video's samples of an epoch are all in one item (with other whole videos, up to
-    ``samples_per_task`` samples; by default 64 samples, or 16 videos' samples, up to 128 MB of
-    rows, every field counted (video, audio, labels...), and at least one video). ``shuffle``
-    and ``seed`` as the ``Loader``'s."""
+    "samples": [ids]}]`` in plan order (see NOTE [ Epochs on Ray ]); a group's samples of an
+    epoch (a video's with ``group_clips``, a LeRobot dataset's stretch of an episode) are all in
+    one item (with other whole groups, up to ``samples_per_task`` samples; by default 64 samples,
+    or 16 groups' samples, up to 128 MB of rows, every field counted (video, audio, labels...),
+    and at least one group). ``shuffle`` and ``seed`` as the ``Loader``'s."""
     check_int("epochs", epochs, 1)
     check_int("seed", seed, 0)
     check_int("start_epoch", start_epoch, 0)
@@ -101,7 +136,9 @@ def plan_items(clips: VideoClips | PlannedVideos, *, epochs: int = 1, seed: int 
     items: list[dict[str, Any]] = []
     for epoch in range(start_epoch, start_epoch + epochs):
         order = plan.order(epoch)
-        if group == 1:
+        # The plan's groups, not group_size: a source with group_ids has groups even where they
+        # average one sample (the plan counts them as groups then).
+        if plan.group == 1:
             items += [{"epoch": epoch, "samples": order[i : i + samples_per_task].tolist()}
                       for i in range(0, len(order), samples_per_task)]
             continue
@@ -119,7 +156,7 @@ def plan_items(clips: VideoClips | PlannedVideos, *, epochs: int = 1, seed: int 
     return items
 
 
-def _row_bytes(clips: VideoClips | PlannedVideos) -> int:
+def _row_bytes(clips: Source) -> int:
     """Bytes of one row of a task's block: every field of a sample (``clips.spec()``: video,
     audio and its length, labels, frame numbers...; a field of rows at its largest sample's) and
     the ``epoch`` and ``sample`` a task adds."""
@@ -132,7 +169,7 @@ def _row_bytes(clips: VideoClips | PlannedVideos) -> int:
     return total
 
 
-def dataset(clips: VideoClips | PlannedVideos, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
+def dataset(clips: Source, *, epochs: int = 1, seed: int = 0, shuffle: bool = False,
             on_error: str = "raise", num_cpus: float = 1, resources: dict[str, float] | None = None,
             start_epoch: int = 0, samples_per_task: int | None = None,
             group_window: int | None = None, tasks_in_flight: int | str = "auto",
@@ -140,14 +177,17 @@ def dataset(clips: VideoClips | PlannedVideos, *, epochs: int = 1, seed: int = 0
     """A Ray Dataset of the samples of ``clips``, decoded in Ray tasks.
 
     One row per sample with the fields of a ``Loader`` batch (``video``, ``label``, ``index``,
-    ``start``, ``frames``, ``mask`` with ``max_frames``) plus ``epoch`` and ``sample`` (the
-    sample id). Epoch ``e`` holds the samples, clips and frames of epoch ``e`` of
-    ``Loader(clips, seed=seed, shuffle=shuffle)`` (NOTE [ Epochs on Ray ]); rows come in the
-    order tasks finish unless the ``DataContext`` preserves order. ``seed``, ``shuffle``,
-    ``on_error`` and ``group_window`` mean what they mean to ``Loader``, with its defaults.
+    ``start``, ``frames``, ``mask`` with ``max_frames``; a LeRobot dataset's cameras, numeric
+    features and ``<key>_is_pad``) plus ``epoch`` and ``sample`` (the sample id). Epoch ``e``
+    holds the samples, clips and frames of epoch ``e`` of ``Loader(clips, seed=seed,
+    shuffle=shuffle)`` (NOTE [ Epochs on Ray ]); rows come in the order tasks finish unless the
+    ``DataContext`` preserves order. ``seed``, ``shuffle``, ``on_error`` and ``group_window`` mean
+    what they mean to ``Loader``, with its defaults.
 
-    :param clips: the dataset's description; it travels to the tasks by value (paths, options,
-        a scan manifest's probe columns: no file is probed twice).
+    :param clips: the dataset's description (``VideoClips``, ``PlannedVideos``,
+        ``shmloader.lerobot.dataset(root)``: a ``Source``); it travels to the tasks by value
+        (paths, options, a scan manifest's probe columns, a LeRobot dataset's tables: no file is
+        probed twice, no table read again).
     :param epochs: epochs in the dataset, numbered from ``start_epoch``; iterating it again
         gives the same epochs (make one dataset per epoch with ``start_epoch=e``, or
         ``epochs=N`` for one stream).
@@ -160,10 +200,11 @@ def dataset(clips: VideoClips | PlannedVideos, *, epochs: int = 1, seed: int = 0
     :param resources: custom resources each task needs, e.g. ``{"decode": 1}`` to keep decoding
         on the nodes started with that resource.
     :param samples_per_task: samples a task reads (with ``group_clips``: whole videos, up to
-        this many samples, at least one video); by default 64, or with ``group_clips`` 16
-        videos' samples, up to 128 MB of rows (every field: video, audio...; Ray's cost per task
-        weighs less in larger tasks).
-    :param group_window: videos per shuffle window with ``group_clips=True``; ``None``: 8.
+        this many samples, at least one video; a LeRobot dataset: whole stretches alike); by
+        default 64, or with ``group_clips`` 16 videos' (stretches') samples, up to 128 MB of rows
+        (every field: video, audio...; Ray's cost per task weighs less in larger tasks).
+    :param group_window: videos (a LeRobot dataset's stretches) per shuffle window of a grouped
+        source; ``None``: 8.
     :param tasks_in_flight: decode tasks submitted at once (running, or queued at a node for
         the next free slot): ``"auto"``, twice the slots the cluster has for them when the
         dataset is built (its ``num_cpus`` and ``resources``), counted once a node can run the

@@ -107,8 +107,9 @@ def _report(log: Any, token: str, skips: list[tuple[int, int, str]], counts: dic
 def decode_items(batch: dict[str, np.ndarray], *, clips: Any, token: str, reader_key: str, seed: int,
                  on_error: str, log: Any) -> dict[str, np.ndarray]:
     """``map_batches`` function: the rows of the task items in ``batch`` (``epoch``,
-    ``samples``), as ``ClipReader.read`` gives them plus ``epoch`` and ``sample``; ``reader_key``
-    names the description ``clips`` (equal keys, equal descriptions: one reader serves them)."""
+    ``samples``), as the reader of ``clips`` gives them (``clips.reader().read``: ``ClipReader``,
+    ``PlannedReader``, ``EpisodeReader``) plus ``epoch`` and ``sample``; ``reader_key`` names the
+    description ``clips`` (equal keys, equal descriptions: one reader serves them)."""
     reader = _reader(clips, reader_key)
     before = reader.counters()
     parts: list[dict[str, np.ndarray]] = []
@@ -125,16 +126,15 @@ def decode_items(batch: dict[str, np.ndarray], *, clips: Any, token: str, reader
                 parts.append(_rows(reader.read([s], seed=seed, epoch=epoch), epoch, [s]))
             except Exception as e:
                 if on_error == "raise":
-                    err = SampleError(s, reader.clips.describe(s), type(e).__qualname__, str(e))
+                    err = SampleError(s, clips.describe(s), type(e).__qualname__, str(e))
                     raise err from e
                 skips.append((epoch, s, f"{type(e).__qualname__}: {e}"))
                 traceback.clear_frames(e.__traceback__)
     counts = {k: n - before.get(k, 0) for k, n in reader.counters().items()}
     counts.update(tasks=1, samples=sum(len(p["sample"]) for p in parts), skipped=len(skips))
     _report(log, token, skips, counts)
-    if not parts:
-        return _rows({k: np.zeros((0, *shape), dtype) for k, (shape, dtype) in reader.clips.spec().items()},
-                     0, [])
+    if not parts:  # every sample skipped: no rows, of the fields the reader gives (a field of rows too)
+        return _rows(reader.read([], seed=seed, epoch=0), 0, [])
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
