@@ -41,6 +41,9 @@ ALLOWED = {
                         "shmloader.engine.interrupts"},
     "ray": _SHARED | {"shmloader.ray", "shmloader.engine", "shmloader.video", "shmloader.tools"},
     "vlm": _SHARED | {"shmloader.vlm"},
+    # the families: each its own folder over the house (the general parts and the planned
+    # videos' house), never another family; nothing of the house imports a family
+    "qwen": _SHARED | {"shmloader.qwen", "shmloader.vlm", "shmloader.video.planned", "shmloader.video.storage"},
 }
 
 

@@ -10,6 +10,7 @@ What lives here, a module a line:
 - ``pool``: the worker processes, their pipes, their start-up and shutdown
 - ``worker``: the worker's entry point and loop
 - ``forkserver``: one clean interpreter that imports what workers need once and forks them
+- ``forked``: a worker the fork server forked, as the training process sees it (Popen's face)
 - ``protocol``: the fixed-format messages between them
 - ``plan``: the epoch plan, which samples in which order
 - ``schedule``: slots, tasks, replies, retries

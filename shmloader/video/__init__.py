@@ -22,7 +22,6 @@ What lives here, a module a line:
 - ``decoders``: what the two decoders share; ``decord`` and ``pyav``: the two decoders
 - ``_av``: PyAV across its versions, decided once; its one-thread filter graph
 - ``audio``: a clip's sound, resampled, mixed and placed; ``audiobytes``: its remote bytes
-- ``soundtrack``: a video's sound track whole, as a speech encoder takes it (Qwen-Omni's)
 - ``media``: what a path names, a file's place resolved once
 - ``storage``: local, remote and tar reads (stat, retries); ``blocks``: the block cache
 - ``samples``: the synthetic sample videos whose frames say who they are

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .storage import Storage
+    from ..video.storage import Storage
 
 __all__ = ["bound", "read_track"]
 
