@@ -44,6 +44,7 @@ ALLOWED = {
     # the families: each its own folder over the house (the general parts and the planned
     # videos' house), never another family; nothing of the house imports a family
     "qwen": _SHARED | {"shmloader.qwen", "shmloader.vlm", "shmloader.video.planned", "shmloader.video.storage"},
+    "lerobot": _SHARED | {"shmloader.lerobot", "shmloader.engine.source", "shmloader.engine.shared", "shmloader.video"},
 }
 
 

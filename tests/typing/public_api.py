@@ -45,5 +45,5 @@ reveal_type(shmloader.qwen.plan(360, 30.0, 360, 640))  # -> shmloader.qwen.plan.
 reveal_type(shmloader.qwen.plan(360, 30.0, 360, 640).grid_thw)  # -> tuple[int, int, int]
 reveal_type(shmloader.qwen.frame_size(360, 640, 24))  # -> tuple[int, int]
 reveal_type(shmloader.qwen.clips(["a.mp4"]))  # -> shmloader.video.planned.PlannedVideos
-reveal_type(shmloader.lerobot.dataset("ds"))  # -> shmloader.lerobot.LeRobotSource
+reveal_type(shmloader.lerobot.dataset("ds"))  # -> shmloader.lerobot.source.LeRobotSource
 reveal_type(shmloader.qwen.normalize(np.zeros((4, 1176), np.uint8)))  # -> numpy.ndarray[Any, numpy.dtype[numpy.floating[numpy._typing._nbit_base._32Bit]]]

@@ -1,7 +1,7 @@
 """Reading LeRobot samples: rows in, arrays out, as ``LeRobotDataset.__getitem__`` builds them.
 
 NOTE [ A LeRobot sample ]
-Sample ``i`` is row ``i`` of the timestep table (``_lerobot_meta``). A key ``k`` given offsets
+Sample ``i`` is row ``i`` of the timestep table (``lerobot.meta``). A key ``k`` given offsets
 ``delta_timestamps[k]`` (seconds, multiples of ``1 / fps``) reads the rows at ``index + round(d *
 fps)`` for each offset, clamped into the row's episode (``dataset_from_index .. dataset_to_index
 - 1``), with ``k_is_pad`` True where the clamp moved it: the edge row repeats. A camera's frame for
@@ -23,11 +23,11 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from .engine.shared import SharedStrings
-from .engine.source import Spec
-from .video.reader import decode_cost
-from .video.stamps import TimedFrames
-from .video.storage import LOCAL, Storage
+from ..engine.shared import SharedStrings
+from ..engine.source import Spec
+from ..video.reader import decode_cost
+from ..video.stamps import TimedFrames
+from ..video.storage import LOCAL, Storage
 
 __all__ = ["Layout", "EpisodeReader", "SharedEpisodes", "describe", "tables"]
 

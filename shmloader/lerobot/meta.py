@@ -33,8 +33,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .video.media import has_scheme, is_remote, local_path, scheme_of
-from .video.storage import LOCAL, Storage, first_line
+from ..video.media import has_scheme, is_remote, local_path, scheme_of
+from ..video.storage import LOCAL, Storage, first_line
 
 __all__ = ["Meta", "load"]
 
