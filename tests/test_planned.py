@@ -187,3 +187,29 @@ def test_remote_videos_are_read_by_range_and_counted(lengths_videos):
     size = sum(os.path.getsize(p) for p in paths)
     assert stats["pyav"] == 4 and stats["requests"] > 0 and 0 < stats["bytes_read"] <= 2 * size
     assert served <= 4 * size, (served, size)  # the main process's probes and the workers' reads
+
+
+def test_workers_get_the_columns_shared_not_the_lists():
+    """A loader's workers receive the videos' paths and columns as one shared segment: what is
+    pickled for each worker does not grow with the number of videos (planned from given metas,
+    as from a manifest, nothing probed)."""
+    import cloudpickle
+
+    def sent(n: int) -> int:
+        metas = [Video(frames=30, fps=25.0, height=96, width=128)] * n
+        paths = [f"/data/videos/clip-{i:07d}.mp4" for i in range(n)]
+        shared = PlannedVideos(paths, list(range(n)), Uniform(), spans=[(0.0, 1.0)] * n, metas=metas).for_workers()
+        try:
+            size = len(cloudpickle.dumps(shared))
+            worker = cloudpickle.loads(cloudpickle.dumps(shared))  # as a worker gets it (the descriptor inherited)
+            assert len(worker) == n and worker.videos.paths[n - 1] == paths[-1]
+            assert worker.videos.labels[n - 1] == n - 1 and worker.videos._span(n - 1) == (0.0, 1.0)
+            return size
+        finally:
+            shared.release()
+
+    small, large = sent(10), sent(20_000)
+    assert large < small + 512, (small, large)
+    full = len(cloudpickle.dumps(PlannedVideos([f"/v{i}.mp4" for i in range(2_000)], None, Uniform(),
+                                               metas=[Video(frames=30, fps=25.0, height=96, width=128)] * 2_000)))
+    assert full > 20 * small  # what each worker would unpickle without the segment

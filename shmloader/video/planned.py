@@ -31,6 +31,7 @@ import numpy as np
 
 from .._checks import check_choice
 from ..engine.skips import ON_ERROR
+from ..engine.shared import SharedStrings
 from ..engine.source import Sizes, Spec
 from .arguments import checked_labels, checked_paths, path_list
 from .decoding import Decoding
@@ -148,6 +149,12 @@ class PlannedVideos:
         self.spans = None if self.spans is None else [self.spans[i] for i in kept]
         self._plans = [p for p in plans if not isinstance(p, str)]
         self._sizes = self._sizes_of(self._plans)  # the loader's plan and every Ray task read them
+        # What a worker reads of each video besides its path, as columns (``SharedPlanned``): the
+        # planned (height, width, frames) it checks its own plan against, the span (NaN: open).
+        self._planned = np.array([(*p.size, len(p.indices)) for p in self._plans], np.int64).reshape(-1, 3)
+        self._span_table = None if self.spans is None else np.array(
+            [(np.nan, np.nan) if s is None else tuple(np.nan if t is None else float(t) for t in s)
+             for s in self.spans], np.float64).reshape(-1, 2)
         self._digest = self._fingerprint()
         self._decoding: Decoding | None = None
 
@@ -168,13 +175,18 @@ class PlannedVideos:
                 info = probe(storage.resolve(self.paths[i]), storage=storage)
             except Exception as e:
                 return f"cannot read it: {storage.redact(str(e))}"
-            return _video(info, self._span(i), timed=False)  # a plan's sizes need no timestamps
+            span = None if self.spans is None else self.spans[i]
+            return _video(info, span, timed=False)  # a plan's sizes need no timestamps
 
         with ThreadPoolExecutor(min(_PROBE_THREADS, len(self.paths))) as pool:
             return list(pool.map(one, range(len(self.paths))))
 
     def _span(self, i: int) -> tuple[float | None, float | None] | None:
-        return None if self.spans is None else self.spans[i]
+        """Sample ``i``'s span as the recipe sees it (None: the whole video)."""
+        if self._span_table is None:
+            return None
+        start, end = (None if np.isnan(t) else float(t) for t in self._span_table[i])
+        return None if start is None and end is None else (start, end)
 
     def _plan(self, video: Video) -> Planned | str:
         """The recipe's plan of ``video``, or why it gives none (a string)."""
@@ -236,6 +248,11 @@ class PlannedVideos:
         """Samples as new arrays in any process (a Ray task): ``reader().read(ids)``."""
         return PlannedReader(self)
 
+    def for_workers(self) -> SharedPlanned:
+        """What one loader's workers run (its columns shared, not pickled into each worker): the
+        loader that asks owns it."""
+        return SharedPlanned(self)
+
     def worker_init(self) -> None:
         self._decoding = self.reading.decoding(self.storage)
 
@@ -251,10 +268,10 @@ class PlannedVideos:
         info = self._decoding.info(self.paths[index])
         video = _video(info, self._span(index), storage=self.storage if self.remote else None)
         planned = self.recipe.plan(video)
-        if planned.size != self._plans[index].size or len(planned.indices) != len(self._plans[index].indices):
+        h, w, n = (int(x) for x in self._planned[index])
+        if planned.size != (h, w) or len(planned.indices) != n:
             raise ValueError(f"the video changed since the loader planned it: {planned.size} "
-                             f"{len(planned.indices)} frames, planned {self._plans[index].size} "
-                             f"{len(self._plans[index].indices)} frames")
+                             f"{len(planned.indices)} frames, planned {(h, w)} {n} frames")
         union, where = np.unique(planned.indices, return_inverse=True)
         if self.remote:  # the bytes of every frame decoded, in one round of requests
             self._decoding.prefetch([(info, union, None)])
@@ -266,6 +283,76 @@ class PlannedVideos:
         out["times"][:] = video.times[planned.indices]
         out["label"][...] = -1 if self.labels is None else self.labels[index]
         out["index"][...] = self.positions[index]
+
+
+class SharedPlanned:
+    """The engine's source for planned videos (``engine.source.Source``): the paths and per-video
+    columns in one shared segment every worker maps (made when the loader starts, closed when its
+    workers are gone), so a worker's memory does not grow with the videos; each worker reads
+    through a copy of the description that holds the segment's views instead of its lists."""
+
+    worker_imports = PlannedVideos.worker_imports
+    # The description's columns that travel in the segment; the lists only the main process keeps.
+    _COLUMNS = ("labels", "positions", "_planned", "_span_table")
+    _MAIN_ONLY = ("paths", "spans", "skipped", "_plans", "_sizes")
+
+    def __init__(self, videos: PlannedVideos) -> None:
+        self.videos = videos
+        self._table: SharedStrings | None = None
+
+    def __len__(self) -> int:
+        return len(self.videos)
+
+    def spec(self) -> Spec:
+        return self.videos.spec()
+
+    def describe(self, index: int) -> str:
+        return self.videos.describe(index)
+
+    def _shared(self) -> SharedStrings:
+        if self._table is None:
+            v = self.videos
+            columns = {k: getattr(v, k) for k in self._COLUMNS if getattr(v, k) is not None}
+            self._table = SharedStrings(SharedStrings.encode(list(v.paths)), columns)
+        return self._table
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """Descriptors the workers must inherit (the shared columns)."""
+        return (self._shared().fd,)
+
+    def acquire(self) -> None:
+        self._shared()
+
+    def release(self) -> None:
+        if self._table is not None:
+            self._table.close()
+            self._table = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        described = self.videos.__getstate__()
+        present = [k for k in self._COLUMNS if described[k] is not None]
+        for k in (*self._COLUMNS, *self._MAIN_ONLY):
+            described[k] = None
+        return {"described": described, "present": present, "table": self._shared()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        table: SharedStrings = state["table"]
+        videos = PlannedVideos.__new__(PlannedVideos)
+        videos.__dict__.update(state["described"])
+        videos.paths = table  # type: ignore[assignment]  # indexable like the list
+        for k in state["present"]:
+            setattr(videos, k, table.column(k))
+        self.videos, self._table = videos, None
+
+    def worker_init(self) -> None:
+        self.videos.worker_init()
+
+    def counters(self) -> dict[str, int]:
+        return self.videos.counters()
+
+    def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
+        self.videos.read(index, rng, out)
 
 
 class PlannedReader:
