@@ -206,3 +206,48 @@ def test_no_module_imports_itself_round_a_circle():
 def test_the_circle_finder_finds_one():
     assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _circle({"a": {"b"}, "b": set()}) is None
+
+
+# One concept per function, as per module and per class above: a function past this many lines
+# does more than one thing and is split where its concepts divide (named helpers, a small class).
+_FUNCTION_LINES = 100
+
+
+def test_no_function_is_over_100_lines():
+    # Counted from the ``def`` line to the last line of the body, docstring included; decorators
+    # are left out (ast's ``lineno`` of a function is its ``def``), as they are not its work.
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                size = node.end_lineno - node.lineno + 1
+                assert size <= _FUNCTION_LINES, f"{path.relative_to(PACKAGE)}: {node.name}, {size} lines"
+
+
+def _architecture_tree() -> set[str]:
+    """The modules and folders the Architecture page's package tree names (``docs/architecture.md``,
+    the block under "The package"), as paths under the package."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    block = text.split("## The package", 1)[1].split("```\nshmloader/\n", 1)[1].split("```", 1)[0]
+    named, folders = set(), []
+    for line in block.splitlines():
+        marker = line.find("── ")
+        if marker < 0:
+            continue
+        depth = (marker - 1) // 4
+        name = line[marker + 3 :].split()[0]
+        folders = folders[:depth]
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+        else:
+            named.add("/".join([*folders, name]))
+    return named
+
+
+def test_the_architecture_page_names_every_module():
+    """The page's package tree is the package's: every module on disk has its line, and no line
+    names a module that is not there (a subpackage's ``__init__.py`` may go unnamed)."""
+    on_disk = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")}
+    named = _architecture_tree()
+    missing = sorted(m for m in on_disk - named if not m.endswith("/__init__.py"))
+    assert not missing, f"docs/architecture.md's package tree lacks {missing}"
+    assert not named - on_disk, f"docs/architecture.md's package tree names what is not there: {sorted(named - on_disk)}"

@@ -16,12 +16,32 @@ rows). Such a source also has ``sizes()``: every sample's row count per field, a
 plan stays seeded and resumable. A batch then packs its samples' rows end to end along the
 first axis, field ``f`` beside ``f_offsets`` (``[n + 1]``: sample ``i``'s rows are
 ``f[offsets[i]:offsets[i + 1]]``, as ``cu_seqlens`` and ``tf.RaggedTensor``'s row splits).
+
+NOTE [ A family of samples ]
+A family of samples (fixed clips, a video-LLM's planned videos, a robot dataset's timesteps, the
+next one) is one folder: what to read and how it is shaped. It gives the house a *description*
+(``Family``), made in the training process from probes or a manifest, that opens no reader and
+pickles by value: ``__len__``, ``spec()`` (a field of rows with ``sizes()``), ``describe(i)`` (the
+file and place, for errors), ``fingerprint()`` (what a saved state must match), ``for_workers()``
+(the ``Source`` one loader's workers run, its tables in one shared segment: ``engine.shared``),
+``reader()`` (sample ids in, new arrays out, in any process: ``read(ids, seed=, epoch=)`` and
+``counters()``), and where it groups samples for one decode pass ``group_size``/``group_ids()``.
+The house gives every family the rest, written once: where files live and how they are read
+(``video.options.Reading``: local files and fsspec URLs by byte range, ``storage_options``,
+``fetch``, ``decoder``, ``decode_threads``; ``Reading.decoding()`` and ``Decoding.counters()``),
+the decoder measured or chosen per file, files that cannot be read named together or skipped
+(``on_error``), the Loader (plans, batches by count or by cost, resume checked by the
+fingerprint, ``stats()``), ``eval_loader``, each framework's adapter, and Ray
+(``shmloader.ray.dataset`` over ``reader()``). A family of whole videos planned one by one writes a
+``Recipe`` over ``video.planned.PlannedVideos`` and nothing else (``shmloader.qwen``); one whose
+samples are not whole videos writes its description, its worker source and its reader over the
+house's parts (``shmloader.lerobot``). tests/test_families.py holds every family to this.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -83,6 +103,25 @@ class Described(Protocol):
     def describe(self, index: int) -> str: ...
 
     def for_workers(self) -> Source: ...
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """A family's samples read in any process (a Ray task, a GPU decoder): ids in, new arrays out
+    (NOTE [ A family of samples ])."""
+
+    def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]: ...
+
+    def counters(self) -> dict[str, int]: ...
+
+
+@runtime_checkable
+class Family(Described, Protocol):
+    """What a family of samples gives the house (NOTE [ A family of samples ])."""
+
+    def fingerprint(self) -> str: ...
+
+    def reader(self) -> Reader: ...
 
 
 def normalize_spec(spec) -> Spec:

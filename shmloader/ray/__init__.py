@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, Protocol, Sequence, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from ._tasks import decode_items, task_log
 from ..engine.plan import EpochPlan
 from .._checks import check_choice, check_int, check_seconds
 from ..engine.skips import ON_ERROR
-from ..engine.source import Spec
+from ..engine.source import Family
 from ..video.clips import digest
 from ..video.planned import PlannedVideos
 
@@ -68,33 +68,16 @@ if TYPE_CHECKING:
 __all__ = ["dataset", "plan_items", "prepare", "skipped", "stats"]
 
 
-class Reader(Protocol):
-    """What a decode task calls on its source's reader (``ClipReader``, ``PlannedReader``,
-    ``EpisodeReader``): samples as one batch of new arrays, drawn as a loader with ``seed`` draws
-    them in ``epoch``; the decodes (and whatever else it counts) so far."""
-
-    def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]: ...
-
-    def counters(self) -> dict[str, int]: ...
-
-
-class Source(Protocol):
-    """What ``dataset`` and ``plan_items`` read of a source: its samples and fields, what names a
-    sample in an error, a reader for the tasks, and its groups (``group_size``, and ``group_ids``
-    where it has groups of several sizes, as the loader reads them). ``VideoClips``,
-    ``PlannedVideos`` and ``shmloader.lerobot``'s ``LeRobotSource`` are; it travels to the tasks
-    by value (pickled), and ``__getstate__`` names it (one reader per description a worker)."""
+class Source(Family, Protocol):
+    """What ``dataset`` and ``plan_items`` read of a family's description (NOTE [ A family of
+    samples ] in ``engine.source``): its samples and fields, what names a sample in an error, a
+    reader for the tasks, and its groups (``group_size``, and ``group_ids`` where it has groups of
+    several sizes, as the loader reads them). ``VideoClips``, ``PlannedVideos`` and
+    ``shmloader.lerobot``'s ``LeRobotSource`` are; it travels to the tasks by value (pickled), and
+    ``__getstate__`` names it (one reader per description a worker)."""
 
     @property
     def group_size(self) -> int: ...
-
-    def __len__(self) -> int: ...
-
-    def spec(self) -> Spec: ...
-
-    def describe(self, index: int) -> str: ...
-
-    def reader(self) -> Reader: ...
 
 
 # Default task size: Ray spends a fixed CPU cost on each task (the driver's executor, the raylets,

@@ -1,0 +1,1 @@
+"""Families of samples written as a maintainer adds one (docs/adding-a-family.md): one folder each."""
