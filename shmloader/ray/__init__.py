@@ -213,17 +213,7 @@ def dataset(clips: Source, *, epochs: int = 1, seed: int = 0, shuffle: bool = Fa
 
     check_choice("on_error", on_error, ON_ERROR)
     theirs = bool({"compute", "concurrency"} & ray_remote_args.keys())  # a compute strategy of the caller's
-    size: int | None = None  # the cap of ours, if any (NOTE [ Tasks in flight ]); "auto" once Ray is up
-    if tasks_in_flight not in ("auto", "ray"):
-        try:
-            check_int("tasks_in_flight", tasks_in_flight, 1)
-        except ValueError:
-            raise ValueError("tasks_in_flight must be 'auto', an integer >= 1 or 'ray' (Ray Data's "
-                             f"scheduling), got {tasks_in_flight!r}") from None
-        if theirs:
-            raise ValueError("tasks_in_flight sets the decode tasks' compute strategy: pass it or "
-                             "compute=/concurrency=, not both")
-        size = cast(int, tasks_in_flight)
+    size = _cap_given(tasks_in_flight, theirs)  # the cap of ours, if any; "auto" once Ray is up
     items = plan_items(clips, epochs=epochs, seed=seed, shuffle=shuffle, start_epoch=start_epoch,
                        samples_per_task=samples_per_task, group_window=group_window)
     check_seconds("node_timeout", node_timeout)
@@ -248,7 +238,33 @@ def dataset(clips: Source, *, epochs: int = 1, seed: int = 0, shuffle: bool = Fa
     ds = items_ds.map_batches(cast(Any, decode_items), batch_size=1, batch_format="numpy",
                               fn_kwargs=fn_kwargs, num_cpus=num_cpus, resources=resources,
                               **ray_remote_args)
-    if size is not None:  # NOTE [ Tasks in flight ]: on this dataset's own context, not the global one
+    _set_context(ds, size is not None, log, token)
+    return ds
+
+
+def _cap_given(tasks_in_flight: int | str, theirs: bool) -> int | None:
+    """The cap of ours on decode tasks in flight (NOTE [ Tasks in flight ]) where ``dataset``'s
+    ``tasks_in_flight`` gives a number, None for ``"auto"`` and ``"ray"``; ``theirs``: the caller
+    passed a compute strategy (``compute=``, ``concurrency=``), which a number contradicts."""
+    if tasks_in_flight in ("auto", "ray"):
+        return None
+    try:
+        check_int("tasks_in_flight", tasks_in_flight, 1)
+    except ValueError:
+        raise ValueError("tasks_in_flight must be 'auto', an integer >= 1 or 'ray' (Ray Data's "
+                         f"scheduling), got {tasks_in_flight!r}") from None
+    if theirs:
+        raise ValueError("tasks_in_flight sets the decode tasks' compute strategy: pass it or "
+                         "compute=/concurrency=, not both")
+    return cast(int, tasks_in_flight)
+
+
+def _set_context(ds: ray.data.Dataset, capped: bool, log: Any, token: str) -> None:
+    """What ``dataset`` sets on its dataset's own ``DataContext`` (``ds.context``, shared by the
+    datasets derived from it; the global one is left alone): the reservation off under a cap of
+    ours (``capped``), a task's exceptions as they are, and the task log (``log``, ``token``)
+    that ``skipped`` and ``stats`` read."""
+    if capped:  # NOTE [ Tasks in flight ]: on this dataset's own context, not the global one
         ds.context.op_resource_reservation_enabled = False
     # A task's SampleError reaches the consumer as itself (Ray's exception is an instance of it),
     # not wrapped in Ray Data's UserCodeException.
@@ -257,7 +273,6 @@ def dataset(clips: Source, *, epochs: int = 1, seed: int = 0, shuffle: bool = Fa
     # share: skipped() and stats() read it from any of them. The entries go with the context.
     ds.context.set_config(_LOG_KEY, (log, token))
     weakref.finalize(ds.context, _forget, log, token).atexit = False  # at exit the whole log goes
-    return ds
 
 
 def skipped(ds: ray.data.Dataset) -> list[tuple[int, int, str]]:

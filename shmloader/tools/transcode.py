@@ -29,7 +29,7 @@ import numpy as np
 
 from ..video.media import Media
 from ..video.packets import index_of
-from ..video.probe import probe
+from ..video.probe import VideoInfo, probe
 from ..video.pyav import PYAV_SEEKS
 from ..video.storage import Storage
 
@@ -141,102 +141,149 @@ def transcode(media: Media, dest: str, fmt: str, spec: CopySpec, storage: Storag
     found = re.search(r"truncated at frame \d+ of (\d+)", info.problem)
     cut = int(found[1]) if found else None
     h, w = copy_size(info.height, info.width, spec)
-    by_time = info.pts is not None and (not info.container or info.container in PYAV_SEEKS)
-    if by_time:
-        assert info.pts is not None
-        tb, times = info.time_base, info.pts - info.pts[0]
-        last = int(info.durations[-1]) if info.durations is not None and len(info.durations) else 0
-    else:
-        tb = _COUNTED_TB
-        times = np.round(np.arange(info.frames + 1) / info.fps / float(tb)).astype(np.int64)
-        times, last = times[:-1], int(times[-1] - times[-2])
-    if last <= 0 and len(times) > 1:  # a container that stores none (FLV): the usual step, as the probe's duration
-        last = int(np.median(np.diff(times)))
-    # Each packet's duration: to the next frame's time, the last frame's as the source's. An MP4
-    # stores the durations, and the frame rate a demuxer reports is counted from them.
-    lasts = dict(zip(times.tolist(), np.diff(times, append=times[-1] + max(last, 1)).tolist()))
+    t = _Times(info)
     rate = Fraction(info.fps).limit_denominator(1001) if info.fps > 0 else Fraction(25)
-    note = ""
-    n = 0  # frames written; the next one wanted
     with open_input(storage.media(media)) as c, av.open(dest, "w", format=fmt) as o:
         src = c.streams.video[0]
         src.codec_context.thread_count = 1  # one core per worker
-        out = o.add_stream("libx264", rate=rate)
-        out.width, out.height, out.pix_fmt = w, h, "yuv420p"
-        out.time_base = out.codec_context.time_base = tb
-        out.codec_context.thread_count = 1
-        out.options = {"preset": "veryfast", "crf": str(spec.crf),
-                       "x264-params": f"keyint={spec.gop}:min-keyint={spec.gop}:scenecut=0:open-gop=0:"
-                                      f"bframes={_BFRAMES}"}
-        streams = [src]
-        audio = c.streams.audio[0] if c.streams.audio else None
-        a_out = None
-        if audio is not None:
-            name = audio.codec_context.codec.canonical_name  # the codec's, not its decoder's (mp3float)
-            if _audio_fits(name, fmt):
-                a_out = o.add_stream_from_template(audio)
-                streams.append(audio)
-            else:
-                note = f"audio ({name}) left out: {fmt.upper()} cannot hold it as it is"
-        turner: _Turner | None = None
-
-        def put(frame) -> None:
-            """Source frame ``frame`` into the copy, as its frame ``n``."""
-            nonlocal n, turner
-            i = index_of(info.pts, frame.pts) if by_time else n
-            if i is None:
-                return  # decoded only, not shown (before an edit list's start)
-            if i != n:
-                raise ValueError(f"frame {n} is missing: the decoder gave frame {i} after frame {n - 1}")
-            if n >= info.frames:
-                raise ValueError(f"the stream holds more than the {info.frames} frames its probe counted")
-            if frame.is_corrupt:
-                raise ValueError(f"frame {n} is damaged")
-            if turner is None:
-                turner = _Turner(w, h, info.rotation, frame.color_range == 2)
-                _tag(out.codec_context, frame, src.codec_context)
-            img = turner(frame)
-            img.pts, img.time_base = int(times[n]), tb
-            img.pict_type = av.video.frame.PictureType.NONE  # a source keyframe forces none here
-            _mux(o, out.encode(img), lasts)
-            n += 1
-
-        start = float(info.pts[0] * info.time_base) if by_time and info.pts is not None else 0.0
-        held = None  # the latest audio packet over before the first frame shown
+        out = _video_out(o, w, h, t.tb, rate, spec)
+        audio, a_out, note = _audio_out(c, o, fmt)
+        frames = _Frames(info, t, o, out, src, w, h)
+        start = float(info.pts[0] * info.time_base) if t.by_time and info.pts is not None else 0.0
+        sound = _Sound(o, a_out, start)
         try:
-            for p in c.demux(*streams):
+            for p in c.demux(*([src] if a_out is None else [src, audio])):
                 if p.stream.type == "audio":
-                    if p.dts is None or p.pts is None or a_out is None:
-                        continue
-                    shift = round(start / p.time_base)
-                    if shift and p.pts - shift + (p.duration or 0) <= 0:
-                        held = p  # over before the first frame shown: left out, but for the last
-                        continue
-                    # The packet before the first one kept stays (before 0, so the decoder drops
-                    # its samples): AAC's and MP3's decoders need it to decode the next one whole.
-                    for q in (held, p) if held is not None else (p,):
-                        q.pts, q.dts = q.pts - shift, q.dts - shift
-                        q.stream = a_out
-                        o.mux(q)
-                    held = None
+                    sound.put(p)
                     continue
                 for frame in p.decode():
-                    put(frame)
+                    frames.put(frame)
         except av.error.FFmpegError as e:
             if cut is None:
-                raise ValueError(f"damaged or cut-off data: the decoder stopped with {n} of the {info.frames} "
-                                 f"frames out: {e}") from e
+                raise ValueError(f"damaged or cut-off data: the decoder stopped with {frames.n} of the "
+                                 f"{info.frames} frames out: {e}") from e
             try:  # the frames decoded before the cut and held back for reordering (whole packets)
                 for frame in src.decode(None):
-                    put(frame)
+                    frames.put(frame)
             except av.error.FFmpegError:
                 pass
+        n = frames.n
         if n < info.frames and (cut is None or n == 0):
             raise ValueError(f"the stream ends at frame {n} of the {info.frames} its probe counted "
                              "(damaged or truncated?)")
-        _mux(o, out.encode(), lasts)
+        _mux(o, out.encode(), t.lasts)
     problem = f"truncated at frame {n} of {cut}" if cut is not None else ""
     return {"frames": n, "note": note, "problem": problem}
+
+
+class _Times:
+    """The copy's time base (``tb``), frame ``i``'s presentation time (``times[i]``, from the
+    first frame) and each packet's duration by its time (``lasts``); ``by_time``: the source's
+    frames are placed by their timestamps, not counted."""
+
+    def __init__(self, info: VideoInfo) -> None:
+        self.by_time = info.pts is not None and (not info.container or info.container in PYAV_SEEKS)
+        if self.by_time:
+            assert info.pts is not None
+            tb, times = info.time_base, info.pts - info.pts[0]
+            last = int(info.durations[-1]) if info.durations is not None and len(info.durations) else 0
+        else:
+            tb = _COUNTED_TB
+            times = np.round(np.arange(info.frames + 1) / info.fps / float(tb)).astype(np.int64)
+            times, last = times[:-1], int(times[-1] - times[-2])
+        if last <= 0 and len(times) > 1:  # a container that stores none (FLV): the usual step, as the probe's duration
+            last = int(np.median(np.diff(times)))
+        self.tb: Fraction = tb
+        self.times: np.ndarray = times
+        # Each packet's duration: to the next frame's time, the last frame's as the source's. An MP4
+        # stores the durations, and the frame rate a demuxer reports is counted from them.
+        self.lasts: dict[int, int] = dict(zip(times.tolist(),
+                                              np.diff(times, append=times[-1] + max(last, 1)).tolist()))
+
+
+def _video_out(o, w: int, h: int, tb: Fraction, rate: Fraction, spec: CopySpec) -> Any:
+    """The copy's video stream in ``o``: x264 at ``w`` x ``h``, a keyframe every ``spec.gop``
+    frames exactly."""
+    out = o.add_stream("libx264", rate=rate)
+    out.width, out.height, out.pix_fmt = w, h, "yuv420p"
+    out.time_base = out.codec_context.time_base = tb
+    out.codec_context.thread_count = 1
+    out.options = {"preset": "veryfast", "crf": str(spec.crf),
+                   "x264-params": f"keyint={spec.gop}:min-keyint={spec.gop}:scenecut=0:open-gop=0:"
+                                  f"bframes={_BFRAMES}"}
+    return out
+
+
+def _audio_out(c, o, fmt: str) -> tuple[Any, Any, str]:
+    """(the source's first audio stream, its stream in the copy, the row's note): an audio
+    stream the copy's container cannot hold as it is is left out (no stream in the copy), and
+    the note says so."""
+    audio = c.streams.audio[0] if c.streams.audio else None
+    if audio is None:
+        return None, None, ""
+    name = audio.codec_context.codec.canonical_name  # the codec's, not its decoder's (mp3float)
+    if _audio_fits(name, fmt):
+        return audio, o.add_stream_from_template(audio), ""
+    return audio, None, f"audio ({name}) left out: {fmt.upper()} cannot hold it as it is"
+
+
+class _Frames:
+    """The copy's video: each source frame checked against the probe's timeline, turned upright
+    at the copy's size and encoded as the copy's frame ``n`` (the frames written so far)."""
+
+    def __init__(self, info: VideoInfo, t: _Times, o, out, src, w: int, h: int) -> None:
+        self._info, self._t, self._o, self._out, self._src = info, t, o, out, src
+        self._w, self._h = w, h
+        self._turner: _Turner | None = None
+        self.n = 0  # frames written; the next one wanted
+
+    def put(self, frame) -> None:
+        """Source frame ``frame`` into the copy, as its frame ``n``."""
+        import av
+
+        info, t, n = self._info, self._t, self.n
+        i = index_of(info.pts, frame.pts) if t.by_time else n
+        if i is None:
+            return  # decoded only, not shown (before an edit list's start)
+        if i != n:
+            raise ValueError(f"frame {n} is missing: the decoder gave frame {i} after frame {n - 1}")
+        if n >= info.frames:
+            raise ValueError(f"the stream holds more than the {info.frames} frames its probe counted")
+        if frame.is_corrupt:
+            raise ValueError(f"frame {n} is damaged")
+        if self._turner is None:
+            self._turner = _Turner(self._w, self._h, info.rotation, frame.color_range == 2)
+            _tag(self._out.codec_context, frame, self._src.codec_context)
+        img = self._turner(frame)
+        img.pts, img.time_base = int(t.times[n]), t.tb
+        img.pict_type = av.video.frame.PictureType.NONE  # a source keyframe forces none here
+        _mux(self._o, self._out.encode(img), t.lasts)
+        self.n += 1
+
+
+class _Sound:
+    """The copy's audio, packet for packet: shifted so the first frame shown is at 0, what is
+    over before it left out (but for the packet just before the first one kept)."""
+
+    def __init__(self, o, a_out, start: float) -> None:
+        self._o, self._a_out, self._start = o, a_out, start
+        self._held = None  # the latest audio packet over before the first frame shown
+
+    def put(self, p) -> None:
+        """Audio packet ``p`` into the copy (or held, or left out)."""
+        if p.dts is None or p.pts is None or self._a_out is None:
+            return
+        shift = round(self._start / p.time_base)
+        if shift and p.pts - shift + (p.duration or 0) <= 0:
+            self._held = p  # over before the first frame shown: left out, but for the last
+            return
+        # The packet before the first one kept stays (before 0, so the decoder drops
+        # its samples): AAC's and MP3's decoders need it to decode the next one whole.
+        for q in (self._held, p) if self._held is not None else (p,):
+            q.pts, q.dts = q.pts - shift, q.dts - shift
+            q.stream = self._a_out
+            self._o.mux(q)
+        self._held = None
 
 
 def _mux(o, packets, durations: dict[int, int]) -> None:

@@ -118,139 +118,184 @@ def read_open(c, media: Media, decode: str, storage: Storage, raw: RawStream | N
     """Every packet of the open container ``c`` of ``media`` (read through ``raw`` for a raw
     stream), decoding as ``decode`` says: ``"first"`` until the first frame, ``"keyframes"``
     keyframes only (and every frame before the first shown), ``"frames"`` all."""
-    import av
-
-    from ._av import fraction
-
     r = Pass()
     if not c.streams.video:
         raise ValueError("no video stream")
     s = c.streams.video[0]
     cc = s.codec_context
     cc.thread_count = 1
-    # "keyframes" decodes every frame until the first one shown, keyframes only from there: a
-    # keyframe before an edit list's start is decoded but never shown, and in a file with one
-    # keyframe (a stream-copied cut of a short clip) no frame would come out at all.
+    _describe(r, c, s, cc)
+    end = _container_end(s, r.container, media, storage)
+    d = _Demux(r, cc, decode, media.size)
+    broke = d.read(c, s, raw)
+    r.delay = bool(cc.has_b_frames)
+    if decode != "first" or r.first is None:
+        d.take(None)  # frames held back for reordering: a one-keyframe file gives its only one here
+    if decode != "frames" and not r.unordered:  # "frames" saw every decoded stamp above
+        r.unordered = stamps_in_decode_order(media, d.stamps, r.delay, storage)
+    if end is not None and end > media.size:
+        d.cut()
+    if broke and not r.truncated and r.damaged is None:
+        r.damaged = d.kept
+    if d.kept == 0:
+        raise ValueError("the video stream holds no frames" + (" (the file is cut off before its first frame)"
+                                                               if r.truncated else ""))
+    _place(r, d, s, media)
+    return r
+
+
+def _describe(r: Pass, c, s, cc) -> None:
+    """What the container says of the video stream ``s`` (decoded by ``cc``) before any packet."""
+    from ._av import fraction
+
     r.container = c.format.name.split(",")[0]
     r.codec = cc.codec.canonical_name
     r.profile = profile_of(cc)
     r.declared = int(s.frames or 0)
     r.time_base = fraction(s.time_base) or Fraction(1, 1)
+
+
+def _container_end(s, container: str, media: Media, storage: Storage) -> int | None:
+    """Where the container says the stream's data ends (``indexed_end``; for a MOV/MP4 whose
+    index PyAV cannot show, where its boxes end), None where it does not say."""
     end = indexed_end(s)
-    if end is None and r.container == "mov":
+    if end is None and container == "mov":
         from ._av import INDEX_ENTRIES, boxes_end
 
         if not INDEX_ENTRIES:  # a PyAV that cannot show the index: the file's boxes say it is cut
             with storage.open_bytes(media) as f:
                 end = boxes_end(f)
-    size = media.size
-    stamps: list[int | None] = []  # per packet in decode order; None: unstamped
-    durations: list[int] = []
-    key_stamps: list[int] = []
-    frame_stamps: list[tuple[int, int | None, int, int]] = []  # (n, pts, height, width) per frame out
-    dts: list[int | None] = []
-    spans: list[tuple[int, int]] = []
-    headers: bytes | None = None
-    r.dropped, kept, n, broke = 0, 0, 0, False
+    return end
 
-    def take(p) -> bool:
-        """Decode packet ``p`` (None: flush) as ``decode`` says; False once done."""
-        nonlocal n
+
+class _Demux:
+    """One pass over a stream's packets: what each packet says (its stamp, duration, dts, bytes,
+    keyframe and sequence headers, in decode order) and what decoding finds (frames out, their
+    stamps and sizes, damage, order), noted on the ``Pass`` ``r`` or kept here for ``_place``."""
+
+    def __init__(self, r: Pass, cc, decode: str, size: int) -> None:
+        self.r, self.cc, self.decode, self.size = r, cc, decode, size
+        self.stamps: list[int | None] = []  # per packet in decode order; None: unstamped
+        self.durations: list[int] = []
+        self.key_stamps: list[int] = []
+        self.frame_stamps: list[tuple[int, int | None, int, int]] = []  # (n, pts, height, width) per frame out
+        self.dts: list[int | None] = []
+        self.spans: list[tuple[int, int]] = []
+        self.headers: bytes | None = None
+        self.kept = 0  # packets shown
+        self.n = 0  # frames out
+        r.dropped = 0
+
+    def read(self, c, s, raw: RawStream | None) -> bool:
+        """Demux every packet of ``s``, decoding as ``decode`` says; True if the container broke off."""
+        import av
+
         try:
-            for frame in (p.decode() if p is not None else cc.decode(None)):
+            for p in c.demux(s):
+                if raw is not None:
+                    raw.mark = raw.tell()
+                if p.size == 0:
+                    continue  # the end: flushed below, also when the container breaks off
+                self.note(p)
+                if self.decode == "first" and self.r.first is not None:
+                    continue
+                self.take(p)
+        except (av.error.FFmpegError, NoFrameBoundary):  # the container itself breaks off
+            return True
+        return False
+
+    def note(self, p) -> None:
+        """What packet ``p`` says of itself."""
+        r = self.r
+        if p.is_discard:  # before an edit list's start: a reference, never shown
+            r.dropped += 1
+            return
+        whole = p.pos is None or p.pos < 0 or p.pos + p.size <= self.size
+        t = p.pts if p.pts is not None else p.dts
+        self.stamps.append(t)
+        self.durations.append(p.duration or 0)
+        self.dts.append(p.dts if whole else None)
+        self.spans.append((p.pos if p.pos is not None and p.pos >= 0 else -1, p.size))
+        self.kept += 1
+        if p.is_corrupt and r.damaged is None:
+            r.damaged, r.damaged_at = self.kept - 1, t
+        if p.is_keyframe:
+            self.key_stamps.append(t)
+            h = sequence_headers(bytes(p), r.codec)
+            if h:
+                if self.headers is None:
+                    self.headers = h
+                elif h != self.headers:
+                    r.header_change = True
+
+    def take(self, p) -> bool:
+        """Decode packet ``p`` (None: flush) as ``decode`` says; False once done."""
+        import av
+
+        r, decode, frame_stamps = self.r, self.decode, self.frame_stamps
+        try:
+            for frame in (p.decode() if p is not None else self.cc.decode(None)):
                 if r.first is None:
                     r.first = frame
+                    # "keyframes" decodes every frame until the first one shown, keyframes only
+                    # from there: a keyframe before an edit list's start is decoded but never
+                    # shown, and in a file with one keyframe (a stream-copied cut of a short clip)
+                    # no frame would come out at all.
                     if decode == "keyframes":
-                        cc.skip_frame = "NONKEY"
+                        self.cc.skip_frame = "NONKEY"
                 if frame.is_corrupt and r.damaged is None and decode != "first":
-                    r.damaged, r.damaged_at = n, frame.pts
+                    r.damaged, r.damaged_at = self.n, frame.pts
                 if decode != "first" and frame.pts is not None and frame_stamps and \
                         frame_stamps[-1][1] is not None and frame.pts <= frame_stamps[-1][1]:
                     r.unordered = True  # frames come out in presentation order, their stamps do not
-                frame_stamps.append((n, frame.pts, frame.height, frame.width))
-                n += 1
+                frame_stamps.append((self.n, frame.pts, frame.height, frame.width))
+                self.n += 1
                 if decode == "first":
                     return False
         except av.error.FFmpegError:  # a damaged packet: note it, read on
             if r.damaged is None and decode != "first":
-                r.damaged = n if decode == "frames" else kept - 1
+                r.damaged = self.n if decode == "frames" else self.kept - 1
                 r.damaged_at = None if p is None else p.pts
         return True
 
-    try:
-        for p in c.demux(s):
-            if raw is not None:
-                raw.mark = raw.tell()
-            if p.size == 0:
-                continue  # the end: flushed below, also when the container breaks off
-            if p.is_discard:  # before an edit list's start: a reference, never shown
-                r.dropped += 1
-                whole = True
-            else:
-                whole = p.pos is None or p.pos < 0 or p.pos + p.size <= size
-                t = p.pts if p.pts is not None else p.dts
-                stamps.append(t)
-                durations.append(p.duration or 0)
-                dts.append(p.dts if whole else None)
-                spans.append((p.pos if p.pos is not None and p.pos >= 0 else -1, p.size))
-                kept += 1
-                if p.is_corrupt and r.damaged is None:
-                    r.damaged, r.damaged_at = kept - 1, t
-                if p.is_keyframe:
-                    key_stamps.append(t)
-                    h = sequence_headers(bytes(p), r.codec)
-                    if h:
-                        if headers is None:
-                            headers = h
-                        elif h != headers:
-                            r.header_change = True
-            if decode == "first" and r.first is not None:
-                continue
-            take(p)
-    except (av.error.FFmpegError, NoFrameBoundary):  # the container itself breaks off
-        broke = True
-    r.delay = bool(cc.has_b_frames)
-    if decode != "first" or r.first is None:
-        take(None)  # frames held back for reordering: a one-keyframe file gives its only one here
-    if decode != "frames" and not r.unordered:  # "frames" saw every decoded stamp above
-        r.unordered = stamps_in_decode_order(media, stamps, r.delay, storage)
-    if end is not None and end > size:
-        # The container's index points past the end of the file: a cut download. The frames
-        # shown up to the last whole packet's dts are whole (a later frame is stored later).
+    def cut(self) -> None:
+        """The container's index points past the end of the file: a cut download. The frames
+        shown up to the last whole packet's dts are whole (a later frame is stored later): only
+        they are kept."""
+        r, stamps, dts = self.r, self.stamps, self.dts
         last = max((d for d in dts if d is not None), default=None)
         keep = [i for i, t in enumerate(stamps) if last is not None and t is not None and t <= last
                 and dts[i] is not None]
-        stamps, durations = [stamps[i] for i in keep], [durations[i] for i in keep]
-        key_stamps = [t for t in key_stamps if last is not None and t is not None and t <= last]
-        kept, r.truncated = len(keep), True
-        r.damaged = None if r.damaged is None or r.damaged >= kept else r.damaged
-        if decode == "frames":
-            n = min(n, kept)
-    if broke and not r.truncated and r.damaged is None:
-        r.damaged = kept
-    if kept == 0:
-        raise ValueError("the video stream holds no frames" + (" (the file is cut off before its first frame)"
-                                                               if r.truncated else ""))
-    r.kept = kept
-    r.spans = byte_spans(spans) if media.remote else None
-    r.pts, order = timeline(stamps)
+        self.stamps, self.durations = [stamps[i] for i in keep], [self.durations[i] for i in keep]
+        self.key_stamps = [t for t in self.key_stamps if last is not None and t is not None and t <= last]
+        self.kept, r.truncated = len(keep), True
+        r.damaged = None if r.damaged is None or r.damaged >= self.kept else r.damaged
+        if self.decode == "frames":
+            self.n = min(self.n, self.kept)
+
+
+def _place(r: Pass, d: _Demux, s, media: Media) -> None:
+    """The pass's findings on the presentation timeline: frame order, durations, keyframes, the
+    frame rate, the first damaged frame and where the frame size changes, as frame indices."""
+    r.kept = d.kept
+    r.spans = byte_spans(d.spans) if media.remote else None
+    r.pts, order = timeline(d.stamps)
     at = index_of(r.pts, r.damaged_at) if r.damaged is not None else None
     if at is not None:
         r.damaged = at
-    r.durations = None if order is None else np.asarray(durations, np.int64)[order]
+    r.durations = None if order is None else np.asarray(d.durations, np.int64)[order]
     r.decode_pos = order
-    r.keyframes = None if r.pts is None else np.unique(np.searchsorted(r.pts, key_stamps))
+    r.keyframes = None if r.pts is None else np.unique(np.searchsorted(r.pts, d.key_stamps))
     r.step = median_step(r.pts, r.time_base, s)
     r.fps = float(s.average_rate) if s.average_rate else (1.0 / r.step if r.step > 0 else 0.0)
-    if decode != "first":
-        r.decoded = n if decode == "frames" else None
-        for i, t, height, width in frame_stamps:
-            j = i if decode == "frames" else index_of(r.pts, t)
-            if j is not None and j >= kept:
+    if d.decode != "first":
+        r.decoded = d.n if d.decode == "frames" else None
+        for i, t, height, width in d.frame_stamps:
+            j = i if d.decode == "frames" else index_of(r.pts, t)
+            if j is not None and j >= d.kept:
                 continue
             if not r.sizes or r.sizes[-1][1:] != (height, width):
                 r.sizes.append((-1 if j is None else j, height, width))
-    return r
 
 
 def stamps_in_decode_order(media: Media, stamps: list, delay: bool, storage: Storage) -> bool:
