@@ -24,7 +24,7 @@ anything is decoded; their defaults and names:
 
 What lives here, the family's folder, a module a line:
 
-- ``plan``: the pure functions above and ``VideoPlan`` (over the general parts of ``shmloader.vlm``)
+- ``inputs``: the pure functions above and ``VideoPlan`` (over the general parts of ``shmloader.vlm``)
 - ``source``: ``Recipe`` (a ``shmloader.planned.Recipe``) and ``clips()``, the source over
   ``shmloader.planned.PlannedVideos``, which brings storage, decoding, skipping, resume and Ray
 - ``soundtrack``: a video's sound track whole, as Qwen-Omni's speech encoder takes it
@@ -33,7 +33,7 @@ What it may import: the standard library, numpy, PyAV and soxr (the sound), ``sh
 ``shmloader._errors``, ``shmloader._lazy``, the general parts (``shmloader.vlm``) and the house of
 planned families (``shmloader.video.planned``, ``shmloader.video.storage``), never another family.
 """
-from .plan import (MODELS, VideoPlan, frame_indices, frame_size, grid_thw, normalize, patches, plan, sample_fps,
+from .inputs import (MODELS, VideoPlan, frame_indices, frame_size, grid_thw, normalize, patches, plan, sample_fps,
                    second_per_grid_ts)
 from .source import Recipe, clips
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from .plan import FPS, FPS_MAX_FRAMES, FPS_MIN_FRAMES, FRAME_FACTOR, _model, patches, plan
+from .inputs import FPS, FPS_MAX_FRAMES, FPS_MIN_FRAMES, FRAME_FACTOR, _model, patches, plan
 
 if TYPE_CHECKING:
     from ..video.planned import PlannedVideos

@@ -41,7 +41,7 @@ reveal_type(shmloader.eval_loader(clips, batch_size=4))  # -> shmloader._loader.
 reveal_type(shmloader.calibrate(clips, lambda batch: None, batch_size=4, seconds=5))  # -> shmloader._calibrate.Calibration
 reveal_type(shmloader.ArraySource({"x": np.zeros((10, 3))}))  # -> shmloader._arrays.ArraySource
 reveal_type(shmloader.sampling.clip_frames)  # -> def (num_frames: int, pts: numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]] | None, *, clip_len: int, frame_step: int, fps: float | None, sampling: str, clips: list[int], total_clips: int, short_video: str, rng: numpy.random._generator.Generator, span: tuple[float, float] | None =) -> numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]]
-reveal_type(shmloader.qwen.plan(360, 30.0, 360, 640))  # -> shmloader.qwen.plan.VideoPlan
+reveal_type(shmloader.qwen.plan(360, 30.0, 360, 640))  # -> shmloader.qwen.inputs.VideoPlan
 reveal_type(shmloader.qwen.plan(360, 30.0, 360, 640).grid_thw)  # -> tuple[int, int, int]
 reveal_type(shmloader.qwen.frame_size(360, 640, 24))  # -> tuple[int, int]
 reveal_type(shmloader.qwen.clips(["a.mp4"]))  # -> shmloader.video.planned.PlannedVideos
