@@ -530,3 +530,68 @@ def test_scan_lists_a_bucket_prefix_with_class_folders(folder, tmp_path):
         assert all(row["problem"] == "" and int(row["frames"]) == 48 for row in rows)
         assert "passed over 1 file without a video extension (.txt 1)" in r.stderr
         assert opts["secret"] not in out.read_text()
+
+
+class _NoRangeServer:
+    """Python's own static file server, which ignores HTTP Range and sends the whole file for
+    every GET, on 127.0.0.1; counts the GETs and the bytes sent."""
+
+    def __init__(self, root: str) -> None:
+        import functools
+        import shutil
+        import threading
+        from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+        counts = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def copyfile(self, source, outputfile) -> None:
+                data = source.read()
+                counts.gets += 1
+                counts.bytes_sent += len(data)
+                shutil.copyfileobj(io.BytesIO(data), outputfile)
+
+        self.gets = self.bytes_sent = 0
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=root))
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, rel: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/{rel}"
+
+    def __enter__(self) -> "_NoRangeServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+def test_a_server_that_ignores_range_is_said_once_and_read_once(folder):
+    """A server that sends the whole file for a part: one warning naming it, the file read once
+    per process and kept (not once a request), and stats() counting the bytes the server sent."""
+    root, paths = folder
+    size = os.path.getsize(paths[0])
+    with _NoRangeServer(root) as srv:
+        url = srv.url(os.path.basename(paths[0]))
+        storage = Storage(block_size=512)  # blocks smaller than the file: a range is a part of it
+        with pytest.warns(RuntimeWarning, match=r"ignores HTTP Range requests and sent the whole file") as seen:
+            head = storage.read(url, 0, 300)
+            tail = storage.read(url, size - 300, size)
+            storage.read(srv.url(os.path.basename(paths[1])), 0, 10)  # another file of the host: not said again
+        assert len([w for w in seen if issubclass(w.category, RuntimeWarning)]) == 1
+        data = open(paths[0], "rb").read()
+        assert head == data[:300] and tail == data[-300:]
+        assert srv.gets == 2 and storage.counters()["bytes_read"] == size + os.path.getsize(paths[1])
+        srv.gets = srv.bytes_sent = 0
+        batches, stats = _run(shmloader.VideoClips([url], clip_len=4, clips_per_video=4, size=(48, 64),
+                                                   fetch={"block_size": 512}), workers=1, batch_size=4)
+    _check_codes(batches)
+    assert sum(len(b["index"]) for b in batches) == 4
+    # the worker's first contact asks for the file's first and last blocks together: two answers
+    # at most, whatever the clips read afterwards
+    assert srv.gets <= 2 and stats["bytes_read"] == srv.bytes_sent == srv.gets * size

@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import io
+import re
 import threading
+import warnings
 from collections import OrderedDict
 from typing import Any, Callable, Iterable
 
@@ -24,6 +26,35 @@ class BlockCache:
         self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
         self._cached = 0
         self._lock = threading.Lock()
+        # Files a server sent whole for a part (it ignores Range), kept whole within cache_bytes
+        # (NOTE [ Reading remote files ]), and the hosts already said to do so.
+        self._whole: OrderedDict[str, bytes] = OrderedDict()
+        self._no_ranges: set[str] = set()
+
+    def whole(self, url: str) -> bytes | None:
+        """The file ``url`` if a server sent it whole and it is kept."""
+        with self._lock:
+            return self._whole.get(url)
+
+    def sent_whole(self, url: str, data: bytes, name: str) -> bytes:
+        """Keep ``data``, the whole file ``url`` a server sent for a part of it, within
+        ``cache_bytes``; the first time for its host, say so (``name``: the URL as errors show it)."""
+        host = re.match(r"[^:/]*://[^/]*|", url)[0] or url  # type: ignore[index]  # the pattern always matches
+        with self._lock:
+            if len(data) <= self.cache_bytes:
+                self._whole[url] = data
+                kept = sum(map(len, self._whole.values()))
+                while kept > self.cache_bytes:
+                    kept -= len(self._whole.popitem(last=False)[1])
+            first = host not in self._no_ranges
+            self._no_ranges.add(host)
+        if first:
+            too_big = "" if len(data) <= self.cache_bytes else " (not this one: it is larger than fetch's cache_bytes)"
+            warnings.warn(f"{name}: the server ignores HTTP Range requests and sent the whole file "
+                          f"({len(data) / 1e6:.1f} MB) for a part of it; each process now reads such a file once "
+                          f"and keeps it{too_big}. A server or object store that answers Range requests is read "
+                          "only where the frames are", RuntimeWarning, stacklevel=3)
+        return data
 
     def read(self, url: str, start: int, end: int, whole: bool = True) -> bytes:
         """Bytes ``[start, end)`` of ``url`` through the block cache (missing blocks fetched in one

@@ -29,6 +29,11 @@ offsets to the workers, which then never read the headers.
 
 Objects are taken as unchanged while their (size, ETag or modification time) is; a worker
 checks it once per ``stat_ttl`` seconds, not once per clip (a HEAD request each).
+
+A server that ignores HTTP Range (Python's ``http.server``, some proxies) sends the whole file for
+every request. The first such answer is said once per process and host, in a warning that names
+the URL; the file is then kept whole (within ``cache_bytes``), so each process reads it once, not
+once a request, and ``bytes_read`` counts what the server sent, not what was asked for.
 """
 
 from __future__ import annotations
@@ -282,6 +287,9 @@ class Storage:
         """Bytes ``[start, end)`` of ``url`` (not of a member: see RangeFile), retried."""
         if end <= start:
             return b""
+        kept = self._cache.whole(url)
+        if kept is not None:
+            return kept[start:end]
         if not is_remote(url):
             with open(local_path(url), "rb") as f:
                 data = os.pread(f.fileno(), end - start, start)
@@ -289,11 +297,11 @@ class Storage:
             data = self.call(url, f"reading bytes {start}-{end - 1}",
                               lambda fs: fs.cat_file(url, start=start, end=end,
                                                      **({"timeout": self.timeout} if fs.async_impl else {})))
-            if len(data) > end - start:
-                data = data[start:end]  # a server that ignores Range sends the whole file
         with self._lock:
             self.bytes_read += len(data)
             self.requests += 1
+        if len(data) > end - start:  # the server ignores Range: it sent the whole file
+            data = self._cache.sent_whole(url, data, self.name(url))[start:end]
         if len(data) != end - start and end <= self.size(url):
             raise OSError(f"{self.name(url)}: asked for bytes {start}-{end - 1}, got {len(data)} bytes")
         return data
