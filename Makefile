@@ -35,10 +35,16 @@ export UV_DEFAULT_INDEX ?= $(PIP_INDEX_URL)
 endif
 export UV_INDEX_STRATEGY ?= unsafe-best-match
 
+# shmloader is installed editable as a path in a .pth file (setuptools' editable_mode=compat), not by
+# setuptools' default import finder: that finder comes after every folder of sys.path, so Python run
+# from the folder that holds the clone (itself named shmloader, without an __init__.py) took the clone
+# for a namespace package (no Loader). A regular package found on any path wins over such a folder
+# (tests/test_install.py).
+EDITABLE := --config-settings-package shmloader:editable_mode=compat
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) uv
-	$(UV) pip install --quiet --compile-bytecode --python $(PY) -c $(CONSTRAINTS) pip -e '.[tf,torch,jax,keras,ray,hdf5,samples,bench,notebooks,docs,test,trainers,omni,lerobot]'
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) -c $(CONSTRAINTS) $(EDITABLE) pip -e '.[tf,torch,jax,keras,ray,hdf5,samples,bench,notebooks,docs,test,trainers,omni,lerobot]'
 	$(UV) pip install --quiet --compile-bytecode --python $(PY) --no-deps --target $(VENV)/reference torchvision==$(TORCHVISION)
 	touch $(STAMP)
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -190,6 +192,61 @@ def test_bad_arguments_are_named(written):
         lerobot.dataset(written, episodes=[9])
     with pytest.raises(FileNotFoundError, match="meta/info.json"):
         lerobot.dataset(os.path.dirname(written))
+    with pytest.raises(ValueError, match="on_error must be one of 'raise', 'skip'"):
+        lerobot.dataset(written, on_error="ignore")
+
+
+def test_a_missing_video_file_is_named_when_the_dataset_is_built_or_its_episodes_left_out(tmp_path):
+    """Not at the first sample, in the workers (one warning per sample with Loader(on_error="skip")):
+    the file, the episodes that use it and what they hold, at once; on_error="skip" leaves those
+    episodes out with one warning and lists them in ``skipped``."""
+    root = v3.write(str(tmp_path / "ds"))
+    gone = f"videos/{v3.FRONT}/chunk-000/file-001.mp4"
+    os.remove(os.path.join(root, gone))
+    with pytest.raises(FileNotFoundError) as caught:
+        lerobot.dataset(root)
+    message = str(caught.value)
+    assert f"{root!r}: 1 of the 3 video files the episodes name is missing: {gone} (episodes 2-3)" in message
+    assert "2 of 4 (15 of 30 timesteps)" in message and "on_error='skip'" in message and "\n" not in message
+    assert lerobot.dataset(root, episodes=[0, 1]).skipped == []  # the chosen episodes do not use it
+    with pytest.raises(FileNotFoundError, match=r"\(episode 2\); the episodes that use it: 1 of 2 \(11 of 17 timesteps\)"):
+        lerobot.dataset(root, episodes=[1, 2])
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ds = lerobot.dataset(root, on_error="skip")
+    assert len(said) == 1 and said[0].filename == __file__, [str(w.message) for w in said]
+    assert gone in str(said[0].message) and "2 of 4 (15 of 30 timesteps); left out" in str(said[0].message)
+    assert ds.episodes == [0, 1] and len(ds) == sum(v3.LENGTHS[:2])
+    assert ds.skipped == [(2, os.path.join(root, gone)), (3, os.path.join(root, gone))]
+    stats: dict = {}
+    got = epoch(ds, stats)
+    assert stats["skipped"] == 0 and np.array_equal(got["index"], np.arange(len(ds)))
+    _, frames = read_codes(got[v3.FRONT])
+    assert np.array_equal(frames, expected_frames(v3.FRONT, got["index"]))
+    os.remove(os.path.join(root, "videos", v3.WRIST, "chunk-000", "file-000.mp4"))  # every episode uses it
+    with pytest.raises(FileNotFoundError, match="4 of 4 .30 of 30 timesteps., every one: nothing is left"):
+        lerobot.dataset(root, on_error="skip")
+
+
+def test_many_missing_video_files_are_named_at_once_the_first_few_and_the_rest_counted(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = v3.write(str(tmp_path / "ds"))
+    path = os.path.join(root, "meta", "episodes", "chunk-000", "file-000.parquet")
+    table = pq.read_table(path)
+    for camera, first in ((v3.FRONT, 0), (v3.WRIST, 4)):  # a file per episode and camera
+        column = f"videos/{camera}/file_index"
+        table = table.set_column(table.column_names.index(column), column, pa.array(range(first, first + 4), pa.int64()))
+    pq.write_table(table, path)
+    shutil.rmtree(os.path.join(root, "videos"))
+    with pytest.raises(FileNotFoundError) as caught:
+        lerobot.dataset(root, on_error="skip")
+    message = str(caught.value)
+    assert "8 of the 8 video files the episodes name are missing: " in message
+    assert f"{v3.FRONT}/chunk-000/file-000.mp4 (episode 0), " in message and f"{v3.FRONT}/chunk-000/file-003.mp4" in message
+    assert ", and 4 more; the episodes that use them: 4 of 4 (30 of 30 timesteps)" in message
+    assert v3.WRIST not in message
 
 
 @pytest.fixture(scope="module")

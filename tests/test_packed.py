@@ -112,6 +112,27 @@ def test_resume_mid_epoch_gives_the_rest_of_the_stream():
         shmloader.Loader(src, batch_tokens=5, workers=1, shuffle=True, seed=5, state=state)
 
 
+def test_a_resume_refused_names_batch_tokens_not_a_batch_size_never_set():
+    """With batch_tokens= and no batch_size=, the loader's cap on samples per batch is the budget's:
+    a state it refuses names that, not "batch_size=20 (now 19)"; a batch_size given is named."""
+    def refusal(saved: Ragged, now: Ragged, saved_kw: dict, now_kw: dict | None = None) -> str:
+        with shmloader.Loader(saved, workers=1, **saved_kw) as loader:
+            next(iter(loader))
+            state = loader.state()
+        with pytest.raises(shmloader.StateError) as caught:
+            shmloader.Loader(now, workers=1, state=state, **(now_kw or saved_kw))
+        return str(caught.value)
+
+    message = refusal(Ragged(20), Ragged(19), dict(batch_tokens=100))
+    assert "batch_size" not in message, message
+    assert message.endswith("here: num_samples=20 (now 19), the most samples a batch holds, as many as "
+                            "batch_tokens lets the cheapest samples fill: 20 (now 19)"), message
+    message = refusal(Ragged(20), Ragged(20), dict(batch_tokens=100), dict(batch_tokens=15))
+    assert "batch_size" not in message and "batch_tokens=100 (now 15), the most samples" in message, message
+    assert refusal(Ragged(20), Ragged(20), dict(batch_tokens=100, batch_size=3),
+                   dict(batch_tokens=100, batch_size=4)).endswith("here: batch_size=3 (now 4)")
+
+
 def test_a_skipped_sample_leaves_its_batch_shorter_and_the_rest_in_place():
     src = Ragged(bad=(4, 9))
     with shmloader.Loader(src, batch_tokens=7, workers=2, shuffle=True, seed=3, on_error="skip") as loader:
@@ -124,6 +145,8 @@ def test_a_sample_over_the_budget_is_refused_by_name():
     src = Ragged()
     with pytest.raises(ValueError, match=r"5 samples cost more than batch_tokens=4 alone: sample 2 \(item-2\) costs 5; .* and 2 more"):
         shmloader.Loader(src, batch_tokens=4, workers=1)
+    with pytest.raises(ValueError, match=r"^1 sample costs more than batch_tokens=4 alone: sample 2 \(item-2\) costs 5\. "):
+        shmloader.Loader(Ragged(3), batch_tokens=4, workers=1)
     with pytest.raises(ValueError, match="one shape"):
         shmloader.Loader(shmloader.ArraySource({"a": np.zeros((4, 2))}), batch_tokens=4)
     with pytest.raises(ValueError, match="grouped|drop_remainder"):

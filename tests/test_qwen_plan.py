@@ -306,12 +306,36 @@ def test_a_plan_gives_the_frames_size_grid_tokens_and_times():
     assert qwen.plan(360, 30.0, 360, 640).times is None
 
 
+def test_too_few_frames_are_told_as_the_videos_frames_what_was_set_and_what_to_change(tmp_path):
+    """A 1-frame video: its one frame and Qwen-VL's 2 (FRAME_FACTOR) said plainly, not "0 frames of a
+    video of 1: between 2 and 1 wanted"; options that give too few frames of a longer video: the
+    option to change."""
+    one = write_video(tmp_path / "one.mp4", 1, frames=1, size=(64, 64), fps=30)
+    with pytest.raises(ValueError) as caught:
+        qwen.clips([one])
+    message = str(caught.value)
+    assert "one.mp4: the video has 1 frame, and Qwen-VL needs at least 2 (FRAME_FACTOR" in message, message
+    assert "fps=2.0, min_frames=4, max_frames=768 at video_fps=30.0" in message and "on_error='skip'" in message
+    assert "between 2 and 1" not in message
+    with pytest.raises(ValueError, match="the video has 1 frame.*whatever the options .set: nframes=2."):
+        qwen.frame_indices(1, 30.0, nframes=2)
+    with pytest.raises(ValueError, match="with fps=0.01, min_frames=0, .*: 0 frames of a video of 60, .*raise fps, "
+                                         "or min_frames to 2 or more"):
+        qwen.frame_indices(60, 30.0, fps=0.01, min_frames=0)
+    with pytest.raises(ValueError, match="raise max_frames to 2 or more"):
+        qwen.frame_indices(60, 30.0, max_frames=1)
+    with pytest.raises(ValueError, match=r"nframes=1 \(rounded to a multiple of 2\): 0 frames .* set nframes to 2 or more"):
+        qwen.frame_indices(60, 30.0, nframes=1)
+    with pytest.raises(ValueError, match="set nframes to 50 or fewer, or give fps instead"):
+        qwen.frame_indices(50, 30.0, nframes=51)
+
+
 def test_bad_input_is_refused_in_words():
     with pytest.raises(ValueError, match="absolute aspect ratio must be smaller than 200, got 250"):
         qwen.frame_size(4, 1000, 8)
-    with pytest.raises(ValueError, match="0 frames of a video of 1"):  # too short even for min_frames
+    with pytest.raises(ValueError, match="the video has 1 frame, and Qwen-VL needs at least 2"):  # too short
         qwen.frame_indices(1, 30.0)
-    with pytest.raises(ValueError, match="nframes=100 gives 100 frames of a video of 50"):
+    with pytest.raises(ValueError, match="with nframes=100: 100 frames of a video of 50, more than it has"):
         qwen.frame_indices(50, 30.0, nframes=100)
     with pytest.raises(ValueError, match="fps or nframes, not both"):
         qwen.frame_indices(50, 30.0, fps=1.0, nframes=4)

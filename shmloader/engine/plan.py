@@ -339,6 +339,15 @@ def plan_state(plan: EpochPlan, start: tuple[int, int], done: int, exact: bool) 
             "batch": position % per_epoch if per_epoch else 0, **_settings(plan), "exact": exact}
 
 
+def _filled(plan: EpochPlan) -> bool:
+    """Whether ``plan``'s batch_size is the one a loader given ``batch_tokens`` and no batch_size
+    takes (``Loader.__init__``'s formula: as many as the budget lets the cheapest samples fill), for
+    messages that should not name an option the user never set."""
+    if plan.budget is None or plan.costs is None:
+        return False
+    return plan.batch_size == max(1, min(len(plan.costs), plan.budget // max(1, int(plan.costs.min(initial=1)))))
+
+
 def check_state(plan: EpochPlan, state: dict) -> tuple[int, int]:
     """Where a loader resumed from ``state`` begins, as ``plan_state`` takes it; ValueError if the
     state was saved with other settings or is not a state at all (StateError, a ValueError)."""
@@ -349,9 +358,13 @@ def check_state(plan: EpochPlan, state: dict) -> tuple[int, int]:
     if state.get("span_epochs") and not plan.span_epochs:
         wrong["span_epochs"] = (True, False)
     if wrong:
+        said = [f"{k}={a!r} (now {b!r})" for k, (a, b) in wrong.items() if k != "batch_size" or not _filled(plan)]
+        if "batch_size" in wrong and _filled(plan):  # a batch_size the user did not give: the budget's
+            a, b = wrong["batch_size"]
+            said.append(f"the most samples a batch holds, as many as batch_tokens lets the cheapest samples fill: "
+                        f"{a!r} (now {b!r})")
         raise StateError("state was saved by a loader with other settings, so its position means other "
-                         "batches here: " +
-                         ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in wrong.items()))
+                         "batches here: " + ", ".join(said))
     if plan.span_epochs:
         epoch, offset = int(state["epoch"]), int(state["sample"])
         if epoch < 0 or not 0 <= offset < plan.samples_per_epoch():

@@ -215,6 +215,8 @@ def checked_sizes(source: Source | Described, budget: int | None) -> Sizes | Non
         if len(over):
             named = "; ".join(f"sample {i} ({source.describe(int(i))}) costs {int(sizes.cost[i])}" for i in over[:3])
             more = f" and {len(over) - 3} more" if len(over) > 3 else ""
-            raise ValueError(f"{len(over)} samples cost more than batch_tokens={budget} alone: {named}{more}. "
+            many = len(over) > 1
+            raise ValueError(f"{len(over)} sample{'s' if many else ''} cost{'' if many else 's'} more than "
+                             f"batch_tokens={budget} alone: {named}{more}. "
                              "Raise batch_tokens, or lower the samples' size (fewer frames or pixels)")
     return sizes

@@ -21,6 +21,12 @@ nothing, so there ``meta/episodes`` files are tried in the order LeRobot's write
 (``file-000``, ``file-001``... of ``chunk-000``, then ``chunk-001`` after ``chunks_size`` files)
 up to the first missing, the episodes found checked against ``total_episodes``; the data files
 are those ``meta/episodes`` names.
+
+The video files the chosen episodes name are checked when the folder is read: a local one that is
+missing is named (with every other, at once) before any worker starts, or its episodes are left
+out (``on_missing="skip"``). A remote folder's videos are not checked here (a request per file, or
+a listing of a bucket's whole videos folder, before the first sample): a missing one fails its
+samples in the workers, named there.
 """
 
 from __future__ import annotations
@@ -63,6 +69,9 @@ class Meta:
     paths: list[str]
     tasks: list[str]
     left_out: tuple[str, ...]  # features that are not numbers or video (language, strings)
+    # (episode_index, file) of each episode left out for a video file missing (on_missing="skip")
+    skipped: tuple[tuple[int, str], ...] = ()
+    missing_note: str = ""  # what was left out and why, one line (on_missing="skip"), else ""
 
 
 class Folder:
@@ -118,9 +127,12 @@ class Folder:
             chunk, file = (chunk + 1, 0) if file + 1 >= chunks_size else (chunk, file + 1)
 
 
-def load(root: str | os.PathLike[str], episodes: Sequence[int] | None = None, storage: Storage = LOCAL) -> Meta:
+def load(root: str | os.PathLike[str], episodes: Sequence[int] | None = None, storage: Storage = LOCAL,
+         on_missing: str = "raise") -> Meta:
     """The tables of the v3 dataset at ``root`` (a folder or an fsspec URL read through
-    ``storage``); ``episodes``: only these (``episode_index``)."""
+    ``storage``); ``episodes``: only these (``episode_index``). A local video file the chosen
+    episodes name that is missing: a FileNotFoundError naming them all (``on_missing="raise"``), or
+    the episodes that use one left out (``on_missing="skip"``: ``Meta.skipped``, ``Meta.missing_note``)."""
     try:
         import pyarrow as pa
         import pyarrow.compute as pc  # type: ignore[import-untyped]
@@ -172,6 +184,39 @@ def load(root: str | os.PathLike[str], episodes: Sequence[int] | None = None, st
         if missing:
             raise ValueError(f"{root!r} has no episode {missing[0]} (episode_index) among its {len(have)}")
         table = table.filter(pc.is_in(table.column("episode_index"), value_set=pa.array(wanted)))
+    eps, paths = _videos(folder, info["video_path"], cameras, table)
+    skipped: list[tuple[int, str]] = []
+    note = ""
+    gone = [] if folder.remote else [i for i, p in enumerate(paths) if not os.path.isfile(p)]
+    if gone:
+        bad, note = _missing(folder, paths, gone, eps, cameras)
+        if bad.all():
+            raise FileNotFoundError(note + ", every one: nothing is left to read")
+        if on_missing == "raise":
+            raise FileNotFoundError(note + "; lerobot.dataset(on_error='skip') leaves those episodes out")
+        note += "; left out (on_error='skip'), listed in .skipped"
+        gone_set = set(gone)
+        for at in np.flatnonzero(bad).tolist():
+            skipped.extend((int(eps["episode_index"][at]), storage.name(paths[int(eps[f"{c}/file"][at])]))
+                           for c in cameras if int(eps[f"{c}/file"][at]) in gone_set)
+        table = table.filter(pa.array(~bad))
+        eps, paths = _videos(folder, info["video_path"], cameras, table)
+
+    data_files = None if episodes is None and folder.lists and not skipped else sorted(
+        {(int(a), int(b)) for a, b in zip(eps["data/chunk_index"], eps["data/file_index"])})
+    data = _parquets(folder, "data", list(numeric), data_files, info.get("data_path") or _DATA_PATH, chunks_size)
+    if episodes is not None or skipped:
+        data = data.filter(pc.is_in(data.column("episode_index"), value_set=pa.array(eps["episode_index"])))
+    rows = {k: _column(data.column(k), shape, dtype, k) for k, (shape, dtype) in numeric.items()}
+    episode_of_row = _episodes_of_rows(root, rows, eps)
+    return Meta(root=root, fps=fps, cameras=cameras, sizes={c: _size(c, features[c]) for c in cameras},
+                features=numeric, rows=rows, episodes=eps, episode_of_row=episode_of_row, paths=paths,
+                tasks=_tasks(folder), left_out=tuple(left_out), skipped=tuple(skipped), missing_note=note)
+
+
+def _videos(folder: Folder, video_path: str, cameras: tuple[str, ...], table) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The episodes' columns a reader needs (``table``'s), per camera ``<key>/file`` (a position in
+    the paths) and ``<key>/from_timestamp``; and the video files, each once, in the order met."""
     eps = {k: table.column(k).to_numpy() for k in _EPISODE_COLUMNS}
     paths: list[str] = []
     where: dict[str, int] = {}
@@ -179,24 +224,60 @@ def load(root: str | os.PathLike[str], episodes: Sequence[int] | None = None, st
         files = []
         for chunk, file in zip(table.column(f"videos/{c}/chunk_index").to_pylist(),
                                table.column(f"videos/{c}/file_index").to_pylist()):
-            path = folder.join(info["video_path"].format(video_key=c, chunk_index=chunk, file_index=file))
+            path = folder.join(video_path.format(video_key=c, chunk_index=chunk, file_index=file))
             if path not in where:
                 where[path] = len(paths)
                 paths.append(path)
             files.append(where[path])
         eps[f"{c}/file"] = np.asarray(files, np.int64)
         eps[f"{c}/from_timestamp"] = table.column(f"videos/{c}/from_timestamp").to_numpy().astype(np.float64)
+    return eps, paths
 
-    data_files = None if episodes is None and folder.lists else sorted(
-        {(int(a), int(b)) for a, b in zip(eps["data/chunk_index"], eps["data/file_index"])})
-    data = _parquets(folder, "data", list(numeric), data_files, info.get("data_path") or _DATA_PATH, chunks_size)
-    if episodes is not None:
-        data = data.filter(pc.is_in(data.column("episode_index"), value_set=pa.array(eps["episode_index"])))
-    rows = {k: _column(data.column(k), shape, dtype, k) for k, (shape, dtype) in numeric.items()}
-    episode_of_row = _episodes_of_rows(root, rows, eps)
-    return Meta(root=root, fps=fps, cameras=cameras, sizes={c: _size(c, features[c]) for c in cameras},
-                features=numeric, rows=rows, episodes=eps, episode_of_row=episode_of_row, paths=paths,
-                tasks=_tasks(folder), left_out=tuple(left_out))
+
+# Missing video files a message names; the rest are counted.
+_FILES_NAMED = 4
+
+
+def _missing(folder: Folder, paths: list[str], gone: list[int], eps: dict[str, np.ndarray],
+             cameras: tuple[str, ...]) -> tuple[np.ndarray, str]:
+    """Which of the episodes use one of the missing files ``gone`` (positions in ``paths``), and
+    one line that names the files (the first few, each with its episodes) and counts the episodes
+    and timesteps they hold."""
+    gone_arr = np.asarray(gone, np.int64)
+    bad = np.zeros(len(eps["episode_index"]), bool)
+    users: dict[int, list[int]] = {g: [] for g in gone}
+    for c in cameras:
+        hit = np.isin(eps[f"{c}/file"], gone_arr)
+        bad |= hit
+        for k in np.flatnonzero(hit):
+            users[int(eps[f"{c}/file"][k])].append(int(eps["episode_index"][k]))
+    steps = eps["dataset_to_index"] - eps["dataset_from_index"]
+    named = ", ".join(f"{_relative(folder, paths[g])} ({_episodes(users[g])})" for g in gone[:_FILES_NAMED])
+    more = f", and {len(gone) - _FILES_NAMED} more" if len(gone) > _FILES_NAMED else ""
+    files = f"{len(gone)} of the {len(paths)} video files the episodes name {'is' if len(gone) == 1 else 'are'} missing"
+    note = (f"{folder.name!r}: {files}: {named}{more}; the episodes that use {'them' if len(gone) > 1 else 'it'}: "
+            f"{int(bad.sum())} of {len(bad)} ({int(steps[bad].sum())} of {int(steps.sum())} timesteps)")
+    return bad, note
+
+
+def _relative(folder: Folder, path: str) -> str:
+    """A file of the folder as messages that name the folder show it."""
+    return os.path.relpath(path, folder.path) if not folder.remote else folder.storage.name(path)
+
+
+def _episodes(numbers: list[int], most: int = 4) -> str:
+    """``episode 3``, ``episodes 0-5, 9``: runs of consecutive numbers, the first ``most`` runs
+    shown and the rest counted."""
+    numbers = sorted(set(numbers))
+    runs: list[list[int]] = []
+    for e in numbers:
+        if runs and e == runs[-1][1] + 1:
+            runs[-1][1] = e
+        else:
+            runs.append([e, e])
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
+    rest = sum(b - a + 1 for a, b in runs[most:])
+    return f"episode{'s' if len(numbers) > 1 else ''} {shown}" + (f" and {rest} more" if rest else "")
 
 
 def _info(folder: Folder) -> dict[str, Any]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .._checks import check_int, check_seconds
+from .._checks import check_choice, check_int, check_seconds
 from .meta import load
 from .read import EpisodeReader, Layout, SharedEpisodes, describe, tables
 from ..engine.source import Spec
@@ -29,7 +30,9 @@ class LeRobotSource:
     (made by :func:`dataset`; ``Dataset`` is its former name).
 
     ``cameras``: the video keys; ``fps``; ``tasks``: task texts by ``task_index``; ``episodes``:
-    the ``episode_index`` of each chosen episode; ``left_out``: features not read (not numbers).
+    the ``episode_index`` of each chosen episode; ``left_out``: features not read (not numbers);
+    ``skipped``: (``episode_index``, video file) of each episode left out for a missing video
+    file (``on_error="skip"``), empty otherwise.
     ``read(samples)`` gives samples as one batch of arrays in this process, no loader running;
     ``reader()`` a reader that keeps its files open from one ``read`` to the next (a Ray task's).
     It pickles by value (its tables, no open file): a Ray task gets its own copy.
@@ -38,8 +41,9 @@ class LeRobotSource:
     def __init__(self, root: str | os.PathLike[str], *, delta_timestamps: Mapping[str, Sequence[float]] | None,
                  episodes: Sequence[int] | None, tolerance_s: float, stretch: int, decoder: str,
                  decode_threads: int, storage_options: Mapping[str, Any] | None = None,
-                 fetch: Mapping[str, Any] | None = None) -> None:
+                 fetch: Mapping[str, Any] | None = None, on_error: str = "raise") -> None:
         check_int("stretch", stretch, 1)
+        check_choice("on_error", on_error, ("raise", "skip"))
         check_seconds("tolerance_s", tolerance_s)
         reading = Reading(decoder=decoder, decode_threads=decode_threads, storage_options=storage_options,
                           fetch=fetch)
@@ -48,7 +52,10 @@ class LeRobotSource:
             raise ValueError("decoder='decord' reads local files only; a remote dataset's videos are read by "
                              "PyAV (decoder='auto' or 'pyav')")
         storage = reading.storage()
-        meta = load(root, episodes, storage)
+        meta = load(root, episodes, storage, on_missing=on_error)
+        if meta.skipped:
+            warnings.warn(meta.missing_note, stacklevel=3)  # the user's dataset() call
+        self.skipped: list[tuple[int, str]] = list(meta.skipped)
         self.root, self.fps, self.cameras = meta.root, meta.fps, list(meta.cameras)
         self.tasks, self.left_out = meta.tasks, list(meta.left_out)
         self.episodes = meta.episodes["episode_index"].tolist()
@@ -118,7 +125,7 @@ class LeRobotSource:
 def dataset(root: str | os.PathLike[str], *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
             episodes: Sequence[int] | None = None, tolerance_s: float = 1e-4, stretch: int = _STRETCH,
             decoder: str = "auto", decode_threads: int = 1, storage_options: Mapping[str, Any] | None = None,
-            fetch: Mapping[str, Any] | None = None) -> LeRobotSource:
+            fetch: Mapping[str, Any] | None = None, on_error: str = "raise") -> LeRobotSource:
     """The LeRobot v3 dataset at ``root`` as a source for ``shmloader.Loader`` (or
     ``shmloader.ray.dataset``).
 
@@ -146,13 +153,19 @@ def dataset(root: str | os.PathLike[str], *, delta_timestamps: Mapping[str, Sequ
         filesystem's options (credentials, endpoint), or one dict per protocol.
     :param fetch: as ``VideoClips``' (``shmloader.Reading.fetch``): the workers' remote reads
         (``retries``, ``timeout``, ``block_size``, ``cache_bytes``, ``stat_ttl``).
+    :param on_error: what a local video file the chosen episodes name but the folder lacks does:
+        ``"raise"`` (a FileNotFoundError naming every such file, here), or ``"skip"`` (the
+        episodes that use one are left out with one warning, and listed in ``.skipped``). A remote
+        dataset's videos are not checked here: a missing one fails its samples in the workers
+        (``Loader(on_error=)`` decides).
     :raises ValueError: not a v3 dataset, a bad argument, an offset off the frame rate.
     :raises FileNotFoundError: no ``meta/info.json`` or no ``meta/episodes`` or ``data`` file, or
-        one they name missing (named, never with credentials).
+        one they name missing (named, never with credentials); a local video file missing (every
+        one named, with the episodes that use it), unless ``on_error="skip"`` leaves episodes to read.
     """
     return LeRobotSource(root, delta_timestamps=delta_timestamps, episodes=episodes, tolerance_s=tolerance_s,
                          stretch=stretch, decoder=decoder, decode_threads=decode_threads,
-                         storage_options=storage_options, fetch=fetch)
+                         storage_options=storage_options, fetch=fetch, on_error=on_error)
 
 
 # The class's first name, kept for code that imports it.

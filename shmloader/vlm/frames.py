@@ -24,11 +24,24 @@ def _ceil_by(number: float, factor: int) -> int:
     return math.ceil(number / factor) * factor
 
 
-def _in_range(n: int, num_frames: int, multiple: int, how: str) -> int:
-    if not multiple <= n <= num_frames:
-        raise ValueError(f"{how} gives {n} frames of a video of {num_frames}: between {multiple} and "
-                         f"{num_frames} (the video's frame count) wanted")
+def _in_range(n: int, num_frames: int, multiple: int, how: str, fewer: str, more: str = "") -> int:
+    """``n`` where it lies in ``[multiple, num_frames]``, else a ValueError in words: the video's
+    frames, what ``how`` (the options as set) gives, and what to change (``fewer``: where ``n`` is
+    under the ``multiple``; ``more``: where it is over the frame count)."""
+    if num_frames < multiple:
+        raise ValueError(f"the video has {_frames(num_frames)}, and Qwen-VL needs at least {multiple} (FRAME_FACTOR: "
+                         f"it reads frames {multiple} to a temporal patch), whatever the options (set: {how}): leave "
+                         f"such videos out (qwen.clips(on_error='skip') does) or make them {multiple} frames or longer")
+    if n < multiple:
+        raise ValueError(f"with {how}: {_frames(n)} of a video of {num_frames}, and Qwen-VL needs at least {multiple} "
+                         f"(FRAME_FACTOR: it reads frames {multiple} to a temporal patch): {fewer}")
+    if n > num_frames:
+        raise ValueError(f"with {how}: {_frames(n)} of a video of {num_frames}, more than it has: {more}")
     return n
+
+
+def _frames(n: int) -> str:
+    return f"{n} frame{'' if n == 1 else 's'}"
 
 
 def rate_count(num_frames: int, video_fps: float, fps: float, *, min_frames: int, max_frames: int | None = None,
@@ -47,15 +60,21 @@ def rate_count(num_frames: int, video_fps: float, fps: float, *, min_frames: int
     low = _ceil_by(min_frames, multiple)
     high = _floor_by(max_frames if max_frames is not None else num_frames, multiple)
     n = min(max(num_frames / video_fps * fps, low), high, num_frames)
+    fewer = (f"raise max_frames to {multiple} or more" if high < multiple else
+             f"raise fps, or min_frames to {multiple} or more")
     return _in_range(_floor_by(n, multiple), num_frames, multiple,
-                     f"fps={fps} (min_frames={min_frames}, max_frames={max_frames}) at video_fps={video_fps}")
+                     f"fps={fps}, min_frames={min_frames}, max_frames={max_frames} at video_fps={video_fps}", fewer)
 
 
 def fixed_count(nframes: int, num_frames: int, *, multiple: int = 2) -> int:
     """``nframes`` rounded to the nearest ``multiple`` (half to even, as Python's ``round``), as
     qwen-vl-utils' ``smart_nframes`` with ``nframes``; a ValueError unless that lies in
     ``[multiple, num_frames]``."""
-    return _in_range(round(nframes / multiple) * multiple, num_frames, multiple, f"nframes={nframes}")
+    n = round(nframes / multiple) * multiple
+    return _in_range(n, num_frames, multiple, f"nframes={nframes}" + (f" (rounded to a multiple of {multiple})"
+                                                                     if n != nframes else ""),
+                     f"set nframes to {multiple} or more",
+                     f"set nframes to {_floor_by(num_frames, multiple)} or fewer, or give fps instead")
 
 
 def frame_range(num_frames: int, video_fps: float, start: float | None = None,
