@@ -20,8 +20,8 @@ _WHERE = {"ArraySource": "._arrays", "HDF5Source": "._arrays", "Calibration": ".
           "CalibrationRow": "._calibrate", "calibrate": "._calibrate", "LoaderError": "._errors",
           "SampleError": "._errors", "StateError": "._errors", "WorkerDiedError": "._errors",
           "FunctionSource": "._function", "Loader": "._loader", "eval_loader": "._loader",
-          "VideoClips": ".video.clips", "Audio": ".video.options", "Pixels": ".video.options",
-          "Reading": ".video.options", "Sampling": ".video.options", "prepare": ".tools.prepare"}
+          "VideoClips": ".clips.description", "Audio": ".clips.options", "Pixels": ".clips.options",
+          "Reading": ".video.reading", "Sampling": ".clips.options", "prepare": ".tools.prepare"}
 
 if TYPE_CHECKING:
     from ._arrays import ArraySource, HDF5Source
@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from ._errors import LoaderError, SampleError, StateError, WorkerDiedError
     from ._function import FunctionSource
     from ._loader import Loader, eval_loader
-    from .video.clips import VideoClips
-    from .video.options import Audio, Pixels, Reading, Sampling
+    from .clips.description import VideoClips
+    from .clips.options import Audio, Pixels, Sampling
+    from .video.reading import Reading
     from .tools.prepare import prepare
 
 

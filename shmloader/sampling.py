@@ -14,9 +14,9 @@ check a loader's output).
 
 ``pts`` is ``[num_frames, 2]`` (start, end) seconds of every frame, as a sequential decode
 shows them; the rules that speak of time are NOTE [ Time spans, segments and frame rates ] in
-``shmloader.video.sampling``.
+``shmloader.clips.sampling``.
 """
 
-from .video.sampling import clip_frames, crop_windows, rate_frames, scaled_size, span_frames
+from .clips.sampling import clip_frames, crop_windows, rate_frames, scaled_size, span_frames
 
 __all__ = ["clip_frames", "crop_windows", "rate_frames", "scaled_size", "span_frames"]

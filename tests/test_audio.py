@@ -366,7 +366,7 @@ def test_the_first_video_is_probed_once_for_its_size_and_its_frame_rate(files, m
     """``size=None`` needs the first video's size, audio without ``audio_seconds`` its frame rate:
     one probe serves both, when the description is made and when ``with_options`` makes a copy
     (counted by a spy on the probe, which still reads the file)."""
-    from shmloader.video import arguments
+    from shmloader.clips import arguments
 
     calls = []
     real = arguments.probe

@@ -12,7 +12,7 @@ import shmloader
 import shmloader._loader
 from shmloader._diagnosis import grouped_decode_estimate
 from shmloader.samples import make_videos
-from shmloader.video.reader import decode_cost
+from shmloader.video.measuring import decode_cost
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -17,7 +17,7 @@ from shmloader import lerobot, qwen
 from shmloader.engine.source import Family, Reader
 from shmloader.planned import PlannedVideos
 from shmloader.samples import make_videos, read_codes, write_video
-from shmloader.video.options import KEYWORDS
+from shmloader.clips.options import KEYWORDS
 
 from . import _lerobot_v3 as v3
 from .families import thumbnails

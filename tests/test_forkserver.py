@@ -299,7 +299,11 @@ def test_a_server_that_stops_answering_costs_one_wait(monkeypatch):
                 got = [int(v) for b in loader for v in b["x"]]
                 parents = {psutil.Process(pid).ppid() for pid in loader.worker_pids()}
             assert got == list(range(8)) and parents == {os.getpid()}
-        given_up = not _running(psutil.Process(server)) and forkserver.server_pid() is None
+        try:
+            stopped = not _running(psutil.Process(server))
+        except psutil.NoSuchProcess:  # killed and reaped already
+            stopped = True
+        given_up = stopped and forkserver.server_pid() is None
     finally:
         try:
             os.kill(server, signal.SIGKILL)

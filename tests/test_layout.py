@@ -45,6 +45,7 @@ ALLOWED = {
     # videos' house), never another family; nothing of the house imports a family
     "qwen": _SHARED | {"shmloader.qwen", "shmloader.vlm", "shmloader.video.planned", "shmloader.video.storage"},
     "lerobot": _SHARED | {"shmloader.lerobot", "shmloader.engine.source", "shmloader.engine.shared", "shmloader.video"},
+    "clips": _SHARED | {"shmloader.clips", "shmloader.engine.source", "shmloader.engine.shared", "shmloader.video"},
 }
 
 

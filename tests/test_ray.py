@@ -72,7 +72,7 @@ def loader_epochs(clips, epochs: int, seed: int) -> list[set]:
 
 
 def test_import_shmloader_does_not_import_ray():
-    code = "import sys, shmloader, shmloader.video.reader; print('ray' in sys.modules)"
+    code = "import sys, shmloader, shmloader.clips.reader; print('ray' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert r.stdout.strip() == "False", r.stderr
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader.video.clips import digest
+from shmloader.video.identity import digest
 from shmloader.video.samples import read_codes
 
 pytestmark = pytest.mark.timeout(180)

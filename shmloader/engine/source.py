@@ -27,7 +27,7 @@ file and place, for errors), ``fingerprint()`` (what a saved state must match), 
 ``reader()`` (sample ids in, new arrays out, in any process: ``read(ids, seed=, epoch=)`` and
 ``counters()``), and where it groups samples for one decode pass ``group_size``/``group_ids()``.
 The house gives every family the rest, written once: where files live and how they are read
-(``video.options.Reading``: local files and fsspec URLs by byte range, ``storage_options``,
+(``video.reading.Reading``: local files and fsspec URLs by byte range, ``storage_options``,
 ``fetch``, ``decoder``, ``decode_threads``; ``Reading.decoding()`` and ``Decoding.counters()``),
 the decoder measured or chosen per file, files that cannot be read named together or skipped
 (``on_error``), the Loader (plans, batches by count or by cost, resume checked by the

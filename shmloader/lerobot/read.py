@@ -25,7 +25,7 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec
-from ..video.reader import decode_cost
+from ..video.measuring import decode_cost
 from ..video.stamps import TimedFrames
 from ..video.storage import LOCAL, Storage
 

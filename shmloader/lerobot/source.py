@@ -15,7 +15,7 @@ from .meta import load
 from .read import EpisodeReader, Layout, SharedEpisodes, describe, tables
 from ..engine.source import Spec
 from ..video.media import is_remote
-from ..video.options import Reading
+from ..video.reading import Reading
 
 __all__ = ["LeRobotSource", "dataset"]
 

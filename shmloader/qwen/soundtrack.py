@@ -55,7 +55,8 @@ def read_track(path: str, rate: int, start: float | None = None, end: float | No
     last = len(mono) if end is None else first + int(np.round(native * (end - (start or 0.0))))
     mono = mono[first:last]
     if native == rate:
-        return mono.astype(np.float32)
+        same: np.ndarray = mono.astype(np.float32)
+        return same
     n = int(np.ceil(len(mono) * rate / native))  # librosa.resample's length
-    out = soxr.resample(mono, native, rate, quality="soxr_hq").astype(np.float32)
+    out: np.ndarray = np.asarray(soxr.resample(mono, native, rate, quality="soxr_hq"), np.float32)
     return np.pad(out, (0, max(0, n - len(out))))[:n]

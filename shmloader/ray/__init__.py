@@ -59,7 +59,7 @@ from ..engine.plan import EpochPlan
 from .._checks import check_choice, check_int, check_seconds
 from ..engine.skips import ON_ERROR
 from ..engine.source import Family
-from ..video.clips import digest
+from ..video.identity import digest
 from ..video.planned import PlannedVideos
 
 if TYPE_CHECKING:

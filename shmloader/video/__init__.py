@@ -1,18 +1,16 @@
-"""Video: the reading path, everything that turns a path into frames (and their sound).
+"""Video: the house's reading path, everything that turns a path into frames (and their sound),
+for every family of samples (``shmloader.clips``, ``shmloader.qwen``, ``shmloader.lerobot``...).
 
 What lives here, a module a line:
 
-- ``clips``: ``VideoClips``, the description of a video dataset (paths, labels, options, groups)
-- ``options``: ``VideoClips``' options in four groups (``Sampling``, ``Pixels``, ``Audio``, ``Reading``)
-- ``arguments``: what a ``VideoClips`` is given besides them (paths, labels, spans), checked
-- ``listing``: the rows of a CSV/JSON manifest or of tar shards
+- ``reading``: ``Reading``, how every family's files are read (storage, fetch, decoder, threads)
+- ``arguments``: the argument checks every family shares (paths, labels, spans, columns)
+- ``identity``: a description's digest, equal for equal descriptions in any process
 - ``manifest``: class folders, CSV/JSON manifests, the probe columns of a scan manifest
 - ``shards``: tar shard patterns and the samples their members make
-- ``tables``: ``SharedClips``, what one loader's workers run (shared columns, shared probes)
-- ``planned``: whole videos each planned on its own by a recipe (frames, size, rows: video-LLM inputs)
-- ``reader``: ``ClipReader``, sample ids in, arrays out, in any process
-- ``sampling``: which frames, scale and crop windows (pure numpy, before decoding)
-- ``decoding``: a reader's probes (cached) and its choice of decoder per file
+- ``planned``: ``PlannedVideos``, the house of planned families: whole videos each planned by a
+  family's recipe (frames, size, rows), decoded at that size
+- ``decoding``: a reader's probes (cached), its choice of decoder per file, its counters
 - ``measuring``: the faster decoder per shape of file, measured in each worker (``decoder="auto"``)
 - ``stamps``: frames found by their times on a file's own timeline, decoded in one pass per file
 - ``probe``: what a file holds (``VideoInfo``) and which decoder reads it
@@ -21,7 +19,7 @@ What lives here, a module a line:
 - ``probestore``: remote files' probes shared by a loader's workers
 - ``decoders``: what the two decoders share; ``decord`` and ``pyav``: the two decoders
 - ``_av``: PyAV across its versions, decided once; its one-thread filter graph
-- ``audio``: a clip's sound, resampled, mixed and placed; ``audiobytes``: its remote bytes
+- ``audio``: a span's sound, resampled, mixed and placed; ``audiobytes``: its remote bytes
 - ``media``: what a path names, a file's place resolved once
 - ``storage``: local, remote and tar reads (stat, retries); ``blocks``: the block cache
 - ``samples``: the synthetic sample videos whose frames say who they are
@@ -31,8 +29,9 @@ The offline dataset tools (scan, prepare) live in ``shmloader.tools``; nothing h
 
 What it may import: the standard library, numpy, decord, PyAV, fsspec, ``shmloader._errors``,
 ``shmloader._checks``, ``shmloader._lazy`` and the engine's contract for sources (``shmloader.engine.source``,
-``.shared``, ``.native_log``, ``.skips``: ``on_error``'s choices), never the rest of the engine. Nothing here is public API; users import from ``shmloader``,
-``shmloader.samples`` and ``shmloader.sampling``.
+``.shared``, ``.native_log``, ``.skips``: ``on_error``'s choices), never the rest of the engine and
+never a family (the families import the house). Nothing here is public API; users import from
+``shmloader``, ``shmloader.samples`` and ``shmloader.planned``.
 """
 
 from typing import TYPE_CHECKING

@@ -10,7 +10,7 @@ the frames' timestamps, and the two agree because the plan is a function of the 
 Frames are decoded at the planned size by the file's decoder (decord or PyAV, as
 ``video.probe`` chooses), never at full size and resized afterwards.
 
-What clips have, planned videos have by the same keywords (``video.options.Reading``): local files
+What clips have, planned videos have by the same keywords (``video.reading.Reading``): local files
 or fsspec URLs read by byte range with ``storage_options`` and ``fetch``, ``decoder``,
 ``decode_threads``; a fingerprint a loader's saved state carries; ``counters()`` for
 ``Loader.stats()`` (decodes, probes, bytes and requests). A file that cannot be probed or planned
@@ -35,7 +35,7 @@ from ..engine.shared import SharedStrings
 from ..engine.source import Sizes, Spec
 from .arguments import checked_labels, checked_paths, path_list
 from .decoding import Decoding
-from .options import Reading
+from .reading import Reading
 from .probe import VideoInfo, probe
 from .storage import Storage
 
@@ -101,7 +101,7 @@ class PlannedVideos:
     (float64 rows: its start in seconds from the first frame's, by the file's timestamps),
     ``label`` and ``index`` (int64)."""
 
-    worker_imports = ("shmloader.video.preload",)  # for the fork server (engine.forkserver)
+    worker_imports = ("shmloader.video.preload", "shmloader.video.planned")  # for the fork server (engine.forkserver)
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None, recipe: Recipe, *,
                  spans: Sequence[tuple[float | None, float | None] | None] | None = None,

@@ -8,7 +8,7 @@ file by time (LeRobot's episodes, many to a file, each from its ``from_timestamp
 :meth:`TimedFrames.nearest` which frames those are, and how far from the time asked each one
 starts, then decides itself what distance it accepts; :meth:`TimedFrames.decode` then decodes the
 sorted union of every frame asked of the file at once (NOTE [ Decoding less, exactly ] in
-``video.reader``), so the samples that read one stretch of a file decode it once. For remote files,
+``clips.reader``), so the samples that read one stretch of a file decode it once. For remote files,
 :meth:`TimedFrames.probe_ahead` and :meth:`TimedFrames.prefetch` put the probes and the frames'
 bytes of several files in one round of requests (NOTE [ Reading remote files ] in ``video.storage``).
 """

@@ -15,13 +15,13 @@ import shmloader.torch
 paths, labels = shmloader.samples.make_videos("videos")
 reveal_type(paths)  # -> list[str]
 clips = shmloader.VideoClips(paths, labels, clip_len=8, size=(64, 64))
-reveal_type(clips)  # -> shmloader.video.clips.VideoClips
-reveal_type(shmloader.VideoClips.from_folder("videos"))  # -> shmloader.video.clips.VideoClips
-reveal_type(clips.for_eval())  # -> shmloader.video.clips.VideoClips
-reveal_type(clips.sampling)  # -> shmloader.video.options.Sampling
+reveal_type(clips)  # -> shmloader.clips.description.VideoClips
+reveal_type(shmloader.VideoClips.from_folder("videos"))  # -> shmloader.clips.description.VideoClips
+reveal_type(clips.for_eval())  # -> shmloader.clips.description.VideoClips
+reveal_type(clips.sampling)  # -> shmloader.clips.options.Sampling
 reveal_type(clips.sampling.length)  # -> int
 grouped = shmloader.VideoClips(paths, sampling=shmloader.Sampling(clip_len=8), pixels=shmloader.Pixels(size=(64, 64)))
-reveal_type(grouped.with_options(audio_rate=16000))  # -> shmloader.video.clips.VideoClips
+reveal_type(grouped.with_options(audio_rate=16000))  # -> shmloader.clips.description.VideoClips
 loader = shmloader.Loader(clips, batch_size=4, workers=2)
 reveal_type(loader)  # -> shmloader._loader.Loader
 for batch in loader:

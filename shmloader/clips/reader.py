@@ -1,8 +1,8 @@
 """Reading a dataset's samples: sample ids in, arrays out, in any process.
 
-A :class:`ClipReader` is made from a :class:`~shmloader.video.clips.VideoClips` (which only
+A :class:`ClipReader` is made from a :class:`~shmloader.VideoClips` (which only
 describes the dataset) and does what a ring worker does with it: the probe of each file (cached
-per reader), the choice of decoder, the plan of a video's clips (``video.sampling``), one decode
+per reader), the choice of decoder, the plan of a video's clips (``clips.sampling``), one decode
 pass per video and size (``video.decoding``), and the arrays filled. ``read(samples)`` returns a
 batch of fresh arrays — the fields of the loader's batches (``video``, ``label``, ``index``,
 ``start``, ``frames``, ``mask``) — without the ring, the shared tables or the engine: a Ray task
@@ -27,15 +27,16 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ..engine.source import Spec, seeded
-from .audio import audio_spec, clip_spans
-from .manifest import row_info
-from .measuring import ChoiceLog, Cut, Measuring, decode_cost
-from .media import split_member
-from .options import Audio, Pixels, Reading, Sampling
-from .probe import UNORDERED, VideoInfo
-from .probestore import ProbeStore
+from ..video.audio import audio_spec, clip_spans
+from ..video.manifest import row_info
+from ..video.measuring import ChoiceLog, Cut, Measuring, decode_cost
+from ..video.media import split_member
+from ..video.reading import Reading
+from .options import Audio, Pixels, Sampling
+from ..video.probe import UNORDERED, VideoInfo
+from ..video.probestore import ProbeStore
 from .sampling import SEGMENTS, clip_frames, crop_windows, rate_frames, scaled_size
-from .storage import Storage
+from ..video.storage import Storage
 
 __all__ = ["ClipReader", "Clips", "sample_spec"]
 

@@ -6,7 +6,7 @@ presentation timeline libavformat gives; the frames come from decord or PyAV (``
 first video, when ``size=None`` asks for the native size.
 
 Every sample's clips are decoded in one pass: the worker works out all their frames first
-(``video.sampling``), and its reader (``video.reader``) asks the file's decoder, decord or PyAV,
+(``clips.sampling``), and its reader (``clips.reader``) asks the file's decoder, decord or PyAV,
 for the sorted union of them at once, then copies each clip (and crop window) out of that, so
 each stretch of the video is decoded once rather than from the previous keyframe for every
 clip (NOTE [ Decoding less, exactly ]). The same holds across samples: a worker handed several
@@ -15,7 +15,6 @@ samples of one video (see ``group_clips`` and ``engine.schedule``) decodes them 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 from functools import cached_property
@@ -25,13 +24,13 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec
-from .arguments import (FirstVideo, audio_samples, check_spans, checked_labels, checked_paths, class_videos, columns,
-                        first_rows, path_list, read_only)
+from ..video.arguments import check_spans, checked_labels, checked_paths, columns, path_list, read_only
+from ..video.identity import digest
+from .arguments import FirstVideo, audio_samples, class_videos, first_rows
 from .listing import SHARD_VIDEO_KEYS, csv_listing, shard_listing
-from .manifest import MANIFEST_INTS, VIDEO_EXTENSIONS, class_folders
+from ..video.manifest import MANIFEST_INTS, VIDEO_EXTENSIONS, class_folders
 from .options import GROUPS, Audio, OptionKeywords, Pixels, Reading, Sampling, flat, merged
 from .reader import ClipReader, sample_spec
-from .storage import Storage
 from .tables import SharedClips
 
 if TYPE_CHECKING:
@@ -265,46 +264,13 @@ class VideoClips:
 
     def reader(self) -> ClipReader:
         """A reader of these samples in this process: ``reader().read([0, 5, 9])`` gives their
-        arrays as a loader's batch holds them (``video.reader``), with no loader running."""
+        arrays as a loader's batch holds them (``clips.reader``), with no loader running."""
         return ClipReader(self)
 
     def for_workers(self) -> SharedClips:
         """What one loader's workers run for these clips (its columns shared, its workers' probes
-        shared): the loader that asks owns it (``video.tables``)."""
+        shared): the loader that asks owns it (``clips.tables``)."""
         return SharedClips(self, self._encoded)
-
-
-def digest(clips: Any) -> str:
-    """A hash of the whole description (videos, labels, options, manifest columns; a
-    ``VideoClips``, or any description with a ``__getstate__``, as ``video.planned``'s): equal
-    descriptions give equal digests in any process (Ray's task workers keep a reader per digest)."""
-    h = hashlib.sha256()
-    _feed(h, clips.__getstate__())
-    return h.hexdigest()[:16]
-
-
-def _feed(h: Any, value: Any) -> None:
-    """``value`` into the hash ``h`` by content (a pickle's bytes depend on shared references)."""
-    if isinstance(value, np.ndarray):
-        h.update(f"{value.dtype.str}{value.shape}".encode())
-        h.update(np.ascontiguousarray(value).tobytes())
-    elif isinstance(value, dict):
-        for k in sorted(value, key=str):
-            h.update(f"{k!r}:".encode())
-            _feed(h, value[k])
-    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        h.update("\0".join(value).encode("utf-8", "surrogateescape"))
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _feed(h, v)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):  # an option group
-        h.update(type(value).__name__.encode())
-        _feed(h, {f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
-    elif isinstance(value, Storage):
-        _feed(h, value.__getstate__())
-    else:
-        h.update(repr(value).encode())
-    h.update(b";")
 
 
 def _fingerprint(paths: list[str], labels: np.ndarray | None) -> str:

@@ -1,5 +1,6 @@
 """``VideoClips``' options, each stated once: what a sample holds (``Sampling``), at what size
-(``Pixels``), its sound (``Audio``) and how the workers read the files (``Reading``).
+(``Pixels``), its sound (``Audio``) and how the workers read the files (``Reading``, the house's
+group that every family takes: ``video.reading``).
 
 Each group is a frozen dataclass whose fields are documented here alone; the constructor, the
 ``options()`` dict, ``with_options``, the description's digest and the API reference all read
@@ -13,18 +14,14 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypedDict
+from typing import Any, Iterable, Mapping, TypedDict
 
 import numpy as np
 
-from .._checks import check_bool, check_choice, check_int
-from .probe import DECODERS
+from .._checks import check_choice, check_int
+from ..video.reading import Reading
 from .sampling import SEGMENTS
-from .storage import Storage
 
-if TYPE_CHECKING:
-    from .decoding import Decoding
-    from .measuring import Measuring
 
 __all__ = ["Sampling", "Pixels", "Audio", "Reading", "OptionKeywords", "GROUPS", "KEYWORDS", "merged", "flat"]
 
@@ -32,8 +29,6 @@ SAMPLINGS = ("random", "uniform", "center", *SEGMENTS)
 SHORT_POLICIES = ("error", "repeat_last", "wrap")
 CROP_AT = ("center", "random", "three")
 AUDIO_CHANNELS = (1, 2)
-DECODER_CHOICES = ("auto", *DECODERS)
-FETCH_OPTIONS = ("retries", "timeout", "block_size", "cache_bytes", "stat_ttl")
 _CLIP_LEN = 16  # frames per clip when neither clip_len nor max_frames is given
 
 
@@ -47,7 +42,7 @@ class Sampling:
     """Which frames make a sample: ``clip_len`` frames every ``frame_step`` frames, or with
     ``fps=F`` every ``1/F`` seconds of video time, placed as ``mode`` says; how many clips a
     sample and a video have. Times are the file's own (NOTE [ Time spans, segments and frame
-    rates ] in ``video.sampling``)."""
+    rates ] in ``clips.sampling``)."""
 
     mode: str = field(default="random", metadata=_keyword("sampling"))
     """``"random"`` (independent seeded starts, new each epoch), ``"uniform"`` (spread evenly over
@@ -203,60 +198,6 @@ class Audio:
         if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or not np.isfinite(s) or s <= 0):
             raise ValueError(f"audio_seconds must be a positive number of seconds, got {s!r}")
         _set(self, rate=int(self.rate), channels=int(self.channels), seconds=None if s is None else float(s))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reading:
-    """How the workers read the files: where they live (local files, or fsspec URLs with the
-    filesystem's options), how remote bytes are fetched, which decoder decodes them, and which
-    samples one worker decodes together."""
-
-    decoder: str = "auto"
-    """``"auto"`` lets each file's probe choose — decord only in the (container, codec) shapes
-    whose random access is shown exact, and there not for long videos, edit lists that drop
-    frames, size changes, rotation, a frame count the container contradicts, and any file decord
-    refuses; PyAV for everything else, and every remote file (NOTE [ Which decoder reads a file ]
-    in ``video.probe``); ``"decord"`` (local files only) or ``"pyav"`` forces one. Frame counts,
-    indices and timestamps are the probe's whichever decoder runs."""
-    decode_threads: int = 1
-    """Threads each worker's decoder uses (1: the workers are the parallelism)."""
-    group_clips: bool = False
-    """Decode the ``clips_per_video`` samples of a video together, in one pass by one worker, and
-    place them at several positions of the coming batches (the loader's shuffle window)."""
-    storage_options: Mapping[str, Any] | None = None
-    """Options of the fsspec filesystem that reads remote paths (credentials, endpoint), or one
-    dict per protocol."""
-    fetch: Mapping[str, Any] | None = None
-    """Remote reads, per worker: ``retries`` (5, backoff from 0.1 s), ``timeout`` (30 s a
-    request), ``block_size`` (128 KiB), ``cache_bytes`` (64 MiB), ``stat_ttl`` (60 s: how long a
-    file's size and mtime are trusted before asked again). A remote file is read by byte range,
-    only what a clip needs (NOTE [ Reading remote files ] in ``video.storage``)."""
-    allow_urls: bool = False
-    """Hand other strings with a protocol prefix (FFmpeg's ``concat:``, ``pipe:``...) to FFmpeg;
-    refused otherwise."""
-
-    def __post_init__(self) -> None:
-        check_choice("decoder", self.decoder, DECODER_CHOICES)
-        check_int("decode_threads", self.decode_threads, 1)
-        check_bool("group_clips", self.group_clips)
-        check_bool("allow_urls", self.allow_urls)
-        fetch = dict(self.fetch or {})
-        if set(fetch) - set(FETCH_OPTIONS):
-            raise ValueError(f"fetch takes {FETCH_OPTIONS}, got {sorted(set(fetch) - set(FETCH_OPTIONS))}")
-        _set(self, decode_threads=int(self.decode_threads), fetch=fetch,
-             storage_options=dict(self.storage_options or {}))
-
-    def storage(self) -> Storage:
-        """The files' storage as these options set it up (``video.storage``)."""
-        return Storage(self.storage_options, **(self.fetch or {}))
-
-    def decoding(self, storage: Storage, measuring: Measuring | None = None) -> Decoding:
-        """A worker's decoders as these options set them up (``video.decoding``), reading through
-        ``storage`` (this one's, made once by the description); every family's reader makes its
-        own here. ``measuring``: the decoder measured per shape of file (``decoder="auto"``)."""
-        from .decoding import Decoding
-
-        return Decoding(self.decode_threads, self.decoder, storage, measuring)
 
 
 class OptionKeywords(TypedDict, total=False):

@@ -10,10 +10,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .manifest import iter_manifest, known_columns
-from .media import member_url, split_member
-from .shards import expand, shard_samples
-from .storage import Storage, tar_members
+from ..video.manifest import iter_manifest, known_columns
+from ..video.media import member_url, split_member
+from ..video.shards import expand, shard_samples
+from ..video.storage import Storage, tar_members
 
 __all__ = ["Listing", "csv_listing", "shard_listing", "SHARD_VIDEO_KEYS"]
 

@@ -2,7 +2,7 @@
 
 Pure numpy and decided before decoding: the worker computes a sample's frames from the
 video's frame count (and timestamps, for clips in seconds) and the sample's generator, then
-decodes the sorted union of every clip's frames in one pass (see ``video.clips``).
+decodes the sorted union of every clip's frames in one pass (see ``clips.description``).
 
 NOTE [ Time spans, segments and frame rates ]
 

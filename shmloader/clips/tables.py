@@ -18,8 +18,8 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec
-from .measuring import ChoiceLog, summary
-from .probestore import ProbeStore
+from ..video.measuring import ChoiceLog, summary
+from ..video.probestore import ProbeStore
 from .reader import ClipReader, Clips
 
 __all__ = ["SharedClips"]
@@ -36,7 +36,7 @@ class SharedClips:
     :param encoded: its paths as ``SharedStrings.encode`` gives them, where already encoded.
     """
 
-    worker_imports = ("shmloader.video.preload",)  # for the fork server (engine.forkserver)
+    worker_imports = ("shmloader.video.preload", "shmloader.clips.reader")  # for the fork server (engine.forkserver)
 
     def __init__(self, clips: Clips, encoded: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.clips = clips
