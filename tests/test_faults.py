@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
+import re
 import signal
 import sys
 import time
@@ -108,6 +109,26 @@ def test_worker_raises_skip_refills_without_duplicates(caplog):
     assert stats["skipped"] == 2
     assert [s for _, s, _ in loader.skipped] == [7, 7]
     assert "skipped sample 7" in caplog.text and "cannot read row 7" in caplog.text
+
+
+def raises_on_odd(i, rng):
+    if i % 2:
+        raise ValueError(f"cannot read row {i}")
+    return {"i": np.int64(i)}
+
+
+def test_many_skips_are_counted_not_each_logged(caplog):
+    """Half of 60 samples fail in each of 2 epochs: a few are logged one line each, the rest
+    counted, each epoch summed in one line; every skip is still in ``skipped`` and ``stats()``."""
+    with shmloader.Loader(source(raises_on_odd, 60), batch_size=6, workers=2, epochs=2, on_error="skip") as loader:
+        got = delivered(loader)
+        stats = loader.stats()
+    assert sorted(got) == sorted(list(range(0, 60, 2)) * 2) and stats["skipped"] == 60
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("shmloader")]
+    assert len([m for m in lines if m.startswith("skipped sample")]) == 2 * 5
+    assert len([m for m in lines if "the rest of this epoch's are counted" in m]) == 2
+    assert len([m for m in lines if re.match(r"epoch \d: 30 of 60 samples \(50%\) were skipped", m)]) == 2
+    assert len(lines) <= 14
 
 
 def test_skipped_position_refilled_from_later_in_the_same_epoch():

@@ -46,6 +46,9 @@ log = logging.getLogger("shmloader")
 
 # Skip reasons quoted when a whole epoch was skipped.
 _REASONS_QUOTED = 3
+# Skips of one epoch logged one line each; the rest are counted (one line says so, and the epoch's
+# close sums them): a dataset with one bad file of 141 timesteps is not 141 warnings.
+_SKIPS_LOGGED = 5
 # Samples named in the error for a worker that died on a task of several.
 _SAMPLES_NAMED = 8
 
@@ -276,10 +279,14 @@ class Scheduler:
         b, pos, sample = task.items[i]
         epoch = b.epochs[pos]
         where = self._describe(sample)
-        log.warning("skipped sample %d (%s): %s", sample, where, reason)
+        t = self._tally(epoch)
+        if t.skipped < _SKIPS_LOGGED:
+            log.warning("skipped sample %d (%s): %s", sample, where, reason)
+        elif t.skipped == _SKIPS_LOGGED:
+            log.warning("epoch %d: more samples skipped; the rest of this epoch's are counted, not logged "
+                        "(loader.skipped and stats() hold them)", epoch)
         self._stats["skipped"] += 1
         self._skipped.append((epoch, sample, reason))
-        t = self._tally(epoch)
         t.skipped += 1
         if len(t.reasons) < _REASONS_QUOTED:
             t.reasons.append(f"sample {sample} ({where}): {reason}")
@@ -365,7 +372,7 @@ class Scheduler:
             raise LoaderError(
                 f"every sample of epoch {epoch} failed: {tried} tried, {t.skipped} skipped "
                 f"(on_error='skip'), nothing to deliver. First reasons: " + "; ".join(t.reasons))
-        if t.skipped * 2 > tried:
+        if t.skipped * 2 > tried or t.skipped > _SKIPS_LOGGED:
             log.warning("epoch %d: %d of %d samples (%.0f%%) were skipped; first reasons: %s",
                         epoch, t.skipped, tried, 100 * t.skipped / tried, "; ".join(t.reasons))
 
