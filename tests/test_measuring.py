@@ -164,3 +164,28 @@ def test_a_pyav_row_stays_pyav_after_the_worker_probed_the_file(videos, tmp_path
     clips = shmloader.VideoClips.from_csv(str(out), clip_len=4, size=(64, 64), decoder="auto")
     _, stats = epochs_of(clips, 4, workers=1)
     assert stats["pyav"] == 4 and not stats["decord"] and stats["probes"] == 1, stats
+
+
+def test_planned_videos_measure_the_decoder_as_clips_do(videos):
+    """Whole videos planned by a family's recipe (``PlannedVideos``): the same measurement per shape
+    of file in each worker, reported in ``stats()``, and the same frames whichever decoder read them."""
+    from .families import thumbnails
+
+    paths = videos[0][:6]
+    info = probe(paths[0])
+    runs = {}
+    for decoder in ("auto", "pyav"):
+        src = thumbnails.clips(paths, count=5, side=64, decoder=decoder)
+        with shmloader.Loader(src, batch_tokens=5 * 49, workers=1, shuffle=True, seed=2, epochs=3) as loader:
+            runs[decoder] = [{k: np.array(v) for k, v in b.items()} for b in loader]
+            stats = loader.stats()
+        if decoder == "auto":
+            assert stats["decord"] + stats["pyav"] == 3 * len(paths) and stats["measured_reads"] == 2 * TIMED, stats
+            (shape, row), = stats["decoder_shapes"].items()
+            assert shape == str(shape_of(info)) and row["cut"] == "each video's planned frames and size"
+            assert sum(row["decoder"].values()) == 1 and row["decord_ms"] > 0 and row["pyav_ms"] > 0
+        else:
+            assert "decoder_shapes" not in stats and stats["decord"] == 0
+    for a, b in zip(runs["auto"], runs["pyav"], strict=True):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)

@@ -435,6 +435,31 @@ def test_s3_videos_and_shards_equal_the_local_files(folder):
     assert stats["bytes_read"] > 0
 
 
+def test_no_credentials_is_said_at_once_with_what_to_set(folder, monkeypatch):
+    """An S3 server and no credentials anywhere: the first read says so, and what to set, at once
+    (no try would find them: not retried); for clips and for a planned family alike."""
+    need("s3fs")
+    need("moto.server")
+    from .families import thumbnails
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.setenv(name, os.devnull)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with moto_s3() as opts:
+        nobody = {"client_kwargs": opts["client_kwargs"], "skip_instance_cache": True}
+        url = "s3://videos/clips/a.mp4"
+        with pytest.raises(ValueError) as e:
+            shmloader.VideoClips([url], clip_len=8, storage_options=nobody)  # size=None: read here
+        assert isinstance(e.value.__cause__, PermissionError)
+        for said in ("no credentials found for s3://", "storage_options={'key': ..., 'secret': ...}", "'anon': True"):
+            assert said in str(e.value), str(e.value)
+        assert "failed" not in str(e.value)  # not retried
+        with pytest.raises(ValueError, match=r"1 of 1 videos cannot be read.*no credentials found for s3://"):
+            thumbnails.clips([url], storage_options=nobody)
+
+
 # -- scan ----------------------------------------------------------------------------------------
 
 

@@ -125,10 +125,7 @@ class ClipReader:
         index-read timeline found wrong), files probed, bytes and requests fetched from remote
         storage, and reads timed to measure the decoders and the shapes each was chosen for
         (NOTE [ Measuring the decoder ]) so far (``engine.protocol.COUNTS``)."""
-        m = self.decoding.measuring
-        measured = {} if m is None else {"measured_reads": m.reads, "chose_decord": m.chosen["decord"],
-                                         "chose_pyav": m.chosen["pyav"]}
-        return {**self.decoding.counters(), **self.frames, **measured}
+        return {**self.decoding.counters(), **self.frames}
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it (NOTE [ Where a probe comes from ])."""

@@ -22,6 +22,7 @@ What lives here, a module a line:
 - ``audio``: a span's sound, resampled, mixed and placed; ``audiobytes``: its remote bytes
 - ``media``: what a path names, a file's place resolved once
 - ``storage``: local, remote and tar reads (stat, retries); ``blocks``: the block cache
+- ``refusals``: a remote read refused for good (a missing object, missing credentials), not retried
 - ``samples``: the synthetic sample videos whose frames say who they are
 - ``preload``: what a video worker imports, imported once by the fork server
 

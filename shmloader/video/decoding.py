@@ -63,9 +63,13 @@ class Decoding:
     def counters(self) -> dict[str, int]:
         """What every family's reader reports of its decoding (``engine.protocol.COUNTS``): decodes
         by decord and by PyAV, decodes decord handed to PyAV, probes read again (an index-read
-        timeline found wrong), files probed, bytes and requests fetched from remote storage."""
+        timeline found wrong), files probed, bytes and requests fetched from remote storage, and
+        where the decoder is measured the reads timed and the shapes each decoder was chosen for."""
+        m = self.measuring
+        measured = {} if m is None else {"measured_reads": m.reads, "chose_decord": m.chosen["decord"],
+                                         "chose_pyav": m.chosen["pyav"]}
         return {"decord": self.decodes["decord"], "pyav": self.decodes["pyav"], "decoder_fallbacks": self.fallbacks,
-                "reprobes": self.reprobes, "probes": self.probes, **self.storage.counters()}
+                "reprobes": self.reprobes, "probes": self.probes, **self.storage.counters(), **measured}
 
     def decoder(self, name: str) -> Decord | PyAV:
         d = self._decoders.get(name)

@@ -61,6 +61,8 @@ class Cut(NamedTuple):
     together: int  # clips of a video decoded in one read (group_clips), else 1
 
     def __str__(self) -> str:
+        if not self.length:  # a planned family's: each video its own frames and size
+            return self.size
         return (f"{self.size}, {self.length} frames every {self.step}"
                 + ("" if self.together == 1 else f", {self.together} clips a read"))
 

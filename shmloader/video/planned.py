@@ -35,6 +35,7 @@ from ..engine.shared import SharedStrings
 from ..engine.source import Sizes, Spec
 from .arguments import checked_labels, checked_paths, path_list
 from .decoding import Decoding
+from .measuring import ChoiceLog, Cut, Measuring, summary
 from .reading import Reading
 from .probe import VideoInfo, probe
 from .storage import Storage
@@ -47,6 +48,8 @@ _PROBE_THREADS = 8
 # Files named in a warning or an error about the videos left out; the rest are counted (all of
 # them are in ``skipped``).
 _NAMED = 5
+# What the decoders are measured for (NOTE [ Measuring the decoder ]): each video its own plan.
+_CUT = Cut("each video's planned frames and size", 0, 0, 1)
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ class PlannedVideos:
              for s in self.spans], np.float64).reshape(-1, 2)
         self._digest = self._fingerprint()
         self._decoding: Decoding | None = None
+        self._choices: ChoiceLog | None = None  # a loader's log of the decoders its workers measured
 
     @property
     def decoder(self) -> str:
@@ -219,7 +223,7 @@ class PlannedVideos:
         return len(self.paths)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_decoding": None}
+        return {**self.__dict__, "_decoding": None, "_choices": None}
 
     def spec(self) -> Spec:
         i64 = np.dtype(np.int64)
@@ -254,7 +258,8 @@ class PlannedVideos:
         return SharedPlanned(self)
 
     def worker_init(self) -> None:
-        self._decoding = self.reading.decoding(self.storage)
+        measured = self.reading.decoder == "auto" and not self.remote  # NOTE [ Measuring the decoder ]
+        self._decoding = self.reading.decoding(self.storage, Measuring(_CUT, self._choices) if measured else None)
 
     def counters(self) -> dict[str, int]:
         """Decodes by decord and by PyAV, decodes decord handed to PyAV, probes, bytes and requests
@@ -299,6 +304,8 @@ class SharedPlanned:
     def __init__(self, videos: PlannedVideos) -> None:
         self.videos = videos
         self._table: SharedStrings | None = None
+        self._choices: ChoiceLog | None = None  # the decoders the workers measured (decoder="auto")
+        self._chosen: dict[str, Any] = {}  # as last read (kept past release)
 
     def __len__(self) -> int:
         return len(self.videos)
@@ -314,12 +321,15 @@ class SharedPlanned:
             v = self.videos
             columns = {k: getattr(v, k) for k in self._COLUMNS if getattr(v, k) is not None}
             self._table = SharedStrings(SharedStrings.encode(list(v.paths)), columns)
+            if v.reading.decoder == "auto" and not v.remote:
+                self._choices = ChoiceLog()
         return self._table
 
     @property
     def fds(self) -> tuple[int, ...]:
-        """Descriptors the workers must inherit (the shared columns)."""
-        return (self._shared().fd,)
+        """Descriptors the workers must inherit (the shared columns, the log of measured choices)."""
+        table = self._shared()
+        return (table.fd,) if self._choices is None else (table.fd, self._choices.fd)
 
     def acquire(self) -> None:
         self._shared()
@@ -328,13 +338,25 @@ class SharedPlanned:
         if self._table is not None:
             self._table.close()
             self._table = None
+        if self._choices is not None:
+            self.report()  # kept for stats() after the loader closed
+            self._choices.close()
+            self._choices = None
+
+    def report(self) -> dict[str, Any]:
+        """``Loader.stats()``'s ``decoder_shapes``: per shape of file, the decoder the workers
+        measured faster; absent where the decoder is not measured."""
+        if self._choices is not None:
+            self._chosen = summary(self._choices.records())
+        v = self.videos
+        return {"decoder_shapes": self._chosen} if v.reading.decoder == "auto" and not v.remote else {}
 
     def __getstate__(self) -> dict[str, Any]:
         described = self.videos.__getstate__()
         present = [k for k in self._COLUMNS if described[k] is not None]
         for k in (*self._COLUMNS, *self._MAIN_ONLY):
             described[k] = None
-        return {"described": described, "present": present, "table": self._shared()}
+        return {"described": described, "present": present, "table": self._shared(), "choices": self._choices}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         table: SharedStrings = state["table"]
@@ -343,7 +365,8 @@ class SharedPlanned:
         videos.paths = table  # type: ignore[assignment]  # indexable like the list
         for k in state["present"]:
             setattr(videos, k, table.column(k))
-        self.videos, self._table = videos, None
+        videos._choices = state["choices"]
+        self.videos, self._table, self._choices, self._chosen = videos, None, None, {}
 
     def worker_init(self) -> None:
         self.videos.worker_init()

@@ -50,6 +50,7 @@ from typing import Any, Iterable, Mapping
 
 from .._errors import install_hint
 from .blocks import BlockCache, RangeFile
+from .refusals import missing_credentials, missing_object
 from .media import Media, is_remote, local_path, scheme_of, split_member
 
 __all__ = ["Storage", "LOCAL", "redact", "first_line", "tar_members"]
@@ -319,7 +320,7 @@ class Storage:
                 code = getattr(cause, "status", None) or getattr(cause, "status_code", None)
                 if code in (401, 403):
                     raise PermissionError(f"{self.name(url)}: access denied (HTTP {code})") from None
-                if cause is None or code in (404, 410) or _missing(cause) or \
+                if cause is None or code in (404, 410) or missing_object(cause) or \
                         isinstance(cause, (FileNotFoundError, PermissionError)):
                     why = self.redact(first_line(e))
                     if not why or why in (url, self.name(url)) or url in why:
@@ -329,8 +330,10 @@ class Storage:
             except _NOT_RETRIED as e:  # a mistake in the call or the options: no try will work
                 raise type(e)(f"{self.name(url)}: {self.redact(first_line(e))}") from None
             except Exception as e:  # reset, 5xx, timeout, throttling: the next try may work
-                if _missing(e):
+                if missing_object(e):
                     raise FileNotFoundError(f"{self.name(url)}: no such file or object") from None
+                if (hint := missing_credentials(e, self.protocol(url))) is not None:
+                    raise PermissionError(f"{self.name(url)}: {self.redact(hint)}") from None
                 last_error = e
             if attempt < self.retries:
                 time.sleep(delay)
@@ -401,14 +404,6 @@ def _nested(options: Mapping[str, Any]) -> bool:
     """Options given per protocol: ``{"s3": {...}, "https": {...}}``."""
     return bool(options) and all(isinstance(v, Mapping) for v in options.values()) and \
         all(k in _EXTRAS or k in ("file", "tar", "memory") for k in options)
-
-
-def _missing(e: BaseException) -> bool:
-    """A missing object said in a client's own words instead of FileNotFoundError (botocore's
-    ``NoSuchKey`` where an s3fs release does not translate it): not retried."""
-    response = getattr(e, "response", None)
-    error = response.get("Error") if isinstance(response, dict) else None
-    return isinstance(error, dict) and str(error.get("Code")) in ("NoSuchKey", "NoSuchBucket", "NotFound", "404")
 
 
 def first_line(e: BaseException, limit: int = 200) -> str:
