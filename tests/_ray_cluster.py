@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import psutil
+import pytest
 
 from .conftest import leaks, live_children, shm_entries
 
@@ -116,3 +117,18 @@ def advertise_node_type(resources: dict | None) -> None:
     group = config.node_group_configs.add(name="gpu_decode", min_count=0, max_count=1)
     group.resources.update(resources)
     internal_kv._internal_kv_put(KEY.encode(), config.SerializeToString(), overwrite=True, namespace=NS.encode())
+
+
+# The fixtures every module with a cluster takes (``from ._ray_cluster import cluster, no_leaks``):
+# one cluster a module, and conftest's leak check with the cluster's own processes left to its teardown.
+@pytest.fixture(scope="module")
+def cluster():
+    with local_cluster() as c:
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request):
+    """conftest's check (``no_leaks_beside``), the cluster's own processes left to its teardown."""
+    with no_leaks_beside(request.getfixturevalue("cluster") if "cluster" in request.fixturenames else None):
+        yield

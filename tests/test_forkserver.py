@@ -21,6 +21,8 @@ import pytest
 import shmloader
 from shmloader.engine import forkserver
 
+from ._needs import need
+
 
 def _batches(src, **kw) -> list[dict]:
     with shmloader.Loader(src, batch_size=2, workers=2, **kw) as loader:
@@ -328,7 +330,7 @@ def test_a_worker_gets_the_blas_threads_its_environment_asks_for(monkeypatch):
     """The server's BLAS was sized at one thread, which a fork keeps: with the training process's
     OPENBLAS_NUM_THREADS=2 a worker has the BLAS threads a worker started by exec has; with the
     default (one), workers are still forked."""
-    pytest.importorskip("threadpoolctl")
+    need("threadpoolctl", "threadpoolctl (a dependency of the test extra's packages) counts a worker's BLAS threads")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.delenv(var, raising=False)
     src = shmloader.FunctionSource(_blas, {"threads": ((), np.int64), "parent": ((), np.int64)}, 4)

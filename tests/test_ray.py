@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from ._needs import need
-from ._ray_cluster import NODE, advertise_node_type, alive, local_cluster, no_leaks_beside, node_pids, tree
+from ._ray_cluster import NODE, advertise_node_type, alive, cluster, no_leaks, node_pids, tree  # noqa: F401 (fixtures)
 
 ray = need("ray")  # after _ray_cluster, which sets Ray's environment for a cluster on 127.0.0.1
 
@@ -29,19 +29,6 @@ from ._examples import doc_example
 from ._sound import FPS, RATE, write_av
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with local_cluster() as c:
-        yield c
-
-
-@pytest.fixture(autouse=True)
-def no_leaks(request):
-    """conftest's check (``no_leaks_beside``), the cluster's own processes left to its teardown."""
-    with no_leaks_beside(request.getfixturevalue("cluster") if "cluster" in request.fixturenames else None):
-        yield
 
 
 @pytest.fixture(scope="module")

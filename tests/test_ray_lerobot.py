@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ._needs import need
-from ._ray_cluster import local_cluster, no_leaks_beside
+from ._ray_cluster import cluster, no_leaks  # noqa: F401 (fixtures)
 
 ray = need("ray")  # after _ray_cluster, which sets Ray's environment for a cluster on 127.0.0.1
 need("pyarrow")  # tests/_lerobot_v3.py writes the parquet files
@@ -26,19 +26,6 @@ pytestmark = pytest.mark.timeout(240)
 
 FPS = v3.FPS
 WINDOWS = {v3.FRONT: [-2 / FPS, -1 / FPS, 0.0], "action": [0.0, 1 / FPS, 2 / FPS]}
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with local_cluster() as c:
-        yield c
-
-
-@pytest.fixture(autouse=True)
-def no_leaks(request):
-    """conftest's check (``no_leaks_beside``), the cluster's own processes left to its teardown."""
-    with no_leaks_beside(request.getfixturevalue("cluster") if "cluster" in request.fixturenames else None):
-        yield
 
 
 @pytest.fixture(scope="module")

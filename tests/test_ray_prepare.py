@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from ._needs import need
-from ._ray_cluster import NODE, advertise_node_type, alive, local_cluster, no_leaks_beside, node_pids, tree
+from ._ray_cluster import NODE, advertise_node_type, alive, cluster, no_leaks, node_pids, tree  # noqa: F401 (fixtures)
 
 ray = need("ray")  # after _ray_cluster, which sets Ray's environment for a cluster on 127.0.0.1
 
@@ -35,19 +35,6 @@ pytestmark = pytest.mark.timeout(240)
 
 SHORT, GOP = 64, 8  # copies of the 96x128 test videos: 64x86, a keyframe every 8 frames
 DECODE = {"decode": 1}  # on the decode nodes only
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with local_cluster() as c:
-        yield c
-
-
-@pytest.fixture(autouse=True)
-def no_leaks(request):
-    """conftest's check (``no_leaks_beside``), the cluster's own processes left to its teardown."""
-    with no_leaks_beside(request.getfixturevalue("cluster") if "cluster" in request.fixturenames else None):
-        yield
 
 
 def rows_of(manifest) -> list[dict]:
@@ -112,7 +99,8 @@ def test_the_copies_and_manifest_are_the_local_prepares(cluster, tmp_path):
     assert manifest == str(tmp_path / "ray" / "manifest.csv")
     local, mine = rows_of(tmp_path / "local" / "manifest.csv"), rows_of(manifest)
     assert [r["path"] for r in mine] == ["a/v0.mp4", "a/v1.mp4", "b/v2.mp4", "b/v3.mp4"]
-    assert [dict(r, mtime_ns="") for r in mine] == [dict(r, mtime_ns="") for r in local]
+    for a, b in zip(mine, local, strict=True):  # the fields that differ, named
+        assert {k: (a[k], b.get(k)) for k in a if k != "mtime_ns" and a[k] != b.get(k)} == {}, a["path"]
     for i, row in enumerate(mine):
         got = every_frame(str(tmp_path / "ray" / row["path"]))
         np.testing.assert_array_equal(got, every_frame(str(tmp_path / "local" / row["path"])))
