@@ -189,3 +189,28 @@ def test_planned_videos_measure_the_decoder_as_clips_do(videos):
     for a, b in zip(runs["auto"], runs["pyav"], strict=True):
         for k in a:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_lerobot_timesteps_measure_the_decoder_as_clips_do(tmp_path):
+    """A LeRobot dataset (frames found by their times, several cameras): the same measurement per
+    shape of file in each worker, reported in ``stats()``, and the same samples whichever decoder
+    read them."""
+    from shmloader import lerobot
+
+    from . import _lerobot_v3 as v3
+
+    root = v3.write(str(tmp_path / "ds"))
+    runs = {}
+    for decoder in ("auto", "pyav"):
+        ds = lerobot.dataset(root, delta_timestamps={v3.FRONT: [-1 / v3.FPS, 0.0]}, decoder=decoder)
+        with shmloader.Loader(ds, batch_size=4, workers=1, shuffle=True, seed=3, epochs=4) as loader:
+            runs[decoder] = [{k: np.array(v) for k, v in b.items()} for b in loader]
+            stats = loader.stats()
+        if decoder == "auto":
+            assert stats["measured_reads"] > 0 and stats["decoder_shapes"], stats
+            assert {row["cut"] for row in stats["decoder_shapes"].values()} == {"a stretch of an episode's frames by their times"}
+        else:
+            assert "decoder_shapes" not in stats and stats["decord"] == 0
+    for a, b in zip(runs["auto"], runs["pyav"], strict=True):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec
-from ..video.measuring import ChoiceLog, summary
+from ..video.measuring import Choices
 from ..video.probestore import ProbeStore
 from .reader import ClipReader, Clips
 
@@ -43,8 +43,7 @@ class SharedClips:
         self._encoded = encoded
         self._table: SharedStrings | None = None
         self._probes: ProbeStore | None = None
-        self._choices: ChoiceLog | None = None
-        self._chosen: dict[str, Any] = {}  # the workers' choices as last read (kept past release)
+        self._choices = Choices(clips.reading.decoder == "auto" and not clips.remote)
         self._reader: ClipReader | None = None  # in a worker (worker_init)
 
     def __len__(self) -> int:
@@ -71,8 +70,7 @@ class SharedClips:
             self._table = SharedStrings(encoded, columns)
             if vc.remote:
                 self._probes = ProbeStore(len(self._table))
-            elif vc.reading.decoder == "auto":
-                self._choices = ChoiceLog()
+            self._choices.open()
         return self._table
 
     @property
@@ -80,7 +78,7 @@ class SharedClips:
         """Descriptors the workers must inherit (the shared columns, the shared probes, the log
         of measured choices)."""
         table = self._shared_table()
-        return (table.fd, *(s.fd for s in (self._probes, self._choices) if s is not None))
+        return (table.fd, *(s.fd for s in (self._probes, self._choices.log) if s is not None))
 
     def acquire(self) -> None:
         """The engine starts: the segments stay until ``release``."""
@@ -94,18 +92,12 @@ class SharedClips:
         if self._probes is not None:
             self._probes.close()
             self._probes = None
-        if self._choices is not None:
-            self.report()  # kept for stats() after the loader closed
-            self._choices.close()
-            self._choices = None
+        self._choices.close()
 
     def report(self) -> dict[str, Any]:
         """``Loader.stats()``'s ``decoder_shapes``: per shape of file, the decoder the workers
         measured faster (``video.measuring.summary``); absent where the decoder is not measured."""
-        if self._choices is not None:
-            self._chosen = summary(self._choices.records())
-        vc = self.clips
-        return {"decoder_shapes": self._chosen} if vc.reading.decoder == "auto" and not vc.remote else {}
+        return self._choices.report()
 
     def __getstate__(self) -> dict[str, Any]:
         """For the loader's workers, which inherit the segments: the description without its
@@ -138,11 +130,11 @@ class SharedClips:
         clips.__dict__.update(described)
         self.clips, self._encoded, self._table = clips, None, None
         self._probes, self._reader = state["probes"], None
-        self._choices, self._chosen = state["choices"], {}
+        self._choices = state["choices"]
 
     # ------------------------------------------------------------ a worker
     def worker_init(self) -> None:
-        self._reader = ClipReader(self.clips, probes=self._probes, choices=self._choices).load_decoders()
+        self._reader = ClipReader(self.clips, probes=self._probes, choices=self._choices.log).load_decoders()
 
     def counters(self) -> dict[str, int]:
         """What this worker's reader counted (``ClipReader.counters``); the loader's ``stats()``

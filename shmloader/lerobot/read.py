@@ -25,11 +25,15 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec
-from ..video.measuring import decode_cost
+from ..video.measuring import ChoiceLog, Choices, Cut, Measuring, decode_cost
 from ..video.stamps import TimedFrames
 from ..video.storage import LOCAL, Storage
 
 __all__ = ["Layout", "EpisodeReader", "SharedEpisodes", "describe", "tables"]
+
+# What the decoders are measured for (NOTE [ Measuring the decoder ]): a stretch of an episode's
+# frames, found by their times, at the camera's own size.
+_CUT = Cut("a stretch of an episode's frames by their times", 0, 0, 1)
 
 
 @dataclass(frozen=True)
@@ -98,11 +102,15 @@ class EpisodeReader:
     :param layout: what a sample holds.
     :param arrays: the tables (``tables``), numpy arrays or views of a shared segment.
     :param paths: the video files, indexable by the ``ep/<camera>/file`` numbers.
+    :param choices: where the decoders measured per shape go for the loader to report.
     """
 
-    def __init__(self, layout: Layout, arrays: dict[str, np.ndarray], paths: Sequence[str]) -> None:
+    def __init__(self, layout: Layout, arrays: dict[str, np.ndarray], paths: Sequence[str],
+                 choices: ChoiceLog | None = None) -> None:
         self.layout, self.arrays, self.paths = layout, arrays, paths
-        self.frames = TimedFrames(layout.decode_threads, layout.decoder, layout.storage)
+        measured = layout.decoder == "auto" and not layout.remote  # NOTE [ Measuring the decoder ]
+        self.frames = TimedFrames(layout.decode_threads, layout.decoder, layout.storage,
+                                  Measuring(_CUT, choices) if measured else None)
         # As a video reader counts them (``Loader.stats``): frames the decoder went through from the
         # keyframes, those no sample shows, those before each pass's first, and frames delivered.
         self.counts = dict.fromkeys(("frames_decoded", "frames_lead", "frames_head", "frames_delivered"), 0)
@@ -219,6 +227,7 @@ class SharedEpisodes:
         self._length = len(arrays["episode_of_row"])
         self._table: SharedStrings | None = None
         self._reader: EpisodeReader | None = None
+        self._choices = Choices(layout.decoder == "auto" and not layout.remote)
 
     def __len__(self) -> int:
         return self._length
@@ -232,12 +241,14 @@ class SharedEpisodes:
     def _shared(self) -> SharedStrings:
         if self._table is None:
             self._table = SharedStrings(SharedStrings.encode(self._paths), self._arrays)
+            self._choices.open()
         return self._table
 
     @property
     def fds(self) -> tuple[int, ...]:
-        """Descriptors the workers must inherit (the shared tables)."""
-        return (self._shared().fd,)
+        """Descriptors the workers must inherit (the shared tables, the log of measured choices)."""
+        table = self._shared()
+        return (table.fd,) if self._choices.log is None else (table.fd, self._choices.log.fd)
 
     def acquire(self) -> None:
         self._shared()
@@ -246,21 +257,26 @@ class SharedEpisodes:
         if self._table is not None:
             self._table.close()
             self._table = None
+        self._choices.close()
+
+    def report(self) -> dict[str, Any]:
+        """``Loader.stats()``'s ``decoder_shapes`` (``video.measuring.Choices``)."""
+        return self._choices.report()
 
     def __getstate__(self) -> dict[str, Any]:
         """For the loader's workers: the layout, the segment's descriptor and the tables' names."""
         return {"layout": self.layout, "table": self._shared(), "names": list(self._arrays),
-                "length": self._length}
+                "length": self._length, "choices": self._choices}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         table: SharedStrings = state["table"]
         self.layout, self._table, self._length = state["layout"], table, state["length"]
         self._arrays = {k: table.column(k) for k in state["names"]}
         self._paths = table  # type: ignore[assignment]  # indexable like the list
-        self._reader = None
+        self._reader, self._choices = None, state["choices"]
 
     def worker_init(self) -> None:
-        self._reader = EpisodeReader(self.layout, self._arrays, self._paths)
+        self._reader = EpisodeReader(self.layout, self._arrays, self._paths, self._choices.log)
 
     def counters(self) -> dict[str, int]:
         return {} if self._reader is None else self._reader.counters()

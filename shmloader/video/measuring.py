@@ -43,7 +43,7 @@ import numpy as np
 
 from .probe import VideoInfo
 
-__all__ = ["Cut", "Shape", "Measuring", "ChoiceLog", "decode_cost", "measurable", "shape_of", "summary",
+__all__ = ["Cut", "Shape", "Measuring", "ChoiceLog", "Choices", "decode_cost", "measurable", "shape_of", "summary",
            "WARM", "TIMED"]
 
 log = logging.getLogger("shmloader")
@@ -271,3 +271,40 @@ class ChoiceLog:
             except ValueError:
                 continue
         return out
+
+
+class Choices:
+    """What one loader keeps of the decoders its workers measured (every family's worker source
+    has one): the log they append to (``log``: made when the loader starts, None where nothing is
+    measured) and ``stats()``' ``decoder_shapes`` from it, kept once the log is closed.
+
+    :param measured: whether the workers measure (``decoder="auto"``, local files).
+    """
+
+    def __init__(self, measured: bool) -> None:
+        self.measured = measured
+        self.log: ChoiceLog | None = None
+        self._chosen: dict[str, Any] = {}  # the workers' choices as last read (kept past close)
+
+    def __getstate__(self) -> dict[str, Any]:  # to the workers: the log's descriptor, inherited
+        return {"measured": self.measured, "log": self.log}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.measured, self.log, self._chosen = state["measured"], state["log"], {}
+
+    def open(self) -> ChoiceLog | None:
+        if self.measured and self.log is None:
+            self.log = ChoiceLog()
+        return self.log
+
+    def report(self) -> dict[str, Any]:
+        """``{"decoder_shapes": summary}``; empty where the decoder is not measured."""
+        if self.log is not None:
+            self._chosen = summary(self.log.records())
+        return {"decoder_shapes": self._chosen} if self.measured else {}
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.report()  # kept for stats() after the loader closed
+            self.log.close()
+            self.log = None

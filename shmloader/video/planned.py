@@ -35,7 +35,7 @@ from ..engine.shared import SharedStrings
 from ..engine.source import Sizes, Spec
 from .arguments import checked_labels, checked_paths, path_list
 from .decoding import Decoding
-from .measuring import ChoiceLog, Cut, Measuring, summary
+from .measuring import ChoiceLog, Choices, Cut, Measuring
 from .reading import Reading
 from .probe import VideoInfo, probe
 from .storage import Storage
@@ -304,8 +304,7 @@ class SharedPlanned:
     def __init__(self, videos: PlannedVideos) -> None:
         self.videos = videos
         self._table: SharedStrings | None = None
-        self._choices: ChoiceLog | None = None  # the decoders the workers measured (decoder="auto")
-        self._chosen: dict[str, Any] = {}  # as last read (kept past release)
+        self._choices = Choices(videos.reading.decoder == "auto" and not videos.remote)
 
     def __len__(self) -> int:
         return len(self.videos)
@@ -321,15 +320,14 @@ class SharedPlanned:
             v = self.videos
             columns = {k: getattr(v, k) for k in self._COLUMNS if getattr(v, k) is not None}
             self._table = SharedStrings(SharedStrings.encode(list(v.paths)), columns)
-            if v.reading.decoder == "auto" and not v.remote:
-                self._choices = ChoiceLog()
+            self._choices.open()
         return self._table
 
     @property
     def fds(self) -> tuple[int, ...]:
         """Descriptors the workers must inherit (the shared columns, the log of measured choices)."""
         table = self._shared()
-        return (table.fd,) if self._choices is None else (table.fd, self._choices.fd)
+        return (table.fd,) if self._choices.log is None else (table.fd, self._choices.log.fd)
 
     def acquire(self) -> None:
         self._shared()
@@ -338,18 +336,12 @@ class SharedPlanned:
         if self._table is not None:
             self._table.close()
             self._table = None
-        if self._choices is not None:
-            self.report()  # kept for stats() after the loader closed
-            self._choices.close()
-            self._choices = None
+        self._choices.close()
 
     def report(self) -> dict[str, Any]:
         """``Loader.stats()``'s ``decoder_shapes``: per shape of file, the decoder the workers
         measured faster; absent where the decoder is not measured."""
-        if self._choices is not None:
-            self._chosen = summary(self._choices.records())
-        v = self.videos
-        return {"decoder_shapes": self._chosen} if v.reading.decoder == "auto" and not v.remote else {}
+        return self._choices.report()
 
     def __getstate__(self) -> dict[str, Any]:
         described = self.videos.__getstate__()
@@ -365,8 +357,8 @@ class SharedPlanned:
         videos.paths = table  # type: ignore[assignment]  # indexable like the list
         for k in state["present"]:
             setattr(videos, k, table.column(k))
-        videos._choices = state["choices"]
-        self.videos, self._table, self._choices, self._chosen = videos, None, None, {}
+        videos._choices = state["choices"].log
+        self.videos, self._table, self._choices = videos, None, state["choices"]
 
     def worker_init(self) -> None:
         self.videos.worker_init()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .decoding import Decoding
+from .measuring import Measuring
 from .storage import LOCAL, Storage
 
 __all__ = ["TimedFrames", "nearest_starts"]
@@ -43,10 +44,12 @@ class TimedFrames:
     :param threads: decoding threads per decode (1: the workers are the parallelism).
     :param decoder: ``"auto"`` (the probe's choice per file), ``"pyav"`` or ``"decord"``.
     :param storage: how the files are read (local files by default).
+    :param measuring: the decoder measured per shape of file (NOTE [ Measuring the decoder ]), or None.
     """
 
-    def __init__(self, threads: int = 1, decoder: str = "auto", storage: Storage = LOCAL) -> None:
-        self.decoding = Decoding(threads, decoder, storage)
+    def __init__(self, threads: int = 1, decoder: str = "auto", storage: Storage = LOCAL,
+                 measuring: Measuring | None = None) -> None:
+        self.decoding = Decoding(threads, decoder, storage, measuring)
 
     def starts(self, path: str) -> np.ndarray:
         """Every frame's start in seconds on ``path``'s own timeline, in presentation order."""
