@@ -29,7 +29,7 @@ import numpy as np
 from ..engine.source import Spec, seeded
 from ..video.audio import audio_spec, clip_spans
 from ..video.manifest import row_info
-from ..video.measuring import ChoiceLog, Cut, Measuring, decode_cost
+from ..video.measuring import ChoiceLog, Cut, Measuring, decode_cost, measures
 from ..video.media import split_member
 from ..video.reading import Reading
 from .options import Audio, Pixels, Sampling
@@ -86,7 +86,7 @@ class ClipReader:
 
     def __init__(self, clips: Clips, probes: ProbeStore | None = None, choices: ChoiceLog | None = None) -> None:
         self.clips = clips
-        measuring = None if clips.remote else Measuring(cut_of(clips), choices)
+        measuring = Measuring(cut_of(clips), choices) if measures(clips.reading.decoder, clips.remote) else None
         self.decoding = clips.reading.decoding(clips.storage, measuring)
         self._shared = probes
         # Frames a decoder goes through for each pass, from the keyframes it decodes from (all of

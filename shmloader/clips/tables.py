@@ -18,8 +18,9 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec
-from ..video.measuring import Choices
+from ..video.measuring import measures
 from ..video.probestore import ProbeStore
+from ..video.segments import SharedSegments
 from .reader import ClipReader, Clips
 
 __all__ = ["SharedClips"]
@@ -28,7 +29,7 @@ __all__ = ["SharedClips"]
 _COLUMNS = ("labels", "spans", "files", "manifest", "members")
 
 
-class SharedClips:
+class SharedClips(SharedSegments):
     """The engine's source for ``clips`` (``engine.source.Source``): sample ``i`` is read by a
     ``ClipReader`` of the description in each worker, with the loader's shared probes.
 
@@ -39,11 +40,10 @@ class SharedClips:
     worker_imports = ("shmloader.video.preload", "shmloader.clips.reader")  # for the fork server (engine.forkserver)
 
     def __init__(self, clips: Clips, encoded: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        super().__init__(measures(clips.reading.decoder, clips.remote))
         self.clips = clips
         self._encoded = encoded
-        self._table: SharedStrings | None = None
         self._probes: ProbeStore | None = None
-        self._choices = Choices(clips.reading.decoder == "auto" and not clips.remote)
         self._reader: ClipReader | None = None  # in a worker (worker_init)
 
     def __len__(self) -> int:
@@ -56,48 +56,31 @@ class SharedClips:
         return self.clips.describe(index)
 
     # ------------------------------------------------------------ the loader's process
-    def _shared_table(self) -> SharedStrings:
+    def _make_table(self) -> SharedStrings:
         """The paths and columns in one segment, made when the loader first sends this to its
-        workers (the paths were encoded when the description was made)."""
-        if self._table is None:
-            vc = self.clips
-            encoded = self._encoded if self._encoded is not None else SharedStrings.encode(list(vc.paths))
-            columns: dict[str, np.ndarray] = {} if vc.labels is None else {"labels": vc.labels}
-            if vc.spans is not None and vc.files is not None:
-                columns.update(spans=vc.spans, files=vc.files)
-            columns.update({f"manifest_{k}": a for k, a in (vc.manifest or {}).items()})
-            columns.update({f"members_{k}": a for k, a in (vc.members or {}).items()})
-            self._table = SharedStrings(encoded, columns)
-            if vc.remote:
-                self._probes = ProbeStore(len(self._table))
-            self._choices.open()
-        return self._table
+        workers (the paths were encoded when the description was made); for remote files, the
+        probes the workers share beside it."""
+        vc = self.clips
+        encoded = self._encoded if self._encoded is not None else SharedStrings.encode(list(vc.paths))
+        columns: dict[str, np.ndarray] = {} if vc.labels is None else {"labels": vc.labels}
+        if vc.spans is not None and vc.files is not None:
+            columns.update(spans=vc.spans, files=vc.files)
+        columns.update({f"manifest_{k}": a for k, a in (vc.manifest or {}).items()})
+        columns.update({f"members_{k}": a for k, a in (vc.members or {}).items()})
+        table = SharedStrings(encoded, columns)
+        if vc.remote:
+            self._probes = ProbeStore(len(table))
+        return table
 
-    @property
-    def fds(self) -> tuple[int, ...]:
-        """Descriptors the workers must inherit (the shared columns, the shared probes, the log
-        of measured choices)."""
-        table = self._shared_table()
-        return (table.fd, *(s.fd for s in (self._probes, self._choices.log) if s is not None))
-
-    def acquire(self) -> None:
-        """The engine starts: the segments stay until ``release``."""
-        self._shared_table()
+    def _others(self) -> tuple[ProbeStore | None, ...]:
+        return (self._probes,)
 
     def release(self) -> None:
         """The engine's workers are gone: close the segments' descriptors."""
-        if self._table is not None:
-            self._table.close()
-            self._table = None
+        super().release()
         if self._probes is not None:
             self._probes.close()
             self._probes = None
-        self._choices.close()
-
-    def report(self) -> dict[str, Any]:
-        """``Loader.stats()``'s ``decoder_shapes``: per shape of file, the decoder the workers
-        measured faster (``video.measuring.summary``); absent where the decoder is not measured."""
-        return self._choices.report()
 
     def __getstate__(self) -> dict[str, Any]:
         """For the loader's workers, which inherit the segments: the description without its
@@ -110,7 +93,7 @@ class SharedClips:
             if k in present:
                 described[k] = list(getattr(self.clips, k))
         return {"kind": type(self.clips), "described": described, "present": present,
-                "table": self._shared_table(), "probes": self._probes, "choices": self._choices}
+                "table": self._shared(), "probes": self._probes, "choices": self._choices}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """In a worker: the description back, its columns views of the shared segment."""

@@ -25,7 +25,8 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec
-from ..video.measuring import ChoiceLog, Choices, Cut, Measuring, decode_cost
+from ..video.measuring import ChoiceLog, Cut, Measuring, decode_cost, measures
+from ..video.segments import SharedSegments
 from ..video.stamps import TimedFrames
 from ..video.storage import LOCAL, Storage
 
@@ -108,7 +109,7 @@ class EpisodeReader:
     def __init__(self, layout: Layout, arrays: dict[str, np.ndarray], paths: Sequence[str],
                  choices: ChoiceLog | None = None) -> None:
         self.layout, self.arrays, self.paths = layout, arrays, paths
-        measured = layout.decoder == "auto" and not layout.remote  # NOTE [ Measuring the decoder ]
+        measured = measures(layout.decoder, layout.remote)  # NOTE [ Measuring the decoder ]
         self.frames = TimedFrames(layout.decode_threads, layout.decoder, layout.storage,
                                   Measuring(_CUT, choices) if measured else None)
         # As a video reader counts them (``Loader.stats``): frames the decoder went through from the
@@ -210,7 +211,7 @@ class EpisodeReader:
         self.counts["frames_delivered"] += p.frames.size
 
 
-class SharedEpisodes:
+class SharedEpisodes(SharedSegments):
     """The engine's source for a LeRobot dataset (``engine.source.Source``): its tables in one
     shared segment every worker maps (made when the loader starts, closed when its workers are
     gone), an ``EpisodeReader`` over them in each worker.
@@ -223,11 +224,10 @@ class SharedEpisodes:
     worker_imports = ("shmloader.video.preload",)  # for the fork server (engine.forkserver)
 
     def __init__(self, layout: Layout, arrays: dict[str, np.ndarray], paths: list[str]) -> None:
+        super().__init__(measures(layout.decoder, layout.remote))
         self.layout, self._arrays, self._paths = layout, arrays, paths
         self._length = len(arrays["episode_of_row"])
-        self._table: SharedStrings | None = None
         self._reader: EpisodeReader | None = None
-        self._choices = Choices(layout.decoder == "auto" and not layout.remote)
 
     def __len__(self) -> int:
         return self._length
@@ -238,30 +238,8 @@ class SharedEpisodes:
     def describe(self, index: int) -> str:
         return describe(self.layout.root, self._arrays, index)
 
-    def _shared(self) -> SharedStrings:
-        if self._table is None:
-            self._table = SharedStrings(SharedStrings.encode(self._paths), self._arrays)
-            self._choices.open()
-        return self._table
-
-    @property
-    def fds(self) -> tuple[int, ...]:
-        """Descriptors the workers must inherit (the shared tables, the log of measured choices)."""
-        table = self._shared()
-        return (table.fd,) if self._choices.log is None else (table.fd, self._choices.log.fd)
-
-    def acquire(self) -> None:
-        self._shared()
-
-    def release(self) -> None:
-        if self._table is not None:
-            self._table.close()
-            self._table = None
-        self._choices.close()
-
-    def report(self) -> dict[str, Any]:
-        """``Loader.stats()``'s ``decoder_shapes`` (``video.measuring.Choices``)."""
-        return self._choices.report()
+    def _make_table(self) -> SharedStrings:
+        return SharedStrings(SharedStrings.encode(self._paths), self._arrays)
 
     def __getstate__(self) -> dict[str, Any]:
         """For the loader's workers: the layout, the segment's descriptor and the tables' names."""

@@ -11,6 +11,7 @@ What lives here, a module a line:
 - ``planned``: ``PlannedVideos``, the house of planned families: whole videos each planned by a
   family's recipe (frames, size, rows), decoded at that size
 - ``decoding``: a reader's probes (cached), its choice of decoder per file, its counters
+- ``segments``: a family's worker source's shared table and log of measured decoders, their life
 - ``measuring``: the faster decoder per shape of file, measured in each worker (``decoder="auto"``)
 - ``stamps``: frames found by their times on a file's own timeline, decoded in one pass per file
 - ``probe``: what a file holds (``VideoInfo``) and which decoder reads it

@@ -43,8 +43,8 @@ import numpy as np
 
 from .probe import VideoInfo
 
-__all__ = ["Cut", "Shape", "Measuring", "ChoiceLog", "Choices", "decode_cost", "measurable", "shape_of", "summary",
-           "WARM", "TIMED"]
+__all__ = ["Cut", "Shape", "Measuring", "ChoiceLog", "Choices", "decode_cost", "measurable", "measures", "shape_of",
+           "summary", "WARM", "TIMED"]
 
 log = logging.getLogger("shmloader")
 
@@ -114,6 +114,12 @@ def shape_of(info: VideoInfo) -> Shape:
     keyframes = 1 if info.keyframes is None else max(1, len(info.keyframes))
     gop = 1 << max(0, math.ceil(math.log2(max(1.0, info.frames / keyframes))))
     return Shape(info.container, info.codec, info.profile, info.height, info.width, info.bframes, gop)
+
+
+def measures(decoder: str, remote: bool) -> bool:
+    """Whether a loader's workers measure the decoder at all: ``decoder="auto"`` over local files
+    (a remote file is PyAV's)."""
+    return decoder == "auto" and not remote
 
 
 def measurable(info: VideoInfo) -> bool:

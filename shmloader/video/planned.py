@@ -35,8 +35,9 @@ from ..engine.shared import SharedStrings
 from ..engine.source import Sizes, Spec
 from .arguments import checked_labels, checked_paths, path_list
 from .decoding import Decoding
-from .measuring import ChoiceLog, Choices, Cut, Measuring
+from .measuring import ChoiceLog, Cut, Measuring, measures
 from .reading import Reading
+from .segments import SharedSegments
 from .probe import VideoInfo, probe
 from .storage import Storage
 
@@ -258,7 +259,7 @@ class PlannedVideos:
         return SharedPlanned(self)
 
     def worker_init(self) -> None:
-        measured = self.reading.decoder == "auto" and not self.remote  # NOTE [ Measuring the decoder ]
+        measured = measures(self.decoder, self.remote)  # NOTE [ Measuring the decoder ]
         self._decoding = self.reading.decoding(self.storage, Measuring(_CUT, self._choices) if measured else None)
 
     def counters(self) -> dict[str, int]:
@@ -290,7 +291,7 @@ class PlannedVideos:
         out["index"][...] = self.positions[index]
 
 
-class SharedPlanned:
+class SharedPlanned(SharedSegments):
     """The engine's source for planned videos (``engine.source.Source``): the paths and per-video
     columns in one shared segment every worker maps (made when the loader starts, closed when its
     workers are gone), so a worker's memory does not grow with the videos; each worker reads
@@ -302,9 +303,8 @@ class SharedPlanned:
     _MAIN_ONLY = ("paths", "spans", "skipped", "_plans", "_sizes")
 
     def __init__(self, videos: PlannedVideos) -> None:
+        super().__init__(measures(videos.decoder, videos.remote))
         self.videos = videos
-        self._table: SharedStrings | None = None
-        self._choices = Choices(videos.reading.decoder == "auto" and not videos.remote)
 
     def __len__(self) -> int:
         return len(self.videos)
@@ -315,33 +315,10 @@ class SharedPlanned:
     def describe(self, index: int) -> str:
         return self.videos.describe(index)
 
-    def _shared(self) -> SharedStrings:
-        if self._table is None:
-            v = self.videos
-            columns = {k: getattr(v, k) for k in self._COLUMNS if getattr(v, k) is not None}
-            self._table = SharedStrings(SharedStrings.encode(list(v.paths)), columns)
-            self._choices.open()
-        return self._table
-
-    @property
-    def fds(self) -> tuple[int, ...]:
-        """Descriptors the workers must inherit (the shared columns, the log of measured choices)."""
-        table = self._shared()
-        return (table.fd,) if self._choices.log is None else (table.fd, self._choices.log.fd)
-
-    def acquire(self) -> None:
-        self._shared()
-
-    def release(self) -> None:
-        if self._table is not None:
-            self._table.close()
-            self._table = None
-        self._choices.close()
-
-    def report(self) -> dict[str, Any]:
-        """``Loader.stats()``'s ``decoder_shapes``: per shape of file, the decoder the workers
-        measured faster; absent where the decoder is not measured."""
-        return self._choices.report()
+    def _make_table(self) -> SharedStrings:
+        v = self.videos
+        columns = {k: getattr(v, k) for k in self._COLUMNS if getattr(v, k) is not None}
+        return SharedStrings(SharedStrings.encode(list(v.paths)), columns)
 
     def __getstate__(self) -> dict[str, Any]:
         described = self.videos.__getstate__()
