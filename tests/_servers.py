@@ -2,7 +2,8 @@
 
 - :class:`RangeServer`: a static file server with HTTP Range support written here, which counts
   the requests and bytes it serves, adds latency, and injects faults (dropped connections, 503s,
-  stalls) in the order the test queues them. Every server bounds its requests: past
+  stalls) in the order the test queues them; ``honour_range=False`` makes it a server that ignores
+  Range, as Python's ``http.server`` does (the whole file for every GET, no ``Accept-Ranges``). Every server bounds its requests: past
   ``max_requests`` it answers 429 and the test sees it.
 - :func:`moto_s3`: moto's S3-compatible server (what s3fs's own tests run), on a free port.
 """
@@ -26,8 +27,10 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 class RangeServer:
     """Serves the files under ``root`` at ``http://127.0.0.1:<port>/<relative path>``."""
 
-    def __init__(self, root: str, *, latency: float = 0.0, max_requests: int = 20_000) -> None:
+    def __init__(self, root: str, *, latency: float = 0.0, max_requests: int = 20_000,
+                 honour_range: bool = True) -> None:
         self.root = os.path.abspath(root)
+        self.honour_range = honour_range
         self.latency = latency
         self.max_requests = max_requests
         self.faults: deque[tuple[str, float]] = deque()  # ("drop" | "503" | "stall", seconds)
@@ -106,7 +109,8 @@ class RangeServer:
                 st = os.stat(path)
                 self.send_response(code)
                 self.send_header("Content-Length", str(length))
-                self.send_header("Accept-Ranges", "bytes")
+                if server.honour_range:
+                    self.send_header("Accept-Ranges", "bytes")
                 self.send_header("ETag", '"' + hashlib.md5(f"{st.st_size}-{st.st_mtime_ns}".encode()).hexdigest() + '"')
                 self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
                 for k, v in extra.items():
@@ -121,7 +125,7 @@ class RangeServer:
                     return self._headers(path, 200, os.path.getsize(path), {})
                 size = os.path.getsize(path)
                 start, end, code, extra = 0, size, 200, {}
-                m = _RANGE.match(self.headers.get("Range", ""))
+                m = _RANGE.match(self.headers.get("Range", "")) if server.honour_range else None
                 if m:
                     start = int(m[1])
                     end = min(size, int(m[2]) + 1) if m[2] else size

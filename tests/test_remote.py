@@ -557,51 +557,13 @@ def test_scan_lists_a_bucket_prefix_with_class_folders(folder, tmp_path):
         assert opts["secret"] not in out.read_text()
 
 
-class _NoRangeServer:
-    """Python's own static file server, which ignores HTTP Range and sends the whole file for
-    every GET, on 127.0.0.1; counts the GETs and the bytes sent."""
-
-    def __init__(self, root: str) -> None:
-        import functools
-        import shutil
-        import threading
-        from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-        counts = self
-
-        class Handler(SimpleHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def copyfile(self, source, outputfile) -> None:
-                data = source.read()
-                counts.gets += 1
-                counts.bytes_sent += len(data)
-                shutil.copyfileobj(io.BytesIO(data), outputfile)
-
-        self.gets = self.bytes_sent = 0
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=root))
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def url(self, rel: str) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/{rel}"
-
-    def __enter__(self) -> "_NoRangeServer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(10)
-
-
 def test_a_server_that_ignores_range_is_said_once_and_read_once(folder):
-    """A server that sends the whole file for a part: one warning naming it, the file read once
-    per process and kept (not once a request), and stats() counting the bytes the server sent."""
+    """A server that sends the whole file for a part (as Python's ``http.server`` does): one warning
+    naming it, the file read once per process and kept (not once a request), and stats() counting
+    the bytes the server sent."""
     root, paths = folder
     size = os.path.getsize(paths[0])
-    with _NoRangeServer(root) as srv:
+    with RangeServer(root, honour_range=False) as srv:
         url = srv.url(os.path.basename(paths[0]))
         storage = Storage(block_size=512)  # blocks smaller than the file: a range is a part of it
         with pytest.warns(RuntimeWarning, match=r"ignores HTTP Range requests and sent the whole file") as seen:
