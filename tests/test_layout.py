@@ -43,7 +43,8 @@ ALLOWED = {
     "vlm": _SHARED | {"shmloader.vlm"},
     # the families: each its own folder over the house (the general parts and the planned
     # videos' house), never another family; nothing of the house imports a family
-    "qwen": _SHARED | {"shmloader.qwen", "shmloader.vlm", "shmloader.video.planned", "shmloader.video.storage"},
+    "qwen": _SHARED | {"shmloader.qwen", "shmloader.vlm", "shmloader.video.planned", "shmloader.video.storage",
+                       "shmloader.video.arguments"},
     "lerobot": _SHARED | {"shmloader.lerobot", "shmloader.engine.source", "shmloader.engine.shared", "shmloader.video"},
     "clips": _SHARED | {"shmloader.clips", "shmloader.engine.source", "shmloader.engine.shared", "shmloader.video"},
 }

@@ -154,8 +154,14 @@ def test_the_keywords_are_the_other_families(lengths_videos):
     paths, _ = lengths_videos
     src = PlannedVideos(paths[:1], None, Uniform(), decode_threads=2, decoder="pyav")
     assert (src.decode_threads, src.decoder) == (2, "pyav")
-    with pytest.warns(DeprecationWarning, match="threads= is now decode_threads="):
+    with pytest.warns(DeprecationWarning, match="threads= is now decode_threads=") as said:
         assert PlannedVideos(paths[:1], None, Uniform(), threads=3).decode_threads == 3
+    assert said[0].filename == __file__  # the user's line, where the default filters show it
+    from shmloader import qwen
+
+    with pytest.warns(DeprecationWarning, match="threads= is now decode_threads=") as said:
+        assert qwen.clips(paths[2:3], threads=2).decode_threads == 2
+    assert said[0].filename == __file__
     with pytest.raises(ValueError, match="decode_threads must be an integer >= 1"):
         PlannedVideos(paths[:1], None, Uniform(), decode_threads=0)
     with pytest.raises(ValueError, match="fetch takes"):

@@ -31,7 +31,7 @@ What lives here, the family's folder, a module a line:
 
 What it may import: the standard library, numpy, PyAV and soxr (the sound), ``shmloader._checks``,
 ``shmloader._errors``, ``shmloader._lazy``, the general parts (``shmloader.vlm``) and the house of
-planned families (``shmloader.video.planned``, ``shmloader.video.storage``), never another family.
+planned families (``shmloader.video.planned``, ``.storage``, ``.arguments``), never another family.
 """
 from .inputs import (MODELS, VideoPlan, frame_indices, frame_size, grid_thw, normalize, patches, plan, sample_fps,
                    second_per_grid_ts)

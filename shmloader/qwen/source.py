@@ -101,6 +101,7 @@ def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None 
     ``index`` stays its position in ``paths``. ``"raise"`` (the default) names every such video in
     one ValueError.
     """
+    from ..video.arguments import renamed_threads
     from ..video.planned import PlannedVideos
 
     options = dict(fps=fps, nframes=nframes, min_frames=min_frames, max_frames=max_frames, min_pixels=min_pixels,
@@ -116,12 +117,6 @@ def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None 
             import soxr  # noqa: F401  (the resampler qwen-omni-utils' librosa uses)
         except ImportError as e:
             raise ImportError("qwen.clips(audio_rate=...) resamples the sound with soxr: pip install soxr") from e
-    if threads is not None:  # the keyword's old name
-        import warnings
-
-        warnings.warn("threads= is now decode_threads=, as VideoClips and lerobot.dataset name it",
-                      DeprecationWarning, stacklevel=2)
-        decode_threads = threads
     return PlannedVideos(paths, labels, Recipe(model, tuple(options.items()), audio_rate), spans=spans,
-                         decoder=decoder, decode_threads=decode_threads, storage_options=storage_options,
-                         fetch=fetch, allow_urls=allow_urls, on_error=on_error)
+                         decoder=decoder, decode_threads=renamed_threads(decode_threads, threads),
+                         storage_options=storage_options, fetch=fetch, allow_urls=allow_urls, on_error=on_error)

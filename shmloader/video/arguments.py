@@ -5,6 +5,7 @@ or a shard listing (one row per path, read-only)."""
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ from .manifest import URL
 from .media import is_remote, local_path
 from .storage import Storage
 
-__all__ = ["path_list", "checked_paths", "columns", "read_only", "checked_labels", "check_spans"]
+__all__ = ["path_list", "checked_paths", "columns", "read_only", "checked_labels", "check_spans", "renamed_threads"]
 
 
 def path_list(paths: Any) -> list[str]:
@@ -102,3 +103,14 @@ def check_spans(spans: Any, count: int) -> np.ndarray | None:
             raise ValueError(f"spans[{i}] = {span!r}: need 0 <= start < end (seconds)")
         out[i] = a, b
     return out
+
+
+def renamed_threads(decode_threads: int, threads: int | None) -> int:
+    """``decode_threads``, or ``threads`` where the caller's caller gave that old name (a
+    DeprecationWarning attributed to the user's line, two calls up: a family's function or
+    constructor calls this)."""
+    if threads is None:
+        return decode_threads
+    warnings.warn("threads= is now decode_threads=, as VideoClips and lerobot.dataset name it",
+                  DeprecationWarning, stacklevel=3)
+    return threads

@@ -33,7 +33,7 @@ from .._checks import check_choice
 from ..engine.skips import ON_ERROR
 from ..engine.shared import SharedStrings
 from ..engine.source import Sizes, Spec
-from .arguments import checked_labels, checked_paths, path_list
+from .arguments import checked_labels, checked_paths, path_list, renamed_threads
 from .decoding import Decoding
 from .measuring import ChoiceLog, Cut, Measuring, measures
 from .reading import Reading
@@ -112,10 +112,7 @@ class PlannedVideos:
                  decoder: str = "auto", decode_threads: int = 1, storage_options: Mapping[str, Any] | None = None,
                  fetch: Mapping[str, Any] | None = None, allow_urls: bool = False, on_error: str = "raise",
                  metas: Sequence[Video] | None = None, threads: int | None = None) -> None:
-        if threads is not None:  # the keyword's old name
-            warnings.warn("threads= is now decode_threads=, as VideoClips and lerobot.dataset name it",
-                          DeprecationWarning, stacklevel=3)
-            decode_threads = threads
+        decode_threads = renamed_threads(decode_threads, threads)
         given = path_list(paths)
         if not given:
             raise ValueError("no videos given")
@@ -161,7 +158,7 @@ class PlannedVideos:
              for s in self.spans], np.float64).reshape(-1, 2)
         self._digest = self._fingerprint()
         self._decoding: Decoding | None = None
-        self._choices: ChoiceLog | None = None  # a loader's log of the decoders its workers measured
+        self._choice_log: ChoiceLog | None = None  # in a loader's worker: where its measured decoders go
 
     @property
     def decoder(self) -> str:
@@ -224,7 +221,7 @@ class PlannedVideos:
         return len(self.paths)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_decoding": None, "_choices": None}
+        return {**self.__dict__, "_decoding": None, "_choice_log": None}
 
     def spec(self) -> Spec:
         i64 = np.dtype(np.int64)
@@ -260,7 +257,7 @@ class PlannedVideos:
 
     def worker_init(self) -> None:
         measured = measures(self.decoder, self.remote)  # NOTE [ Measuring the decoder ]
-        self._decoding = self.reading.decoding(self.storage, Measuring(_CUT, self._choices) if measured else None)
+        self._decoding = self.reading.decoding(self.storage, Measuring(_CUT, self._choice_log) if measured else None)
 
     def counters(self) -> dict[str, int]:
         """Decodes by decord and by PyAV, decodes decord handed to PyAV, probes, bytes and requests
@@ -334,7 +331,7 @@ class SharedPlanned(SharedSegments):
         videos.paths = table  # type: ignore[assignment]  # indexable like the list
         for k in state["present"]:
             setattr(videos, k, table.column(k))
-        videos._choices = state["choices"].log
+        videos._choice_log = state["choices"].log
         self.videos, self._table, self._choices = videos, None, state["choices"]
 
     def worker_init(self) -> None:
