@@ -44,7 +44,7 @@ EDITABLE := --config-settings-package shmloader:editable_mode=compat
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) uv
-	$(UV) pip install --quiet --compile-bytecode --python $(PY) -c $(CONSTRAINTS) $(EDITABLE) pip -e '.[tf,torch,jax,keras,ray,hdf5,samples,bench,notebooks,docs,test,trainers,omni,lerobot]'
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) -c $(CONSTRAINTS) $(EDITABLE) pip -e '.[tf,torch,jax,keras,ray,hdf5,samples,bench,notebooks,docs,test,trainers,omni,lerobot,opensora]'
 	$(UV) pip install --quiet --compile-bytecode --python $(PY) --no-deps --target $(VENV)/reference torchvision==$(TORCHVISION)
 	touch $(STAMP)
 

@@ -11,7 +11,7 @@ import os
 import pickle
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, cast
 
 import cloudpickle
 import numpy as np
@@ -19,11 +19,12 @@ import numpy as np
 from ._checks import check_choice, check_int, check_seconds
 from ._cpus import usable_cpus
 from ._errors import LoaderError, StateError
+from .engine.buckets import Buckets, batching, shaped, shaped_spec
 from .engine.core import Engine, Exhausted
 from .engine.plan import EpochPlan, check_state, plan_state
 from .engine.ring import Layout, memory_for_ring, rows_capacity
 from .engine.skips import ON_ERROR
-from .engine.source import Described, Source, checked_sizes, probe_transform
+from .engine.source import Described, Source, probe_transform
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -115,16 +116,7 @@ class Loader:
                  state: dict[str, Any] | None = None, log_every: float | None = None,
                  pin_workers: bool = False, group_window: int | None = None,
                  span_epochs: bool = False) -> None:
-        if batch_tokens is not None:
-            check_int("batch_tokens", batch_tokens, 1)
-        elif batch_size is None:
-            raise TypeError("Loader() needs batch_size= (samples per batch) or batch_tokens= (a budget)")
-        if batch_size is not None:
-            check_int("batch_size", batch_size, 1)
-        sizes = checked_sizes(source, batch_tokens)
-        if batch_size is None:  # as many as the budget lets the cheapest samples fill
-            assert sizes is not None and batch_tokens is not None
-            batch_size = max(1, min(len(sizes.cost), batch_tokens // max(1, int(sizes.cost.min(initial=1)))))
+        buckets, sizes, batch_size = batching(source, batch_size, batch_tokens)
         if workers is not None:
             check_int("workers", workers, 1)
         if slots is not None:
@@ -158,9 +150,12 @@ class Loader:
                 raise ValueError("resuming needs ordered=True")
             self._start = self._check_state(state)
         out_spec, scratch = probe_transform(source, transform, seed)
-        self._layout = Layout.build(out_spec, batch_size,
-                                    None if sizes is None else rows_capacity(sizes, batch_size, batch_tokens))
-        self._packed = sizes is not None
+        capacity = buckets.capacity() if buckets is not None else (
+            None if sizes is None else rows_capacity(sizes, batch_size, batch_tokens))
+        self._layout = Layout.build(out_spec, batch_size, capacity)
+        self._packed = capacity is not None
+        self._buckets = buckets
+        self._extras: Callable[[np.ndarray], dict[str, np.ndarray]] | None = getattr(source, "extras", None)
         cpus = usable_cpus()
         nworkers = workers or cpus
         if nworkers > cpus:
@@ -172,7 +167,7 @@ class Loader:
             # A grouped source's shuffle window must fit in the ring besides the usual slots.
             window = -(-self._plan.window * group // batch_size) + 1 if group > 1 else 0
             slots = _default_slots(nworkers, batch_size, self._layout.slot_bytes, shm_dir, extra=window,
-                                  run=run if group == 1 else 1, held=_HELD_ROWS if sizes is not None else _CONSUMER_HELD)
+                                  run=run if group == 1 else 1, held=_HELD_ROWS if capacity is not None else _CONSUMER_HELD)
         self._nslots = slots
         self._log_every = log_every
         self._last_log = time.monotonic()
@@ -213,9 +208,15 @@ class Loader:
                     log.info("%s", self.stats_line())
                 # No local holds the batch while the generator is suspended: its slot can come
                 # back as soon as the consumer drops it.
-                yield engine.next()
+                yield engine.next() if self._buckets is None else shaped(engine.next(), self._buckets,
+                                                                          self._layout, self._extras)
         except Exhausted:
             return
+
+    @property
+    def buckets(self) -> Buckets | None:
+        """A bucketed source's buckets (each batch's size and shapes), else None."""
+        return self._buckets
 
     def __enter__(self) -> "Loader":
         return self
@@ -237,7 +238,9 @@ class Loader:
         epoch's end without ``drop_remainder``, at a run's end with ``span_epochs``, always with
         ``batch_tokens``; a field of rows has ``None`` rows, its offsets ``batch + 1`` entries."""
         whole = self._drop_remainder or (self._plan.span_epochs and self._epochs is None)
-        b = self._batch_size if whole and self._plan.budget is None else None
+        b = self._batch_size if whole and not self._plan.cut else None
+        if self._buckets is not None:  # each batch its bucket's size and shape
+            return shaped_spec(self._layout, self._buckets, self._extras)
         return {f.name: (((None if b is None else b + 1),) if f.is_offsets else
                          (None, *f.shape) if f.offsets else (b, *f.shape), f.dtype)
                 for f in self._layout.fields}
@@ -266,9 +269,13 @@ class Loader:
         judge). ``recommended_workers``: workers needed to meet the consumer's demand (what it
         consumed while not waiting) at that rate, at most one per CPU. ``decoder_shapes`` (videos,
         ``decoder="auto"``): per shape of file, the decoder each worker measured faster and the CPU
-        ms a read of each. After ``close()`` the figures are the run's, frozen at close.
+        ms a read of each. ``left_out`` (a bucketed source): the samples no bucket held in the
+        epoch under way. After ``close()`` the figures are the run's, frozen at close.
         """
-        return self._engine.stats(usable_cpus())
+        stats = self._engine.stats(usable_cpus())
+        if self._buckets is not None:  # samples no bucket held in the epoch under way (all shards')
+            stats["left_out"] = self._plan.left_out(int(stats.get("epoch", 0)))
+        return stats
 
     def stats_line(self) -> str:
         """One line for a log or a progress bar: is training input-bound (or is the run, 8 batches
@@ -348,16 +355,7 @@ class Loader:
         return state
 
     def _check_state(self, state: dict[str, Any]) -> tuple[int, int]:
-        """Where a loader resumed from ``state`` begins; StateError (a LoaderError and a
-        ValueError) saying why where this loader cannot serve it."""
-        start = check_state(self._plan, state)
-        saved = state.get("dataset")
-        if saved is not None and self._fingerprint is not None and saved != self._fingerprint():
-            raise StateError(f"state was saved for another dataset (fingerprint {saved}, this one is "
-                             f"{self._fingerprint()}: other videos, order or labels), so its position "
-                             "means other samples here")
-        return start
-
+        return _checked_start(self._plan, state, self._fingerprint)
 
 def eval_loader(source: Source | Described, *, batch_size: int | None = None, workers: int | None = 1,
                 **kwargs: Any) -> Loader:
@@ -373,6 +371,17 @@ def eval_loader(source: Source | Described, *, batch_size: int | None = None, wo
         if kwargs.setdefault(key, value) != value:
             raise ValueError(f"an evaluation loader needs {key}={value!r}")
     return Loader(source, batch_size=batch_size, workers=workers, **kwargs)
+
+
+def _checked_start(plan: EpochPlan, state: dict[str, Any], fingerprint: Callable[[], str] | None) -> tuple[int, int]:
+    """Where a loader resumed from ``state`` begins; StateError (a LoaderError and a ValueError)
+    saying why where this loader cannot serve it."""
+    start = check_state(plan, state)
+    saved = state.get("dataset")
+    if saved is not None and fingerprint is not None and saved != fingerprint():
+        raise StateError(f"state was saved for another dataset (fingerprint {saved}, this one is "
+                         f"{fingerprint()}: other videos, order or labels), so its position means other samples here")
+    return start
 
 
 _logged: set[str] = set()

@@ -21,7 +21,8 @@ AUTOTUNE = tf.data.AUTOTUNE
 
 
 def output_signature(loader: Batches) -> dict[str, tf.TensorSpec]:
-    return {name: tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
+    # An object field (a bucketed source's captions) holds str: a string tensor.
+    return {name: tf.TensorSpec(shape, tf.string if dtype == object else tf.as_dtype(dtype), name=name)
             for name, (shape, dtype) in loader.element_spec.items()}
 
 

@@ -5,6 +5,9 @@ the CPU backend the ``jax.Array`` simply wraps the array's memory (no copy) for 
 lives. Either way the slot's lease holds (NOTE [ Slot lease ] in ``engine.ring``): a slot is written
 again only when the arrays made from it are gone.
 
+A bucketed source's batch (``shmloader.opensora``) has its bucket's static shape: a jitted step
+compiles once per bucket; its captions stay numpy arrays of str.
+
 A batch of samples of several sizes (``Loader(batch_tokens=N)``, NOTE [ Samples of several sizes ]
 in ``engine.source``) changes shape from batch to batch, and a jitted step would compile once per
 shape. ``batches`` pads it instead: each field of rows to the smallest of a few static sizes that
@@ -66,7 +69,8 @@ def batches(loader: Batches, sharding: Any = None, *, shard: tuple[int, int] | N
         raise ValueError(f"prefetch must be >= 0, got {prefetch}")
     layout = getattr(loader, "layout", None)
     pad = None
-    if layout is not None and layout.has_rows:
+    if layout is not None and layout.has_rows and getattr(loader, "buckets", None) is None:
+        # (a bucketed source's batches have their bucket's static shape already: one compile each)
         if levels < 1:
             raise ValueError(f"levels must be >= 1, got {levels}")
         pad = _Padding(layout, levels)
@@ -98,10 +102,12 @@ class _Padding:
 
 
 def _batches(loader: Batches, sharding: Any, prefetch: int, pad: _Padding | None
-             ) -> Iterator[dict[str, jax.Array]]:
-    ahead: deque[dict[str, jax.Array]] = deque()
+             ) -> Iterator[dict[str, Any]]:
+    ahead: deque[dict[str, Any]] = deque()  # jax.Array, and a bucketed source's captions (str)
     for batch in loader:
-        ahead.append(jax.device_put(batch if pad is None else pad(batch), sharding))
+        batch = batch if pad is None else pad(batch)
+        host = {k: v for k, v in batch.items() if v.dtype == object}  # str (captions) stay on the host
+        ahead.append({**jax.device_put({k: v for k, v in batch.items() if k not in host}, sharding), **host})
         del batch  # jax holds the views it needs; the slot comes back with the arrays
         if len(ahead) > prefetch:
             yield ahead.popleft()

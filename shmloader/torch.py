@@ -149,7 +149,7 @@ class TorchLoader:
             if batch is None:
                 raise _Done
             self._yielded += 1
-            return {name: torch.from_numpy(view) for name, view in batch.items()}
+            return {name: _tensor(view) for name, view in batch.items()}
 
         return take
 
@@ -175,8 +175,8 @@ class TorchLoader:
         if dev is None or dev.type == "cpu":
             return host
         if dev.type != "cuda":
-            return {k: v.to(dev) for k, v in host.items()}
-        out = {k: v.to(dev, non_blocking=True) for k, v in host.items()}
+            return {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in host.items()}
+        out = {k: v.to(dev, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in host.items()}
         event = torch.cuda.Event()  # type: ignore[no-untyped-call]
         event.record(torch.cuda.current_stream(dev))
         self._inflight.append((event, host))  # the source must outlive the copy: see the NOTE
@@ -242,7 +242,6 @@ class _HostBuffers:
                     for name, (shape, dtype) in loader.element_spec.items()}
             layout = Layout.build(spec, loader.batch_size)
         self._layout = layout
-        self._offsets = [f.name for f in layout.fields if f.is_offsets]  # samples of several sizes
         self._pinned = pinned
         self._lent = Returns()  # buffers come back from whatever thread drops their last tensor
         self._free: list[memoryview] = []
@@ -255,24 +254,31 @@ class _HostBuffers:
         # keeps batches from deadlocking; memory grows only by what it keeps.
         mem = self._free.pop() if self._free else self._allocate()
         base = np.frombuffer(mem, np.uint8)
-        offsets = self._offsets
-        if offsets:  # first: they say how many rows the fields of rows hold
-            room = self._layout.views(base)
-            for name in offsets:
-                room[name][: len(batch[name])] = batch[name]
-        n = len(batch[offsets[0]]) - 1 if offsets else len(next(iter(batch.values())))
-        views = self._layout.views(base, n)
-        for name, view in views.items():
-            np.copyto(view, batch[name])
+        # Each array at its field's place in the buffer, in the batch's own shape (a field of rows
+        # holds this batch's rows; a bucketed source's, its bucket's shape: within the room).
+        at = {f.name: f.offset for f in self._layout.fields}
+        out: dict[str, Any] = {}
+        for name, a in batch.items():
+            if a.dtype == object:  # str from the main process (captions): a list
+                out[name] = a.tolist()
+                continue
+            view = base[at[name] : at[name] + a.nbytes].view(a.dtype).reshape(a.shape)
+            np.copyto(view, a)
+            out[name] = torch.from_numpy(view)
         self._lent.watch(base, mem)
         del base
-        return {name: torch.from_numpy(view) for name, view in views.items()}
+        return out
 
     def _allocate(self) -> memoryview:
         buf = torch.empty(self._layout.slot_bytes, dtype=torch.uint8, pin_memory=self._pinned)
         self.allocated += 1
         # keeps buf (and its pinned block) alive; Any: torch's stubs type numpy() otherwise per version
         return memoryview(cast(Any, buf.numpy()))
+
+
+def _tensor(a: np.ndarray) -> Any:
+    """A batch's field as torch takes it: a tensor over the array, or a list of str (captions)."""
+    return a.tolist() if a.dtype == object else torch.from_numpy(a)
 
 
 class _PinThread:

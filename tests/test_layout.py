@@ -25,6 +25,8 @@ PUBLIC = {
     "shmloader.tfdata": ["LoaderCheckpoint", "as_dataset", "distributed_dataset"],
     "shmloader.ray": ["dataset", "plan_items", "prepare", "skipped", "stats"],
     "shmloader.lerobot": ["LeRobotSource", "dataset"],
+    "shmloader.opensora": ["ASPECTS", "BucketReader", "BucketTable", "VideoBuckets", "aspect_sizes", "clips",
+                           "from_table", "normalize", "pixels_of"],
     "shmloader.planned": ["Planned", "PlannedVideos", "Recipe", "Video"],
     "shmloader.qwen": ["MODELS", "Recipe", "VideoPlan", "clips", "frame_indices", "frame_size", "grid_thw", "normalize", "patches",
                        "plan", "sample_fps", "second_per_grid_ts"],
@@ -47,6 +49,8 @@ ALLOWED = {
                        "shmloader.video.arguments"},
     "lerobot": _SHARED | {"shmloader.lerobot", "shmloader.engine.source", "shmloader.engine.shared", "shmloader.video"},
     "clips": _SHARED | {"shmloader.clips", "shmloader.engine.source", "shmloader.engine.shared", "shmloader.video"},
+    "opensora": _SHARED | {"shmloader.opensora", "shmloader.engine.source", "shmloader.engine.shared",
+                           "shmloader.engine.buckets", "shmloader.engine.skips", "shmloader.video"},
 }
 
 

@@ -13,6 +13,7 @@ What lives here, a module a line:
 - ``forked``: a worker the fork server forked, as the training process sees it (Popen's face)
 - ``protocol``: the fixed-format messages between them
 - ``plan``: the epoch plan, which samples in which order
+- ``buckets``: batches of one bucket each, of the bucket's own size (NOTE [ Buckets ])
 - ``schedule``: slots, tasks, replies, retries
 - ``stats``: the loader's counters and timings
 - ``native_log``: what native code (decord, FFmpeg) prints, kept for the sample's error

@@ -46,6 +46,7 @@ from .interrupts import Deferred
 from .plan import EpochPlan
 from .pool import REAP_S, Pool, Worker, stop_workers
 from .protocol import COUNTS, ST_DONE, ST_READY, ProtocolError, pack_task, take_reply, write_all
+from .buckets import place
 from .ring import Layout, Ring
 from .schedule import Batch, Scheduler, Task, holding
 from .skips import SKIPS_KEPT, Skips
@@ -218,9 +219,8 @@ class Engine:
             w.load += len(task)
 
     def _place(self, b: Batch) -> None:
-        """Where each sample of ``b`` puts its rows, in the slot before any task (``Layout.place``)."""
-        rows = cast(Sizes, self._sizes).rows
-        self._ring.layout.place(self._ring.slot_views[b.slot], {f.name: rows[f.name][b.samples] for f in self._rows})
+        """Where each sample of ``b`` puts its rows, in the slot before any task (``buckets.place``)."""
+        place(self._ring.layout, self._ring.slot_views[b.slot], self._sched.plan, self._sizes, b.epoch, b.samples)
 
     def _compact(self, b: Batch, valid: list[int]) -> None:
         """Close the holes skipped samples left: kept positions move to the front."""

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import StateError
+from .buckets import Buckets, bucket_plan
 from .source import seeded
 
 __all__ = ["EpochPlan", "EpochCursor", "StreamCursor", "plan_state", "check_state", "seeded"]
@@ -39,10 +40,19 @@ class EpochPlan:
     def __init__(self, num_samples: int, batch_size: int, *, shuffle: bool, seed: int,
                  drop_remainder: bool, shard: tuple[int, ...] = (0, 1), group: int = 1,
                  window: int = 1, span_epochs: bool = False, groups: np.ndarray | None = None,
-                 costs: np.ndarray | None = None, budget: int | None = None) -> None:
+                 costs: np.ndarray | None = None, budget: int | None = None,
+                 buckets: Buckets | None = None) -> None:
         self.groups = None
         self.costs, self.budget = costs, budget
+        self.buckets = buckets
         self._cuts: dict[int, np.ndarray] = {}
+        self._bucketed: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        if buckets is not None:
+            for what, bad in (("batch_tokens=", budget is not None), ("span_epochs=True", span_epochs),
+                              ("grouped clips", group > 1 or groups is not None)):
+                if bad:
+                    raise ValueError(f"a bucketed source's batches hold one bucket each, of its own batch size: "
+                                     f"{what} does not apply")
         if budget is not None:
             if costs is None or len(costs) != num_samples:
                 raise ValueError(f"a budget needs the cost of each of the {num_samples} samples")
@@ -87,14 +97,14 @@ class EpochPlan:
         return cls(len(source), batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
                    shard=shard, group=int(getattr(source, "group_size", 1)), window=window,
                    span_epochs=span_epochs, groups=None if groups is None else groups(), costs=costs,
-                   budget=budget)
+                   budget=budget, buckets=source.buckets() if hasattr(source, "buckets") else None)
 
     def sharded(self, index: int, count: int) -> EpochPlan:
         """This plan, serving shard ``index`` of ``count``."""
         return EpochPlan(self.num_samples, self.batch_size, shuffle=self.shuffle, seed=self.seed,
                          drop_remainder=self.drop_remainder, shard=(index, count), group=self.group,
                          window=self.window, span_epochs=self.span_epochs, groups=self.groups,
-                         costs=self.costs, budget=self.budget)
+                         costs=self.costs, budget=self.budget, buckets=self.buckets)
 
     def group_of(self, samples: Any) -> Any:
         """The group id of each of ``samples`` (an int or an array)."""
@@ -120,8 +130,38 @@ class EpochPlan:
             samples[lo:hi] = seeded((self.seed, epoch, w)).permutation(samples[lo:hi])
         return samples
 
+    @property
+    def cut(self) -> bool:
+        """Whether each epoch has its own batches, cut by a budget or by buckets (no fixed size)."""
+        return self.budget is not None or self.buckets is not None
+
+    def _bucket_epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A bucketed source's epoch: (each sample's bucket, the order, the batches' starts)."""
+        got = self._bucketed.get(epoch)
+        if got is None:
+            assert self.buckets is not None
+            ids = np.asarray(self.buckets.assign(self.seed, epoch), np.int64)
+            if ids.shape != (self.num_samples,):
+                raise ValueError(f"the source's buckets assigned {ids.shape} samples, it has {self.num_samples}")
+            order, cuts = bucket_plan(ids, self.buckets.batch_sizes, seed=self.seed, epoch=epoch,
+                                      shuffle=self.shuffle, drop_remainder=self.drop_remainder, shard=self.shard)
+            if len(self._bucketed) > 2:  # the epoch being cut, and one a late refill or state() may read
+                del self._bucketed[min(self._bucketed)]
+            got = self._bucketed[epoch] = (ids, order, cuts)
+        return got
+
+    def bucket_of(self, epoch: int, samples: np.ndarray | list[int]) -> np.ndarray:
+        """Each of ``samples``' bucket in ``epoch`` (a bucketed source's)."""
+        return self._bucket_epoch(epoch)[0][samples]
+
+    def left_out(self, epoch: int) -> int:
+        """A bucketed source's samples that fit no bucket in ``epoch`` (all shards')."""
+        return int(np.count_nonzero(self._bucket_epoch(epoch)[0] < 0))
+
     def order(self, epoch: int) -> np.ndarray:
         index, count = self.shard
+        if self.buckets is not None:
+            return self._bucket_epoch(epoch)[1]
         if self.groups is not None:
             return self._sized_order(epoch)
         if self.group == 1:
@@ -146,6 +186,8 @@ class EpochPlan:
 
     def samples_per_epoch(self) -> int:
         index, count = self.shard
+        if self.buckets is not None:
+            return len(self.order(0))
         if self.groups is not None:
             b = self._bounds
             return int((b[1:] - b[:-1])[index::count].sum())
@@ -155,6 +197,8 @@ class EpochPlan:
 
     def cuts(self, epoch: int) -> np.ndarray:
         """With a budget: where each batch of ``epoch`` starts in its order, and the order's end."""
+        if self.buckets is not None:
+            return self._bucket_epoch(epoch)[2]
         cuts = self._cuts.get(epoch)
         if cuts is None:
             assert self.costs is not None and self.budget is not None
@@ -171,7 +215,7 @@ class EpochPlan:
 
     def batches_per_epoch(self, epoch: int = 0) -> int:
         """Batches an epoch holds (with a budget, ``epoch``'s own: orders differ)."""
-        if self.budget is not None:
+        if self.cut:
             return len(self.cuts(epoch)) - 1
         n, b = self.samples_per_epoch(), self.batch_size
         return n // b if self.drop_remainder else -(-n // b)
@@ -194,10 +238,10 @@ class EpochCursor:
         self.order = plan.order(epoch)
         self.batch_size = plan.batch_size
         n = len(self.order)
-        self.limit = n - n % plan.batch_size if plan.drop_remainder else n
+        self.limit = n - n % plan.batch_size if plan.drop_remainder and not plan.cut else n
         self.pos = 0  # next sample for a new batch
         self.tail = self.limit  # next sample of the dropped remainder
-        self.cuts = plan.cuts(epoch) if plan.budget is not None else None
+        self.cuts = plan.cuts(epoch) if plan.cut else None
         self.batch = 0  # with a budget: the next batch's number
 
     def seek(self, batch: int) -> None:
@@ -224,7 +268,7 @@ class EpochCursor:
 
     def refill(self) -> tuple[int, int] | None:
         """(sample, epoch) to take a skipped sample's place, or None when the epoch has no more (and
-        always with a budget: another sample's size would not fit the skipped one's place)."""
+        always with a budget or buckets: another sample's size would not fit the skipped one's place)."""
         if self.cuts is not None:
             return None
         if self.pos < self.limit:
@@ -316,6 +360,8 @@ def _settings(plan: EpochPlan) -> dict:
         mine.update(span_epochs=True)
     if plan.budget is not None:
         mine.update(batch_tokens=plan.budget)
+    if plan.buckets is not None:
+        mine.update(buckets=len(plan.buckets.batch_sizes))
     return mine
 
 
@@ -327,7 +373,7 @@ def plan_state(plan: EpochPlan, start: tuple[int, int], done: int, exact: bool) 
         n = plan.samples_per_epoch()
         epoch, offset = divmod(start[0] * n + start[1] + done * plan.batch_size, n)
         return {"version": 1, "epoch": epoch, "sample": offset, **_settings(plan), "exact": exact}
-    if plan.budget is not None:  # each epoch its own batch count
+    if plan.cut:  # each epoch its own batch count
         epoch, batch = start[0], start[1] + done
         while batch and batch >= plan.batches_per_epoch(epoch):
             batch -= plan.batches_per_epoch(epoch)

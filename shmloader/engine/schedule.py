@@ -333,7 +333,8 @@ class Scheduler:
             n = len(valid)
             if n and n < len(b.samples):
                 compact(b, valid)
-            if n and self._drop_remainder and n < self.plan.batch_size:
+            whole = len(b.samples) if self.plan.cut else self.plan.batch_size  # a bucket's batch: its own size
+            if n and self._drop_remainder and n < whole:
                 self._stats["dropped"] += n
                 n = 0
             self._batch_closed(b, valid)

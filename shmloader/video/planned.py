@@ -41,7 +41,7 @@ from .segments import SharedSegments
 from .probe import VideoInfo, probe
 from .storage import Storage
 
-__all__ = ["Planned", "PlannedReader", "PlannedVideos", "Recipe", "Video"]
+__all__ = ["Planned", "PlannedReader", "PlannedVideos", "Recipe", "Video", "left_out", "probe_videos"]
 
 # Videos probed at once in the main process (the probe reads packets: I/O and libavformat, which
 # let go of the GIL for most of it).
@@ -137,11 +137,11 @@ class PlannedVideos:
         bad = [(i, self.storage.name(resolved[i]), p) for i, p in enumerate(plans) if isinstance(p, str)]
         if bad and (on_error == "raise" or len(bad) == len(resolved)):
             hint = "" if on_error == "skip" else " (on_error='skip' leaves such videos out)"
-            raise ValueError(_left_out(bad, len(resolved), "cannot be read or planned") + hint)
+            raise ValueError(left_out(bad, len(resolved), "cannot be read or planned") + hint)
         # (position in the paths given, path, reason) of each video left out
         self.skipped: list[tuple[int, str, str]] = bad
         if bad:
-            warnings.warn(_left_out(bad, len(resolved), "left out (on_error='skip'): they cannot be read or "
+            warnings.warn(left_out(bad, len(resolved), "left out (on_error='skip'): they cannot be read or "
                                     "planned; every one is in .skipped"), stacklevel=3)
         kept = np.array([i for i, p in enumerate(plans) if not isinstance(p, str)], np.int64)
         self.positions = kept  # each sample's video's position in the paths given (its ``index``)
@@ -170,18 +170,7 @@ class PlannedVideos:
 
     def _probe_all(self) -> list[Video | str]:
         """Each video as probed, or why it cannot be (a string)."""
-        storage = self.storage
-
-        def one(i: int) -> Video | str:
-            try:
-                info = probe(storage.resolve(self.paths[i]), storage=storage)
-            except Exception as e:
-                return f"cannot read it: {storage.redact(str(e))}"
-            span = None if self.spans is None else self.spans[i]
-            return _video(info, span, timed=False)  # a plan's sizes need no timestamps
-
-        with ThreadPoolExecutor(min(_PROBE_THREADS, len(self.paths))) as pool:
-            return list(pool.map(one, range(len(self.paths))))
+        return probe_videos(self.paths, self.storage, self.spans)
 
     def _span(self, i: int) -> tuple[float | None, float | None] | None:
         """Sample ``i``'s span as the recipe sees it (None: the whole video)."""
@@ -386,7 +375,26 @@ def _video(info: VideoInfo, span: tuple[float | None, float | None] | None, time
                  duration=float(info.duration), storage=storage)
 
 
-def _left_out(bad: list[tuple[int, str, str]], total: int, what: str) -> str:
+def probe_videos(paths: Sequence[str], storage: Storage,
+                 spans: Sequence[tuple[float | None, float | None] | None] | None = None) -> list[Video | str]:
+    """Each of ``paths`` probed in this process (threads: the probe reads packets, I/O and
+    libavformat, which let go of the GIL for most of it), as a ``Video`` without timestamps, or
+    why it cannot be read (a string): what a family plans its videos from before the first read."""
+
+    def one(i: int) -> Video | str:
+        try:
+            info = probe(storage.resolve(paths[i]), storage=storage)
+        except Exception as e:
+            return f"cannot read it: {storage.redact(str(e))}"
+        return _video(info, None if spans is None else spans[i], timed=False)  # sizes need no timestamps
+
+    if not paths:
+        return []
+    with ThreadPoolExecutor(min(_PROBE_THREADS, len(paths))) as pool:
+        return list(pool.map(one, range(len(paths))))
+
+
+def left_out(bad: list[tuple[int, str, str]], total: int, what: str) -> str:
     """One message for the videos of ``bad`` ((position, name, reason)): the first few named."""
     named = "; ".join(f"{name}: {reason}" for _, name, reason in bad[:_NAMED])
     more = f"; and {len(bad) - _NAMED} more" if len(bad) > _NAMED else ""

@@ -1,0 +1,317 @@
+"""Video-generation training samples in Open-Sora's buckets: the description (``VideoBuckets``),
+what one loader's workers run (``SharedBucketVideos``) and a reader for any process.
+
+Sample ``i`` of epoch ``e`` is video ``i`` in its bucket for that epoch (``buckets``' rules, drawn
+from the loader's seed): ``T`` frames picked by ``linspace`` over a window of ``T × interval``
+frames that starts at a seeded place, decoded at the size that fills the bucket's ``H × W``
+(bilinear) and centre-cropped to it, as Open-Sora's dataset gives it — but only those frames are
+decoded, at that size, never the whole video at full size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .._checks import check_choice
+from ..engine.buckets import BUCKET, Buckets
+from ..engine.shared import SharedStrings
+from ..engine.skips import ON_ERROR
+from ..engine.source import Spec, seeded
+from ..video.arguments import checked_paths, path_list
+from ..video.decoding import Decoding
+from ..video.measuring import ChoiceLog, Cut, Measuring, measures
+from ..video.planned import left_out, probe_videos
+from ..video.reading import Reading
+from ..video.segments import SharedSegments
+from .buckets import BucketTable, interval_for
+
+__all__ = ["BucketReader", "SharedBucketVideos", "VideoBuckets", "fill_size", "frame_indices"]
+
+# What the decoders are measured for (NOTE [ Measuring the decoder ]): each sample its bucket's frames.
+_CUT = Cut("each video's frames at its bucket's size", 0, 0, 1)
+# The per-video columns a worker reads from the shared table.
+_COLUMNS = ("positions", "rates")
+
+
+def frame_indices(frames: int, length: int, interval: int, rng: np.random.Generator) -> np.ndarray:
+    """Open-Sora's pick: ``length`` frames by ``linspace`` over a window of ``length × interval``
+    frames (the video's end at most) whose start is uniform in ``[0, frames − window − 1]``."""
+    window = length * interval
+    start = int(rng.integers(0, max(0, frames - window - 1) + 1))
+    return np.linspace(start, min(start + window, frames) - 1, length).astype(np.int64)
+
+
+def fill_size(height: int, width: int, target: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The size that covers ``target`` (height, width) keeping the aspect ratio, and where the
+    centred crop of ``target`` starts in it (``resize_crop_to_fill``'s rule)."""
+    th, tw = target
+    rh, rw = th / height, tw / width
+    if rh > rw:
+        sh, sw = th, round(width * rh)
+        return (sh, sw), (0, (sw - tw) // 2)
+    sh, sw = round(height * rw), tw
+    return (sh, sw), ((sh - th) // 2, 0)
+
+
+class VideoBuckets:
+    """A bucketed source (NOTE [ Buckets ] in ``engine.buckets``) of videos in Open-Sora's buckets:
+    ``video`` ``[B, T, H, W, 3]`` uint8, ``frames`` and ``times`` ``[B, T]`` (each frame's index
+    and start in seconds), ``thw`` ``[B, 3]``, ``fps`` (the rate after the interval), ``bucket``,
+    ``index`` (the video's position in the paths given), and ``caption`` (str, from the main
+    process). Build it with ``shmloader.opensora.clips`` or ``from_table``."""
+
+    worker_imports = ("shmloader.video.preload", "shmloader.opensora.source")  # for the fork server
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]], captions: Sequence[str] | None, table: BucketTable,
+                 *, fps_max: float, reading: Reading, on_error: str = "raise",
+                 metas: np.ndarray | None = None) -> None:
+        given = path_list(paths)
+        if not given:
+            raise ValueError("no videos given")
+        check_choice("on_error", on_error, ON_ERROR)
+        if captions is not None and len(captions) != len(given):
+            raise ValueError(f"{len(captions)} captions for {len(given)} videos: one caption per video")
+        if not fps_max > 0:
+            raise ValueError(f"fps_max must be a positive rate, got {fps_max!r}")
+        self.reading, self.table, self.fps_max = reading, table, float(fps_max)
+        resolved, self.remote = checked_paths(given, reading.allow_urls)
+        if self.remote and reading.decoder == "decord":
+            raise ValueError("decoder='decord' reads local files only; remote paths are read by PyAV "
+                             "(decoder='auto' or 'pyav')")
+        self.storage = reading.storage()
+        self.captions = None if captions is None else [str(c) for c in captions]
+        rows = _rows_of(metas, len(resolved)) if metas is not None else self._probed(resolved)
+        bad = [(i, self.storage.name(resolved[i]), r) for i, r in enumerate(rows) if isinstance(r, str)]
+        if bad and (on_error == "raise" or len(bad) == len(resolved)):
+            hint = "" if on_error == "skip" else " (on_error='skip' leaves such videos out)"
+            raise ValueError(left_out(bad, len(resolved), "cannot be read") + hint)
+        self.skipped: list[tuple[int, str, str]] = bad  # (position in the paths given, path, reason)
+        if bad:
+            warnings.warn(left_out(bad, len(resolved), "left out (on_error='skip'): they cannot be read; every "
+                                   "one is in .skipped"), stacklevel=3)
+        kept = [i for i, r in enumerate(rows) if not isinstance(r, str)]
+        self.positions = np.array(kept, np.int64)
+        self.paths = [resolved[i] for i in kept]
+        meta = np.array([rows[i] for i in kept], np.float64).reshape(-1, 4)  # frames, height, width, fps
+        self.counts, self.heights, self.widths = (meta[:, j].astype(np.int64) for j in range(3))
+        self.rates = meta[:, 3].copy()
+        self._digest = self._fingerprint()
+        self._decoding: Decoding | None = None
+        self._choice_log: ChoiceLog | None = None
+
+    def _probed(self, paths: list[str]) -> list[tuple[float, float, float, float] | str]:
+        return [v if isinstance(v, str) else (v.frames, v.height, v.width, v.fps)
+                for v in probe_videos(paths, self.storage)]
+
+    @property
+    def decoder(self) -> str:
+        return self.reading.decoder
+
+    def _fingerprint(self) -> str:
+        h = hashlib.sha256("\0".join(self.paths).encode("utf-8", "surrogateescape"))
+        for part in (self.positions, self.counts, self.heights, self.widths, self.rates,
+                     self.table.shapes, self.table.batch_sizes):
+            h.update(b";" + np.ascontiguousarray(part).tobytes())
+        h.update(repr((self.fps_max, [(ln.frames, ln.keep, ln.skip) for r in self.table.resolutions
+                                      for ln in self.table.lengths[r]])).encode())
+        return h.hexdigest()[:16]
+
+    def fingerprint(self) -> str:
+        """A hash of the videos kept, their frames, sizes and rates, and the bucket config, which a
+        loader's saved state carries: a state saved over other videos or buckets is refused."""
+        return self._digest
+
+    def __repr__(self) -> str:
+        left = f", {len(self.skipped)} left out" if self.skipped else ""
+        return (f"{type(self).__name__}({len(self)} videos{left}, {len(self.table)} buckets, "
+                f"fps_max={self.fps_max:g}, decoder={self.decoder!r})")
+
+    # --------------------------------------------------------------- the source
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_decoding": None, "_choice_log": None}
+
+    def spec(self) -> Spec:
+        i64 = np.dtype(np.int64)
+        return {"video": ((-1, 3), np.dtype(np.uint8)), "frames": ((-1,), i64), "times": ((-1,), np.dtype(np.float64)),
+                "thw": ((3,), i64), "fps": ((), np.dtype(np.float32)), BUCKET: ((), i64), "index": ((), i64)}
+
+    def buckets(self) -> Buckets:
+        t, h, w = self.table.shapes.T
+        lengths = self.table.shapes[:, :1]
+        return Buckets(batch_sizes=self.table.batch_sizes, rows={"video": t * h * w, "frames": t, "times": t},
+                       shapes={"video": self.table.shapes, "frames": lengths, "times": lengths},
+                       names=self.table.names, assign=self.assign)
+
+    def assign(self, seed: int, epoch: int) -> np.ndarray:
+        """Every sample's bucket in ``epoch`` under ``seed`` (``-1``: none holds it)."""
+        return self.table.assign(self.counts, self.heights, self.widths, self.rates, seed=seed, epoch=epoch,
+                                 fps_max=self.fps_max, ids=self.positions)
+
+    def extras(self, index: np.ndarray) -> dict[str, np.ndarray]:
+        """What a batch carries from the main process: ``caption`` of each of its videos."""
+        caption = np.empty(len(index), dtype=object)
+        caption[:] = [""] * len(index) if self.captions is None else [self.captions[int(i)] for i in index]
+        return {"caption": caption}
+
+    def describe(self, index: int) -> str:
+        return self.storage.name(self.paths[index])
+
+    group_size = 1
+
+    def reader(self) -> BucketReader:
+        return BucketReader(self)
+
+    def for_workers(self) -> SharedBucketVideos:
+        return SharedBucketVideos(self)
+
+    def worker_init(self) -> None:
+        measured = measures(self.decoder, self.remote)  # NOTE [ Measuring the decoder ]
+        self._decoding = self.reading.decoding(self.storage, Measuring(_CUT, self._choice_log) if measured else None)
+
+    def counters(self) -> dict[str, int]:
+        return self.storage.counters() if self._decoding is None else self._decoding.counters()
+
+    def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
+        if self._decoding is None:
+            self.worker_init()
+        assert self._decoding is not None
+        length, height, width = (int(x) for x in self.table.shapes[int(out[BUCKET])])
+        info = self._decoding.info(self.paths[index])
+        rate = float(self.rates[index])
+        interval = interval_for(rate, self.fps_max)
+        if info.frames < length * interval:
+            raise ValueError(f"the video has {info.frames} frames, its bucket needs {length} x {interval}: it "
+                             "changed since its frame count was read")
+        picked = frame_indices(info.frames, length, interval, rng)
+        size, (top, left) = fill_size(info.height, info.width, (height, width))
+        union, where = np.unique(picked, return_inverse=True)
+        if self.remote:
+            self._decoding.prefetch([(info, union, None)])
+        decoded = self._decoding.decode(info, size, union)
+        video = out["video"].reshape(length, height, width, 3)
+        crop = decoded[:, top : top + height, left : left + width]
+        np.copyto(video, crop if len(union) == length else crop[where.reshape(-1)])
+        out["frames"][:] = picked
+        times = info.times()
+        out["times"][:] = np.nan if times is None else times[picked, 0] - times[0, 0]
+        out["thw"][:] = (length, height, width)
+        out["fps"][...] = rate if interval == 1 else np.floor(rate / interval)
+        out["index"][...] = self.positions[index]
+
+
+class SharedBucketVideos(SharedSegments):
+    """The engine's source for ``VideoBuckets``: the paths and per-video columns in one shared
+    segment every worker maps, so a worker's memory does not grow with the videos."""
+
+    worker_imports = VideoBuckets.worker_imports
+    _MAIN_ONLY = ("paths", "captions", "skipped", "counts", "heights", "widths")
+
+    def __init__(self, videos: VideoBuckets) -> None:
+        super().__init__(measures(videos.decoder, videos.remote))
+        self.videos = videos
+
+    def __len__(self) -> int:
+        return len(self.videos)
+
+    def spec(self) -> Spec:
+        return self.videos.spec()
+
+    def describe(self, index: int) -> str:
+        return self.videos.describe(index)
+
+    def _make_table(self) -> SharedStrings:
+        v = self.videos
+        return SharedStrings(SharedStrings.encode(list(v.paths)), {k: getattr(v, k) for k in _COLUMNS})
+
+    def __getstate__(self) -> dict[str, Any]:
+        described = self.videos.__getstate__()
+        for k in (*_COLUMNS, *self._MAIN_ONLY):
+            described[k] = None
+        return {"described": described, "table": self._shared(), "choices": self._choices}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        table: SharedStrings = state["table"]
+        videos = VideoBuckets.__new__(VideoBuckets)
+        videos.__dict__.update(state["described"])
+        videos.paths = table  # type: ignore[assignment]  # indexable like the list
+        for k in _COLUMNS:
+            setattr(videos, k, table.column(k))
+        videos._choice_log = state["choices"].log
+        self.videos, self._table, self._choices = videos, None, state["choices"]
+
+    def worker_init(self) -> None:
+        self.videos.worker_init()
+
+    def counters(self) -> dict[str, int]:
+        return self.videos.counters()
+
+    def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
+        self.videos.read(index, rng, out)
+
+
+class BucketReader:
+    """``read(samples, seed=, epoch=)`` in any process: each sample in its bucket for that epoch
+    and seed (as a loader with that seed reads it), fields of rows as object arrays of each
+    sample's own (``video`` ``[T, H, W, 3]``); a sample no bucket holds that epoch is refused."""
+
+    def __init__(self, videos: VideoBuckets) -> None:
+        self.clips = videos
+
+    def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]:
+        vc, spec = self.clips, self.clips.spec()
+        buckets = vc.buckets()
+        ids = vc.assign(seed, epoch)
+        outs = []
+        for s in (int(s) for s in samples):
+            if not 0 <= s < len(vc):
+                raise IndexError(f"sample {s} is not among the {len(vc)} samples")
+            k = int(ids[s])
+            if k < 0:
+                raise ValueError(f"sample {s} ({vc.describe(s)}) fits no bucket in epoch {epoch}")
+            out = {name: np.zeros((int(buckets.rows[name][k]), *shape[1:]) if shape[:1] == (-1,) else shape, dtype)
+                   for name, (shape, dtype) in spec.items()}
+            out[BUCKET][...] = k
+            vc.read(s, seeded((seed, epoch, s)), out)
+            out["video"] = out["video"].reshape(*buckets.shapes["video"][k].tolist(), 3)
+            outs.append(out)
+        batch: dict[str, np.ndarray] = {}
+        for name, (shape, dtype) in spec.items():
+            if shape[:1] == (-1,):
+                column = np.empty(len(outs), dtype=object)
+                column[:] = [o[name] for o in outs] if outs else []
+                batch[name] = column
+            else:
+                batch[name] = np.stack([o[name] for o in outs]) if outs else np.zeros((0, *shape), dtype)
+        batch.update(vc.extras(batch["index"]))
+        return batch
+
+    def counters(self) -> dict[str, int]:
+        return self.clips.counters()
+
+
+def _rows_of(metas: np.ndarray, count: int) -> list[tuple[float, float, float, float] | str]:
+    """A table's (frames, height, width, fps) rows, or why a row cannot be planned (a string)."""
+    metas = np.asarray(metas, np.float64)
+    if metas.shape != (count, 4):
+        raise ValueError(f"metas must be {count} rows of (num_frames, height, width, fps), got shape {metas.shape}")
+    out: list[tuple[float, float, float, float] | str] = []
+    for f, h, w, r in metas.tolist():
+        if not all(np.isfinite((f, h, w))) or f < 1 or h < 1 or w < 1:
+            out.append(f"the table gives it {f} frames of {h}x{w}: not a video")
+        else:
+            out.append((f, h, w, r))
+    return out
+
+
+def reading_of(decoder: str, decode_threads: int, storage_options: Mapping[str, Any] | None,
+               fetch: Mapping[str, Any] | None, allow_urls: bool) -> Reading:
+    return Reading(decoder=decoder, decode_threads=decode_threads, storage_options=storage_options, fetch=fetch,
+                   allow_urls=allow_urls)
