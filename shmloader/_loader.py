@@ -11,7 +11,7 @@ import os
 import pickle
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import cloudpickle
 import numpy as np

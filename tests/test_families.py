@@ -1,5 +1,5 @@
 """Every family of samples keeps the house's contract (NOTE [ A family of samples ] in
-``engine.source``): clips, Qwen-VL's planned videos, LeRobot's timesteps and the example family a
+``engine.source``): clips, Qwen-VL's planned videos, LeRobot's timesteps, Open-Sora's buckets and the example family a
 maintainer adds in one folder (tests/families/thumbnails, docs/adding-a-family.md) — a
 description with a fingerprint, a worker source with shared tables, a reader for any process, the
 same keywords for the same things; and the example runs end to end on what the house gives it."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import shmloader
-from shmloader import lerobot, qwen
+from shmloader import lerobot, opensora, qwen
 from shmloader.engine.source import Family, Reader
 from shmloader.planned import PlannedVideos
 from shmloader.samples import make_videos, read_codes, write_video
@@ -44,12 +44,14 @@ def families(videos, tmp_path_factory):
         return {"clips": lambda: shmloader.VideoClips(given, labels, clip_len=4, size=(64, 64)),
                 "qwen": lambda: qwen.clips(given, labels),
                 "lerobot": lambda: lerobot.dataset(root),
-                "thumbnails": lambda: thumbnails.clips(given, labels, count=4)}[name]()
+                "thumbnails": lambda: thumbnails.clips(given, labels, count=4),
+                # 30 frames at 25 fps: 15 under fps_max 16, which a 9-frame bucket holds
+                "opensora": lambda: opensora.clips(given, bucket_config={"64px": {9: (1.0, 2)}})}[name]()
 
     return make
 
 
-@pytest.mark.parametrize("name", ["clips", "qwen", "lerobot", "thumbnails"])
+@pytest.mark.parametrize("name", ["clips", "qwen", "lerobot", "thumbnails", "opensora"])
 def test_every_family_keeps_the_contract(families, name):
     described = families(name)
     assert isinstance(described, Family), f"{name}: not a Family"
@@ -58,7 +60,8 @@ def test_every_family_keeps_the_contract(families, name):
     reader = described.reader()
     assert isinstance(reader, Reader)
     batch = reader.read([0, len(described) - 1], seed=3, epoch=1)
-    assert set(batch) == set(spec)
+    extras = getattr(described, "extras", None)  # what a family adds in the main process (captions)
+    assert set(batch) == set(spec) | set(extras(np.zeros(0, np.int64)) if extras else ())
     assert all(len(batch[k]) == 2 for k in spec)
     assert isinstance(reader.counters(), dict) and sum(reader.counters().get(k, 0) for k in ("decord", "pyav")) >= 1
     running = described.for_workers()
@@ -70,7 +73,7 @@ def test_every_family_keeps_the_contract(families, name):
         running.release()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("name", ["clips", "qwen", "thumbnails"])
+@pytest.mark.parametrize("name", ["clips", "qwen", "thumbnails", "opensora"])
 def test_a_family_over_other_videos_has_another_fingerprint(families, videos, name, tmp_path):
     _, paths, _ = videos
     other = [write_video(tmp_path / f"o{i}.mp4", 10 + i, frames=30, size=(96, 128)) for i in range(len(paths))]
@@ -79,10 +82,11 @@ def test_a_family_over_other_videos_has_another_fingerprint(families, videos, na
 
 def test_the_same_keyword_for_the_same_thing():
     takes = {"VideoClips": set(KEYWORDS), "PlannedVideos": _keywords(PlannedVideos),
-             "qwen.clips": _keywords(qwen.clips), "lerobot.dataset": _keywords(lerobot.dataset)}
+             "qwen.clips": _keywords(qwen.clips), "lerobot.dataset": _keywords(lerobot.dataset),
+             "opensora.clips": _keywords(opensora.clips), "opensora.from_table": _keywords(opensora.from_table)}
     for name, keywords in takes.items():
         assert HOUSE_KEYWORDS <= keywords, f"{name} lacks {HOUSE_KEYWORDS - keywords}"
-    assert "on_error" in takes["PlannedVideos"] and "on_error" in takes["qwen.clips"]
+    assert all("on_error" in takes[k] for k in ("PlannedVideos", "qwen.clips", "opensora.clips", "opensora.from_table"))
 
 
 def _keywords(fn) -> set[str]:

@@ -519,3 +519,24 @@ def test_a_task_of_skipped_samples_alone_gives_no_rows(cluster, tmp_path):
     rows = rows_of(ds)
     assert sorted(int(r["sample"]) for r in rows) == [0, 2]
     assert [(e, s) for e, s, _ in sray.skipped(ds)] == [(0, 1)]
+
+
+def test_a_bucketed_family_gives_each_sample_in_its_bucket(cluster, tmp_path):
+    """Open-Sora's buckets on Ray: epoch e's rows are the samples of the loader's epoch e (padding
+    repeats included), each in its bucket's shape, the same video as the loader's for the same seed."""
+    from shmloader import opensora
+    from shmloader.samples import write_video
+
+    paths = [write_video(tmp_path / f"v{i}.mp4", i, frames=40, size=size, fps=25)
+             for i, size in enumerate([(96, 128), (96, 128), (128, 96)])]
+    src = opensora.clips(paths, ["a", "b", "c"], bucket_config={"64px": {17: (1.0, 2), 9: ((1.0, 0.5), 2)}})
+    rows = rows_of(sray.dataset(src, epochs=1, seed=4, shuffle=True))
+    with shmloader.Loader(src, seed=4, shuffle=True, workers=1) as loader:
+        batches = list(loader)
+    assert sorted(int(r["index"]) for r in rows) == sorted(i for b in batches for i in b["index"].tolist())
+    for r in rows:
+        batch = next(b for b in batches if int(r["index"]) in b["index"].tolist())
+        k = batch["index"].tolist().index(int(r["index"]))
+        t, h, w = batch["thw"][k].tolist()
+        assert np.asarray(r["video"]).shape == (t, h, w, 3) and r["caption"] == "abc"[int(r["index"])]
+        np.testing.assert_array_equal(np.asarray(r["video"]), batch["video"][k])

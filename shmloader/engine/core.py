@@ -37,7 +37,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, NoReturn, cast
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 

@@ -19,7 +19,6 @@ import numpy as np
 
 from .._checks import check_choice
 from ..engine.buckets import BUCKET, Buckets
-from ..engine.shared import SharedStrings
 from ..engine.skips import ON_ERROR
 from ..engine.source import Spec, seeded
 from ..video.arguments import checked_paths, path_list
@@ -27,15 +26,13 @@ from ..video.decoding import Decoding
 from ..video.measuring import ChoiceLog, Cut, Measuring, measures
 from ..video.planned import left_out, probe_videos
 from ..video.reading import Reading
-from ..video.segments import SharedSegments
+from ..video.segments import SharedDescription
 from .buckets import BucketTable, interval_for
 
 __all__ = ["BucketReader", "SharedBucketVideos", "VideoBuckets", "fill_size", "frame_indices"]
 
 # What the decoders are measured for (NOTE [ Measuring the decoder ]): each sample its bucket's frames.
 _CUT = Cut("each video's frames at its bucket's size", 0, 0, 1)
-# The per-video columns a worker reads from the shared table.
-_COLUMNS = ("positions", "rates")
 
 
 def frame_indices(frames: int, length: int, interval: int, rng: np.random.Generator) -> np.ndarray:
@@ -207,54 +204,15 @@ class VideoBuckets:
         out["index"][...] = self.positions[index]
 
 
-class SharedBucketVideos(SharedSegments):
+class SharedBucketVideos(SharedDescription):
     """The engine's source for ``VideoBuckets``: the paths and per-video columns in one shared
     segment every worker maps, so a worker's memory does not grow with the videos."""
 
-    worker_imports = VideoBuckets.worker_imports
+    _COLUMNS = ("positions", "rates")
     _MAIN_ONLY = ("paths", "captions", "skipped", "counts", "heights", "widths")
 
     def __init__(self, videos: VideoBuckets) -> None:
-        super().__init__(measures(videos.decoder, videos.remote))
-        self.videos = videos
-
-    def __len__(self) -> int:
-        return len(self.videos)
-
-    def spec(self) -> Spec:
-        return self.videos.spec()
-
-    def describe(self, index: int) -> str:
-        return self.videos.describe(index)
-
-    def _make_table(self) -> SharedStrings:
-        v = self.videos
-        return SharedStrings(SharedStrings.encode(list(v.paths)), {k: getattr(v, k) for k in _COLUMNS})
-
-    def __getstate__(self) -> dict[str, Any]:
-        described = self.videos.__getstate__()
-        for k in (*_COLUMNS, *self._MAIN_ONLY):
-            described[k] = None
-        return {"described": described, "table": self._shared(), "choices": self._choices}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        table: SharedStrings = state["table"]
-        videos = VideoBuckets.__new__(VideoBuckets)
-        videos.__dict__.update(state["described"])
-        videos.paths = table  # type: ignore[assignment]  # indexable like the list
-        for k in _COLUMNS:
-            setattr(videos, k, table.column(k))
-        videos._choice_log = state["choices"].log
-        self.videos, self._table, self._choices = videos, None, state["choices"]
-
-    def worker_init(self) -> None:
-        self.videos.worker_init()
-
-    def counters(self) -> dict[str, int]:
-        return self.videos.counters()
-
-    def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
-        self.videos.read(index, rng, out)
+        super().__init__(videos, measures(videos.decoder, videos.remote))
 
 
 class BucketReader:

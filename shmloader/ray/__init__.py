@@ -55,6 +55,7 @@ import numpy as np
 from ._nodes import task_slots, wait_for_a_node
 from ._prepare import prepare
 from ._tasks import decode_items, task_log
+from ..engine.buckets import Bucketed
 from ..engine.plan import EpochPlan
 from .._checks import check_choice, check_int, check_seconds
 from ..engine.skips import ON_ERROR
@@ -144,7 +145,9 @@ def _row_bytes(clips: Source) -> int:
     audio and its length, labels, frame numbers...; a field of rows at its largest sample's) and
     the ``epoch`` and ``sample`` a task adds."""
     spec = {**clips.spec(), "epoch": ((), np.dtype(np.int64)), "sample": ((), np.dtype(np.int64))}
-    rows = clips.sizes().rows if isinstance(clips, PlannedVideos) else {}
+    # a field of rows at its largest sample's: planned videos' sizes, a bucketed source's largest bucket
+    rows = clips.sizes().rows if isinstance(clips, PlannedVideos) else (
+        clips.buckets().rows if isinstance(clips, Bucketed) else {})
     total = 0
     for name, (shape, dtype) in spec.items():
         count, shape = (int(rows[name].max(initial=0)), shape[1:]) if shape[:1] == (-1,) else (1, shape)

@@ -31,13 +31,12 @@ import numpy as np
 
 from .._checks import check_choice
 from ..engine.skips import ON_ERROR
-from ..engine.shared import SharedStrings
 from ..engine.source import Sizes, Spec
 from .arguments import checked_labels, checked_paths, path_list, renamed_threads
 from .decoding import Decoding
 from .measuring import ChoiceLog, Cut, Measuring, measures
 from .reading import Reading
-from .segments import SharedSegments
+from .segments import SharedDescription
 from .probe import VideoInfo, probe
 from .storage import Storage
 
@@ -277,60 +276,18 @@ class PlannedVideos:
         out["index"][...] = self.positions[index]
 
 
-class SharedPlanned(SharedSegments):
+class SharedPlanned(SharedDescription):
     """The engine's source for planned videos (``engine.source.Source``): the paths and per-video
     columns in one shared segment every worker maps (made when the loader starts, closed when its
     workers are gone), so a worker's memory does not grow with the videos; each worker reads
     through a copy of the description that holds the segment's views instead of its lists."""
 
-    worker_imports = PlannedVideos.worker_imports
     # The description's columns that travel in the segment; the lists only the main process keeps.
     _COLUMNS = ("labels", "positions", "_planned", "_span_table")
     _MAIN_ONLY = ("paths", "spans", "skipped", "_plans", "_sizes")
 
     def __init__(self, videos: PlannedVideos) -> None:
-        super().__init__(measures(videos.decoder, videos.remote))
-        self.videos = videos
-
-    def __len__(self) -> int:
-        return len(self.videos)
-
-    def spec(self) -> Spec:
-        return self.videos.spec()
-
-    def describe(self, index: int) -> str:
-        return self.videos.describe(index)
-
-    def _make_table(self) -> SharedStrings:
-        v = self.videos
-        columns = {k: getattr(v, k) for k in self._COLUMNS if getattr(v, k) is not None}
-        return SharedStrings(SharedStrings.encode(list(v.paths)), columns)
-
-    def __getstate__(self) -> dict[str, Any]:
-        described = self.videos.__getstate__()
-        present = [k for k in self._COLUMNS if described[k] is not None]
-        for k in (*self._COLUMNS, *self._MAIN_ONLY):
-            described[k] = None
-        return {"described": described, "present": present, "table": self._shared(), "choices": self._choices}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        table: SharedStrings = state["table"]
-        videos = PlannedVideos.__new__(PlannedVideos)
-        videos.__dict__.update(state["described"])
-        videos.paths = table  # type: ignore[assignment]  # indexable like the list
-        for k in state["present"]:
-            setattr(videos, k, table.column(k))
-        videos._choice_log = state["choices"].log
-        self.videos, self._table, self._choices = videos, None, state["choices"]
-
-    def worker_init(self) -> None:
-        self.videos.worker_init()
-
-    def counters(self) -> dict[str, int]:
-        return self.videos.counters()
-
-    def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
-        self.videos.read(index, rng, out)
+        super().__init__(videos, measures(videos.decoder, videos.remote))
 
 
 class PlannedReader:
