@@ -96,7 +96,8 @@ class Loader:
         arrays in place and return None, or return a new dict (its shapes become the batch's).
     :param shm_dir: a tmpfs folder for the ring (an unnamed file) instead of an anonymous memfd.
     :param shard: ``(index, count)``: serve every ``count``-th sample of each epoch from ``index``
-        (one shard per host).
+        (one shard per host); of a bucketed source (``shmloader.opensora``), every ``count``-th
+        batch, the batches made a multiple of ``count`` first, so every rank takes as many steps.
     :param state: a ``state()`` dict to resume from: the same batches an uninterrupted run gives.
     :param log_every: seconds between ``stats_line()`` logs on the ``shmloader`` logger.
     :param pin_workers: pin worker ``i`` and its threads to the ``i``-th usable CPU.

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OLDEST = ROOT / "constraints-oldest.txt"
 # Installed in this order, each on its own in the newest lane. `test` holds the test runner and the
 # servers; the frameworks come as their own extras so that one without a wheel leaves the rest in.
-EXTRAS = ("test", "samples", "hdf5", "omni", "lerobot", "torch", "jax", "keras", "tf", "ray", "bench", "notebooks", "docs", "http", "s3", "gcs",
+EXTRAS = ("test", "samples", "hdf5", "omni", "lerobot", "opensora", "torch", "jax", "keras", "tf", "ray", "bench", "notebooks", "docs", "http", "s3", "gcs",
           "azure", "hf", "trainers")
 # The lerobot lane: the LeRobot release whose pins shmloader must install beside (its dataset
 # extra holds its video reading: av, torchcodec).

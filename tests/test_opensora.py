@@ -20,6 +20,8 @@ from shmloader.opensora import BucketTable, aspect_sizes, pixels_of
 from shmloader.opensora.buckets import interval_for
 from shmloader.samples import write_video
 
+from ._needs import need
+
 pytestmark = pytest.mark.timeout(180)
 
 # The config of Open-Sora's examples, in small: two resolutions, two lengths, a 0.5 chance to keep 360p.
@@ -108,6 +110,25 @@ def test_each_video_draws_from_seed_plus_epoch_plus_its_row_times_the_buckets():
     assert got.tolist() == [t.bucket(150, 360, 640, 30.0, (i + 7) * k, 16) for i in range(n)]
 
 
+def test_a_tables_buckets_are_each_videos_own_search():
+    """assign() searches videos alike together (draws for all of them at once): the same buckets
+    as each video's own search, over lengths, sizes, rates, images, pairs and chances."""
+    config = {"256px": {33: ((0.7, 0.4), 2), 17: (0.8, 4), 1: (0.5, 8)}, "360p": {33: (0.5, 2), 17: ((1.0, 0.3), 2)},
+              "480p": {65: ((0.3, 0.6), 1), 33: (0.9, 1)}}
+    t = BucketTable(config)
+    rng = np.random.default_rng(7)
+    n = 600
+    sizes = np.array([(360, 640), (480, 854), (640, 360), (256, 256), (230, 230), (200, 200), (720, 1280)])[rng.integers(0, 7, n)]
+    frames = np.where(rng.random(n) < 0.1, 1, rng.integers(2, 300, n))
+    rates = rng.choice([12.0, 16.0, 24.0, 30.0, 60.0, np.nan], n)
+    rows = rng.permutation(n * 3)[:n]
+    got = t.assign(frames, sizes[:, 0], sizes[:, 1], rates, seed=11, epoch=3, fps_max=16, ids=rows)
+    want = [t.bucket(int(f), int(h), int(w), float(r), 11 + 3 + int(i) * len(t), 16)
+            for f, (h, w), r, i in zip(frames, sizes, rates, rows)]
+    assert got.tolist() == want
+    assert len(set(want)) > 10 and -1 in want  # many buckets met, and videos none holds
+
+
 def test_one_frame_videos_and_images_take_a_one_frame_bucket():
     t = BucketTable({"256px": {17: (1.0, 2), 1: (1.0, 8)}})
     k = t.bucket(1, 256, 256, 16, 0, 16)
@@ -185,7 +206,7 @@ def test_the_loader_gives_batches_of_one_bucket_at_its_batch_size(videos, files)
 
 
 def test_frames_and_pixels_are_open_soras(videos, files):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     import av
 
     _, paths, _ = files
@@ -242,7 +263,7 @@ def test_shards_take_the_same_number_of_batches_and_together_every_video(videos)
 
 
 def test_the_frameworks_take_each_bucket_in_its_shape(videos):
-    tf = pytest.importorskip("tensorflow")
+    tf = need("tensorflow")
     with Loader(videos, seed=0, workers=1) as loader:
         for batch in loader.as_dataset().take(2):
             t, h, w = batch["thw"][0].numpy().tolist()
@@ -253,7 +274,7 @@ def test_the_frameworks_take_each_bucket_in_its_shape(videos):
         for batch in loader.as_torch(pin_memory=True):
             t, h, w = batch["thw"][0].tolist()
             assert tuple(batch["video"].shape[1:]) == (t, h, w, 3) and isinstance(batch["caption"], list)
-    jax_batches = pytest.importorskip("shmloader.jax").batches
+    jax_batches = need("shmloader.jax").batches
     with Loader(videos, seed=0, workers=1) as loader:
         shapes = {tuple(b["video"].shape) for b in jax_batches(loader)}
         assert all(len(s) == 5 for s in shapes) and len(shapes) >= 2  # a static shape per bucket
@@ -269,7 +290,7 @@ def _table(files, rows=None):
 
 
 def test_open_soras_data_files_plan_without_opening_a_video(files, tmp_path):
-    pa = pytest.importorskip("pyarrow")
+    pa = need("pyarrow")
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
@@ -309,3 +330,31 @@ def test_bad_input_is_named(files, tmp_path):
     with Loader(v, seed=0, workers=1) as loader:
         got = {i: c for b in loader for i, c in zip(b["index"].tolist(), b["caption"].tolist())}
     assert got == {0: "a", 2: "c"}  # each video keeps its place and caption
+
+
+def test_an_evaluation_pass_keeps_every_video_in_its_largest_bucket(files, tmp_path):
+    """eval_loader: each length kept with certainty (the 0.5 chance of 96px and its skip to a shorter
+    length are not drawn), frames from the middle of the window's range; the videos no bucket holds
+    listed by position and path; a still image takes a one-frame bucket."""
+    from PIL import Image
+
+    from shmloader import eval_loader
+
+    folder, paths, captions = files
+    still = tmp_path / "still.png"
+    Image.fromarray(np.full((96, 128, 3), 200, np.uint8)).save(still)
+    v = opensora.clips([*paths, str(still)], [*captions, "a still"], bucket_config={**SMALL, "64px": {**SMALL["64px"], 1: (1.0, 4)}})
+    assert v.left_out(0, 0) == [(7, paths[7])]  # 40x48: under every bucket's pixels
+    evaluation = v.for_eval()
+    assert evaluation.fingerprint() != v.fingerprint()
+    ids = evaluation.assign(0, 0)
+    assert [evaluation.table.names[k].split()[:2] for k in ids[:5]] == [["96px", "17x96x96"]] * 5
+    assert evaluation.table.names[ids[8]].startswith("64px 1x")
+    with eval_loader(v, workers=1) as loader:
+        got = {}
+        for b in loader:
+            for i, frames, caption in zip(b["index"].tolist(), b["frames"], b["caption"].tolist()):
+                got.setdefault(i, (frames.tolist(), caption))
+    assert sorted(got) == [0, 1, 2, 3, 4, 5, 6, 8] and got[8] == ([0], "a still")
+    # 17 frames every 2nd of 40: the window of 34 starts at the middle of [0, 5]
+    assert got[0][0] == np.linspace(2, 35, 17).astype(int).tolist()

@@ -12,8 +12,9 @@ a field ``bucket`` (int64): the loader writes each sample's bucket there before 
 it, so the worker reads the sample at the bucket's shape without drawing it again.
 
 The plan of an epoch (``bucket_plan``): each bucket's samples in index order, their count made a
-multiple of its batch size (padded with the bucket's first samples again, or the remainder
-dropped with ``drop_remainder``), shuffled; the batches of every bucket in one list, shuffled;
+multiple of its batch size (padded with the bucket's first samples again, as often as it takes,
+or the remainder dropped with ``drop_remainder``; Open-Sora's sampler pads once from the front,
+so there a bucket of under half a batch gives no batch at all), shuffled; the batches of every bucket in one list, shuffled;
 its length made a multiple of the shards (padded with its first batches, or cut); shard ``i``
 takes every n-th batch from ``i``, so the shards of a step hold one batch each, as data-parallel
 ranks need. The batches go out in that order, each of its bucket's size; the loader delivers a

@@ -5,6 +5,8 @@ bucket's size from the frames it needs alone.
 What lives here, the family's folder, a module a line:
 
 - ``buckets``: the config, each resolution's aspect-ratio table, a video's bucket per epoch
+- ``draws``: the first draws of ``numpy.random.default_rng(seed)`` for many seeds at once, bit
+  for bit (a table's buckets for an epoch in one pass)
 - ``source``: ``VideoBuckets`` (the description, a bucketed source: NOTE [ Buckets ] in
   ``engine.buckets``), ``SharedBucketVideos`` (what one loader's workers run), ``BucketReader``
 - ``table``: Open-Sora's data files, CSV or parquet of ``path, text, num_frames, height, width,
@@ -67,8 +69,14 @@ def clips(paths: Sequence[str | os.PathLike[str]], captions: Sequence[str] | Non
 
 
 def normalize(video: Any) -> Any:
-    """uint8 frames as Open-Sora's model takes them: ``x / 127.5 - 1``, float32 in ``[-1, 1]`` (a
-    torch tensor stays one, on its device)."""
+    """uint8 frames as Open-Sora's model takes them: ``x / 127.5 - 1``, float32 in ``[-1, 1]``; a
+    torch tensor, a JAX array or a TensorFlow tensor stays one (on its device)."""
     if hasattr(video, "float") and hasattr(video, "device"):  # torch
         return video.float() / 127.5 - 1.0
+    if type(video).__module__.startswith("tensorflow"):
+        import tensorflow as tf
+
+        return tf.cast(video, tf.float32) / 127.5 - 1.0
+    if hasattr(video, "astype") and not isinstance(video, np.ndarray):  # a JAX array
+        return video.astype("float32") / 127.5 - 1.0
     return np.asarray(video, np.float32) / np.float32(127.5) - np.float32(1.0)

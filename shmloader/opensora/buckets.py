@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
+
+from .draws import first_draws
 
 __all__ = ["ASPECTS", "BucketTable", "aspect_sizes", "interval_for", "pixels_of"]
 
@@ -137,6 +139,13 @@ class BucketTable:
     def __len__(self) -> int:
         return len(self.shapes)
 
+    def certain(self) -> BucketTable:
+        """The same buckets, every length kept with certainty and none skipped (evaluation)."""
+        copy = BucketTable.__new__(BucketTable)
+        copy.__dict__.update(self.__dict__)
+        copy.lengths = {res: [replace(ln, keep=1.0, skip=None) for ln in lns] for res, lns in self.lengths.items()}
+        return copy
+
     def bucket(self, frames: int, height: int, width: int, fps: float, seed: int, fps_max: float) -> int:
         """The bucket of a video (``-1``: none) for the draws of ``default_rng(seed)``."""
         rng: list[np.random.Generator] = []
@@ -178,23 +187,76 @@ class BucketTable:
     def assign(self, frames: np.ndarray, heights: np.ndarray, widths: np.ndarray, rates: np.ndarray, *,
                seed: int, epoch: int, fps_max: float, ids: np.ndarray | None = None) -> np.ndarray:
         """Every video's bucket in ``epoch`` (``-1``: none); ``ids``: each video's number in the
-        draws' seed (its row in the table; default its position). Videos alike in frames, size and
-        rate are searched once where the search draws nothing; the others each with their own draws."""
+        draws' seed (its row in the table; default its position). Videos alike in length, size and
+        rate are searched once where the search draws nothing, and together, each with its own
+        draws, where it draws."""
         n = len(frames)
         out = np.full(n, -1, np.int64)
-        intervals = np.array([interval_for(float(f), fps_max) for f in rates], np.int64) if n else np.zeros(0, np.int64)
-        keys = np.stack([np.asarray(frames, np.int64) // np.maximum(intervals, 1), np.asarray(heights, np.int64),
+        rates = np.asarray(rates, np.float64)
+        with np.errstate(invalid="ignore"):
+            slow = np.isfinite(rates) & (rates >= fps_max)
+        intervals = np.where(slow, np.ceil(np.where(slow, rates, 1.0) / fps_max), 1).astype(np.int64)
+        keys = np.stack([np.asarray(frames, np.int64) // intervals, np.asarray(heights, np.int64),
                          np.asarray(widths, np.int64)], axis=1)
-        kinds, first, which = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-        which = which.reshape(-1)
-        count = len(self)
+        kinds, which = np.unique(keys, axis=0, return_inverse=True)
+        order = np.argsort(which.reshape(-1), kind="stable")
+        bounds = np.searchsorted(which.reshape(-1)[order], np.arange(len(kinds) + 1))
+        drawn: list[tuple[tuple[int, int, int], np.ndarray]] = []
         for j, (t, h, w) in enumerate(kinds.tolist()):
+            members = order[bounds[j] : bounds[j + 1]]
             try:
-                out[which == j] = self._search(t, h, w, _no_draw)
+                out[members] = self._search(t, h, w, _no_draw)
             except _Drawn:
-                for i in np.flatnonzero(which == j).tolist():
-                    rng = np.random.default_rng(seed + epoch + (i if ids is None else int(ids[i])) * count)
-                    out[i] = self._search(t, h, w, lambda: float(rng.random()))
+                drawn.append(((t, h, w), members))
+        if drawn:
+            every = np.concatenate([m for _, m in drawn])
+            rows = every if ids is None else np.asarray(ids, np.int64)[every]
+            draws = first_draws(seed + epoch + rows * len(self), self._most_draws())
+            at = 0
+            for (t, h, w), members in drawn:
+                out[members] = self._search_many(t, h, w, draws[at : at + len(members)])
+                at += len(members)
+        return out
+
+    def _most_draws(self) -> int:
+        """The most draws one search can take: two a length (skip, keep), one an image's."""
+        return sum(2 * len(lengths) + 1 for lengths in self.lengths.values())
+
+    def _search_many(self, t: int, height: int, width: int, draws: np.ndarray) -> np.ndarray:
+        """``_search`` for videos alike in length and size, each with its row of ``draws``: the
+        same steps, taken for all of them at once."""
+        m = len(draws)
+        out = np.full(m, -1, np.int64)
+        used = np.zeros(m, np.int64)  # each video's draws so far
+        rows = np.arange(m)
+        area = height * width
+        for res in self.resolutions:
+            if area < self.pixels[res] * NEAR:
+                continue
+            searching = out < 0  # not yet in a bucket: these search this resolution
+            if t == 1:
+                one = next((ln for ln in self.lengths[res] if ln.frames == 1), None)
+                if one is not None:
+                    won = searching & ((one.keep >= 1) | (draws[rows, used] < one.keep))
+                    used += searching
+                    out[won] = one.first + self._aspect(res, height, width)
+                continue
+            for ln in self.lengths[res]:
+                if ln.frames == 1 or t < ln.frames or not searching.any():
+                    continue
+                if ln.skip is not None:
+                    if ln.skip >= 1:
+                        continue
+                    skipped = searching & (draws[rows, used] <= ln.skip)
+                    used += searching
+                    searching &= ~skipped
+                    here = searching.copy()
+                    searching = skipped  # the skipped go on to the next length
+                else:
+                    here, searching = searching, np.zeros(m, bool)
+                won = here & ((ln.keep >= 1) | (draws[rows, used] <= ln.keep))
+                used += here if ln.keep < 1 else 0
+                out[won] = ln.first + self._aspect(res, height, width)
         return out
 
 

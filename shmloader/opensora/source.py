@@ -35,11 +35,13 @@ __all__ = ["BucketReader", "SharedBucketVideos", "VideoBuckets", "fill_size", "f
 _CUT = Cut("each video's frames at its bucket's size", 0, 0, 1)
 
 
-def frame_indices(frames: int, length: int, interval: int, rng: np.random.Generator) -> np.ndarray:
+def frame_indices(frames: int, length: int, interval: int, rng: np.random.Generator | None) -> np.ndarray:
     """Open-Sora's pick: ``length`` frames by ``linspace`` over a window of ``length × interval``
-    frames (the video's end at most) whose start is uniform in ``[0, frames − window − 1]``."""
+    frames (the video's end at most) whose start is uniform in ``[0, frames − window − 1]``
+    (``rng=None``: the middle of that range, for evaluation)."""
     window = length * interval
-    start = int(rng.integers(0, max(0, frames - window - 1) + 1))
+    last = max(0, frames - window - 1)
+    start = last // 2 if rng is None else int(rng.integers(0, last + 1))
     return np.linspace(start, min(start + window, frames) - 1, length).astype(np.int64)
 
 
@@ -82,8 +84,8 @@ class VideoBuckets:
                              "(decoder='auto' or 'pyav')")
         self.storage = reading.storage()
         self.captions = None if captions is None else [str(c) for c in captions]
-        rows = _rows_of(metas, len(resolved)) if metas is not None else self._probed(resolved)
-        bad = [(i, self.storage.name(resolved[i]), r) for i, r in enumerate(rows) if isinstance(r, str)]
+        meta, reasons = _rows_of(metas, len(resolved)) if metas is not None else self._probed(resolved)
+        bad = [(i, self.storage.name(resolved[i]), reasons[i]) for i in sorted(reasons)]
         if bad and (on_error == "raise" or len(bad) == len(resolved)):
             hint = "" if on_error == "skip" else " (on_error='skip' leaves such videos out)"
             raise ValueError(left_out(bad, len(resolved), "cannot be read") + hint)
@@ -91,19 +93,26 @@ class VideoBuckets:
         if bad:
             warnings.warn(left_out(bad, len(resolved), "left out (on_error='skip'): they cannot be read; every "
                                    "one is in .skipped"), stacklevel=3)
-        kept = [i for i, r in enumerate(rows) if not isinstance(r, str)]
-        self.positions = np.array(kept, np.int64)
-        self.paths = [resolved[i] for i in kept]
-        meta = np.array([rows[i] for i in kept], np.float64).reshape(-1, 4)  # frames, height, width, fps
+        kept = np.ones(len(resolved), bool)
+        kept[list(reasons)] = False
+        self.positions = np.flatnonzero(kept).astype(np.int64)
+        self.paths = resolved if not reasons else [resolved[i] for i in self.positions.tolist()]
+        meta = meta[kept]  # frames, height, width, fps
         self.counts, self.heights, self.widths = (meta[:, j].astype(np.int64) for j in range(3))
         self.rates = meta[:, 3].copy()
         self._digest = self._fingerprint()
         self._decoding: Decoding | None = None
         self._choice_log: ChoiceLog | None = None
 
-    def _probed(self, paths: list[str]) -> list[tuple[float, float, float, float] | str]:
-        return [v if isinstance(v, str) else (v.frames, v.height, v.width, v.fps)
-                for v in probe_videos(paths, self.storage)]
+    def _probed(self, paths: list[str]) -> tuple[np.ndarray, dict[int, str]]:
+        """Every video probed here: its (frames, height, width, fps) row, or why it cannot be read.
+        A file of one frame (an image: FFmpeg gives it a nominal 25 fps) is a still, of no rate,
+        as Open-Sora's tables list images: a one-frame bucket takes it."""
+        videos = probe_videos(paths, self.storage)
+        meta = np.array([(np.nan,) * 4 if isinstance(v, str) else
+                         (v.frames, v.height, v.width, np.nan if v.frames == 1 else v.fps) for v in videos],
+                        np.float64).reshape(-1, 4)
+        return meta, {i: v for i, v in enumerate(videos) if isinstance(v, str)}
 
     @property
     def decoder(self) -> str:
@@ -114,7 +123,7 @@ class VideoBuckets:
         for part in (self.positions, self.counts, self.heights, self.widths, self.rates,
                      self.table.shapes, self.table.batch_sizes):
             h.update(b";" + np.ascontiguousarray(part).tobytes())
-        h.update(repr((self.fps_max, [(ln.frames, ln.keep, ln.skip) for r in self.table.resolutions
+        h.update(repr((self.fps_max, self.centred, [(ln.frames, ln.keep, ln.skip) for r in self.table.resolutions
                                       for ln in self.table.lengths[r]])).encode())
         return h.hexdigest()[:16]
 
@@ -152,6 +161,23 @@ class VideoBuckets:
         return self.table.assign(self.counts, self.heights, self.widths, self.rates, seed=seed, epoch=epoch,
                                  fps_max=self.fps_max, ids=self.positions)
 
+    def left_out(self, seed: int, epoch: int) -> list[tuple[int, str]]:
+        """The videos no bucket holds in ``epoch`` under ``seed``: (position in the paths given,
+        path), as ``stats()["left_out"]`` counts them."""
+        return [(int(self.positions[i]), self.describe(i)) for i in np.flatnonzero(self.assign(seed, epoch) < 0).tolist()]
+
+    def for_eval(self) -> VideoBuckets:
+        """This dataset as ``eval_loader`` reads it: every video in the largest bucket that holds
+        it (each length kept with certainty, no skipping), its frames from the middle of the
+        window's range rather than a seeded place."""
+        copy = VideoBuckets.__new__(VideoBuckets)
+        copy.__dict__.update(self.__dict__)
+        copy.table, copy.centred = self.table.certain(), True
+        copy._digest = copy._fingerprint()
+        return copy
+
+    centred = False  # frames from the middle of the window's range (for_eval)
+
     def extras(self, index: np.ndarray) -> dict[str, np.ndarray]:
         """What a batch carries from the main process: ``caption`` of each of its videos."""
         caption = np.empty(len(index), dtype=object)
@@ -187,7 +213,7 @@ class VideoBuckets:
         if info.frames < length * interval:
             raise ValueError(f"the video has {info.frames} frames, its bucket needs {length} x {interval}: it "
                              "changed since its frame count was read")
-        picked = frame_indices(info.frames, length, interval, rng)
+        picked = frame_indices(info.frames, length, interval, None if self.centred else rng)
         size, (top, left) = fill_size(info.height, info.width, (height, width))
         union, where = np.unique(picked, return_inverse=True)
         if self.remote:
@@ -255,18 +281,14 @@ class BucketReader:
         return self.clips.counters()
 
 
-def _rows_of(metas: np.ndarray, count: int) -> list[tuple[float, float, float, float] | str]:
-    """A table's (frames, height, width, fps) rows, or why a row cannot be planned (a string)."""
-    metas = np.asarray(metas, np.float64)
-    if metas.shape != (count, 4):
-        raise ValueError(f"metas must be {count} rows of (num_frames, height, width, fps), got shape {metas.shape}")
-    out: list[tuple[float, float, float, float] | str] = []
-    for f, h, w, r in metas.tolist():
-        if not all(np.isfinite((f, h, w))) or f < 1 or h < 1 or w < 1:
-            out.append(f"the table gives it {f} frames of {h}x{w}: not a video")
-        else:
-            out.append((f, h, w, r))
-    return out
+def _rows_of(metas: np.ndarray, count: int) -> tuple[np.ndarray, dict[int, str]]:
+    """A table's (frames, height, width, fps) rows, and why a row cannot be planned, by row."""
+    meta = np.asarray(metas, np.float64)
+    if meta.shape != (count, 4):
+        raise ValueError(f"metas must be {count} rows of (num_frames, height, width, fps), got shape {meta.shape}")
+    ok = np.isfinite(meta[:, :3]).all(axis=1) & (meta[:, :3] >= 1).all(axis=1)
+    return meta, {i: f"the table gives it {f} frames of {h}x{w}: not a video"
+                  for i, (f, h, w, _) in zip(np.flatnonzero(~ok).tolist(), meta[~ok].tolist())}
 
 
 def reading_of(decoder: str, decode_threads: int, storage_options: Mapping[str, Any] | None,

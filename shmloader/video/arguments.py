@@ -32,6 +32,9 @@ def checked_paths(given: list[str], allow_urls: bool) -> tuple[list[str], bool]:
     a worker."""
     resolved: list[str] = []
     for p in given:
+        if p[:1] == "/" and ":" not in p and "//" not in p and "/." not in p and p[-1:] != "/":
+            resolved.append(p)  # absolute and normal already (a million-row table's, mostly): as it is
+            continue
         p = local_path(p)
         if is_remote(p):
             resolved.append(p)
