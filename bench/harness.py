@@ -238,16 +238,19 @@ def _digest(files: list[tuple[str, bytes]]) -> str:
 
 
 def _package_digest(folder: str) -> str:
+    """Every ``.py`` file of the package, its subpackages' too, by path within it."""
     def read(f: str) -> bytes:
         with open(os.path.join(folder, f), "rb") as fh:
             return fh.read()
 
-    return _digest([(f, read(f)) for f in os.listdir(folder) if f.endswith(".py")])
+    names_ = [os.path.relpath(os.path.join(d, f), folder) for d, _, files in os.walk(folder)
+              for f in files if f.endswith(".py")]
+    return _digest([(f, read(f)) for f in names_])
 
 
 def _commit_digest(rev: str) -> str:
-    names_ = [n for n in _git("ls-tree", "--name-only", rev, "shmloader/").split() if n.endswith(".py")]
-    return _digest([(os.path.basename(n), _git("show", f"{rev}:{n}", text=False)) for n in names_])
+    names_ = [n for n in _git("ls-tree", "-r", "--name-only", rev, "shmloader/").split() if n.endswith(".py")]
+    return _digest([(n[len("shmloader/"):], _git("show", f"{rev}:{n}", text=False)) for n in names_])
 
 
 def code_state() -> dict:
@@ -269,7 +272,7 @@ def code_state() -> dict:
         dirty = [line[3:] for line in _git("status", "--porcelain", "--", "shmloader").splitlines() if line]
         where = f"commit {commit} with uncommitted changes to {', '.join(dirty) or '(files not in git)'}"
     return {"commit": snapshot or commit, "package": folder, "package_sha256": sha,
-            "describe": f"shmloader at {where} (shmloader/*.py sha256 {sha})"}
+            "describe": f"shmloader at {where} (shmloader/**/*.py sha256 {sha})"}
 
 
 def _run_at_commit(rev: str, argv: list[str]) -> int:

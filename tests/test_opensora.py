@@ -183,6 +183,7 @@ def test_an_epochs_plan_holds_each_assigned_sample_in_batches_of_its_bucket():
 def test_the_loader_gives_batches_of_one_bucket_at_its_batch_size(videos, files):
     _, _, captions = files
     seen: list[list[int]] = []
+    delivered = 0
     with Loader(videos, shuffle=True, seed=3, workers=2, epochs=2) as loader:
         assert loader.buckets is not None and loader.batch_size == 3
         for batch in loader:
@@ -195,7 +196,10 @@ def test_the_loader_gives_batches_of_one_bucket_at_its_batch_size(videos, files)
             assert batch["caption"].tolist() == [captions[i] for i in batch["index"]]
             np.testing.assert_allclose(batch["fps"], 12.0)  # 25 fps read every 2nd frame: floor(25 / 2)
             seen.append(batch["index"].tolist())
-        assert loader.stats()["left_out"] == 1  # the 40x48 video: no bucket holds it
+            delivered += int(batch["frames"].size)
+        stats = loader.stats()
+        assert stats["left_out"] == 1  # the 40x48 video: no bucket holds it
+        assert stats["frames_delivered"] == delivered <= stats["frames_decoded"]  # stats_line's frames per frame
     want = []
     for epoch in (0, 1):
         order, cuts = bucket_plan(videos.assign(3, epoch), videos.table.batch_sizes, seed=3, epoch=epoch, shuffle=True,

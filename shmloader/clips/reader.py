@@ -29,7 +29,7 @@ import numpy as np
 from ..engine.source import Spec, seeded
 from ..video.audio import audio_spec, clip_spans
 from ..video.manifest import row_info
-from ..video.measuring import ChoiceLog, Cut, Measuring, decode_cost, measures
+from ..video.measuring import ChoiceLog, Cut, Measuring, measures
 from ..video.media import split_member
 from ..video.reading import Reading
 from .options import Audio, Pixels, Sampling
@@ -92,7 +92,6 @@ class ClipReader:
         # Frames a decoder goes through for each pass, from the keyframes it decodes from (all of
         # them, lead = those no clip shows, head = those before each pass's first frame) and the
         # frames those passes deliver (``Loader.stats``: frames decoded per delivered frame).
-        self.frames = dict.fromkeys(("frames_decoded", "frames_lead", "frames_head", "frames_delivered"), 0)
 
     def __reduce__(self) -> tuple[type, tuple[Any]]:
         """Pickled as its description alone (by value): the probes and open files it caches,
@@ -125,7 +124,7 @@ class ClipReader:
         index-read timeline found wrong), files probed, bytes and requests fetched from remote
         storage, and reads timed to measure the decoders and the shapes each was chosen for
         (NOTE [ Measuring the decoder ]) so far (``engine.protocol.COUNTS``)."""
-        return {**self.decoding.counters(), **self.frames}
+        return self.decoding.counters()
 
     def _info(self, v: int, path: str) -> VideoInfo:
         """Video ``v`` as the probe sees it (NOTE [ Where a probe comes from ])."""
@@ -204,7 +203,7 @@ class ClipReader:
         for v, info, passes in plans:
             for size, group, union, direct in passes:
                 decoded = self.decoding.decode(info, size, union, direct)
-                self._count(union, self.decoding.keyframes(info), sum(g[2].size for g in group))
+                self.decoding.count(union, self.decoding.keyframes(info), sum(g[2].size for g in group))
                 for out, row, frames, _, rng, starts in group:
                     _fill(self.clips, out, row, frames, union, decoded, rng, done=decoded is direct, starts=starts)
                 if vc.audio is not None:
@@ -241,14 +240,6 @@ class ClipReader:
             within = None if vc.spans is None or not whole else (float(vc.spans[row][0]), float(vc.spans[row][1]))
             spans.append(clip_spans(times, frames, within=within, longest=longest) + at)
         return np.concatenate(spans)
-
-    def _count(self, union: np.ndarray, keyframes: np.ndarray, delivered: int) -> None:
-        decoded, head = decode_cost(union, keyframes)
-        f = self.frames
-        f["frames_decoded"] += decoded
-        f["frames_lead"] += decoded - len(union)
-        f["frames_head"] += head
-        f["frames_delivered"] += delivered
 
     def _plan_video(self, v: int, items: list[tuple[int, int, np.random.Generator, dict[str, np.ndarray]]],
                     epoch_key: tuple[int, int] | None) -> tuple[int, VideoInfo, list[Any]]:

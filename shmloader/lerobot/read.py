@@ -25,7 +25,7 @@ import numpy as np
 
 from ..engine.shared import SharedStrings
 from ..engine.source import Spec
-from ..video.measuring import ChoiceLog, Cut, Measuring, decode_cost, measures
+from ..video.measuring import ChoiceLog, Cut, Measuring, measures
 from ..video.segments import SharedSegments
 from ..video.stamps import TimedFrames
 from ..video.storage import LOCAL, Storage
@@ -114,10 +114,9 @@ class EpisodeReader:
                                   Measuring(_CUT, choices) if measured else None)
         # As a video reader counts them (``Loader.stats``): frames the decoder went through from the
         # keyframes, those no sample shows, those before each pass's first, and frames delivered.
-        self.counts = dict.fromkeys(("frames_decoded", "frames_lead", "frames_head", "frames_delivered"), 0)
 
     def counters(self) -> dict[str, int]:
-        return {**self.frames.counters(), **self.counts}
+        return self.frames.counters()
 
     def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]:
         """Samples ``samples`` (rows ``0 .. n - 1``) as one batch ``{field: [n, ...]}`` of new
@@ -204,11 +203,7 @@ class EpisodeReader:
         windowed = p.camera in self.layout.deltas
         for j, s in enumerate(p.mine.tolist()):
             np.copyto(outs[s][p.camera], decoded[p.where[j]] if windowed else decoded[p.where[j, 0]])
-        decoded_n, head = decode_cost(p.union, self.frames.keyframes(p.path))
-        self.counts["frames_decoded"] += decoded_n
-        self.counts["frames_lead"] += decoded_n - len(p.union)
-        self.counts["frames_head"] += head
-        self.counts["frames_delivered"] += p.frames.size
+        self.frames.decoding.count(p.union, self.frames.keyframes(p.path), p.frames.size)
 
 
 class SharedEpisodes(SharedSegments):

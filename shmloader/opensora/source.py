@@ -219,6 +219,7 @@ class VideoBuckets:
         if self.remote:
             self._decoding.prefetch([(info, union, None)])
         decoded = self._decoding.decode(info, size, union)
+        self._decoding.count(union, self._decoding.keyframes(info), length)
         video = out["video"].reshape(length, height, width, 3)
         crop = decoded[:, top : top + height, left : left + width]
         np.copyto(video, crop if len(union) == length else crop[where.reshape(-1)])

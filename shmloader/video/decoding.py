@@ -21,7 +21,7 @@ from .audio import read_audio
 from .audiobytes import audio_only, audio_ranges
 from .decoders import DecoderLimit
 from .decord import Decord
-from .measuring import Measuring, Shape, measurable, timed
+from .measuring import Measuring, Shape, decode_cost, measurable, timed
 from .probe import VideoInfo, probe
 from .pyav import PyAV, OffTimeline, byte_ranges
 from .storage import LOCAL, Storage, first_line
@@ -59,6 +59,9 @@ class Decoding:
         self.decodes: Counter = Counter()  # decode calls by the decoder that gave the frames
         self.reprobes = 0  # index-read timelines found wrong while decoding
         self.probes = 0  # files probed (a valid manifest row, or a kept probe, spares one)
+        # frames decoded (with those before the first wanted, back to its keyframe: the lead), the
+        # decoded ones before a sample's first frame (the head), and those delivered
+        self.frames = dict.fromkeys(("frames_decoded", "frames_lead", "frames_head", "frames_delivered"), 0)
 
     def counters(self) -> dict[str, int]:
         """What every family's reader reports of its decoding (``engine.protocol.COUNTS``): decodes
@@ -69,7 +72,17 @@ class Decoding:
         measured = {} if m is None else {"measured_reads": m.reads, "chose_decord": m.chosen["decord"],
                                          "chose_pyav": m.chosen["pyav"]}
         return {"decord": self.decodes["decord"], "pyav": self.decodes["pyav"], "decoder_fallbacks": self.fallbacks,
-                "reprobes": self.reprobes, "probes": self.probes, **self.storage.counters(), **measured}
+                "reprobes": self.reprobes, "probes": self.probes, **self.storage.counters(), **measured, **self.frames}
+
+    def count(self, union: np.ndarray, keyframes: np.ndarray, delivered: int) -> None:
+        """A decode pass over frames ``union`` of a file with ``keyframes`` gave ``delivered``
+        frames: what it decoded, for ``stats()``'s frames decoded per frame delivered."""
+        decoded, head = decode_cost(union, keyframes)
+        f = self.frames
+        f["frames_decoded"] += decoded
+        f["frames_lead"] += decoded - len(union)
+        f["frames_head"] += head
+        f["frames_delivered"] += delivered
 
     def decoder(self, name: str) -> Decord | PyAV:
         d = self._decoders.get(name)

@@ -267,6 +267,7 @@ class PlannedVideos:
         if self.remote:  # the bytes of every frame decoded, in one round of requests
             self._decoding.prefetch([(info, union, None)])
         decoded = self._decoding.decode(info, planned.size, union)
+        self._decoding.count(union, self._decoding.keyframes(info), len(planned.indices))
         frames = decoded if np.array_equal(union, planned.indices) else decoded[where.reshape(-1)]
         self.recipe.fill(frames, planned, video, out)
         out["frames"][:] = planned.indices
