@@ -28,7 +28,8 @@ PUBLIC = {
     "shmloader.opensora": ["ASPECTS", "BucketReader", "BucketTable", "VideoBuckets", "aspect_sizes", "clips",
                            "from_table", "normalize", "pixels_of"],
     "shmloader.planned": ["Planned", "PlannedVideos", "Recipe", "Video"],
-    "shmloader.qwen": ["MODELS", "Recipe", "VideoPlan", "clips", "frame_indices", "frame_size", "grid_thw", "normalize", "patches",
+    "shmloader.qwen": ["MODELS", "Recipe", "VideoPlan", "clips", "frame_indices", "from_manifest", "frame_size", "grid_thw",
+                       "normalize", "patches",
                        "plan", "sample_fps", "second_per_grid_ts"],
 }
 

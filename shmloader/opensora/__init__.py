@@ -43,7 +43,8 @@ __all__ = ["ASPECTS", "BucketReader", "BucketTable", "VideoBuckets", "aspect_siz
 def clips(paths: Sequence[str | os.PathLike[str]], captions: Sequence[str] | None = None, *,
           bucket_config: Mapping[str, Mapping[int, Any]], fps_max: float = 16, metas: Any = None,
           decoder: str = "auto", decode_threads: int = 1, storage_options: Mapping[str, Any] | None = None,
-          fetch: Mapping[str, Any] | None = None, allow_urls: bool = False, on_error: str = "raise") -> VideoBuckets:
+          fetch: Mapping[str, Any] | None = None, allow_urls: bool = False, on_error: str = "raise",
+          probes: str | os.PathLike[str] | None = None) -> VideoBuckets:
     """A bucketed source for ``shmloader.Loader`` (which takes no ``batch_size``: each batch is one
     bucket's, of the config's batch size): sample ``i`` of epoch ``e`` is ``paths[i]`` as
     Open-Sora's sampler and dataset give it under the loader's ``seed`` — its bucket for the epoch
@@ -57,14 +58,16 @@ def clips(paths: Sequence[str | os.PathLike[str]], captions: Sequence[str] | Non
     ``bucket_config``: ``{resolution: {num_frames: (probability, batch_size)}}`` as Open-Sora's
     configs write it (a probability may be a pair: keep, skip to a shorter length); a length of 1
     takes images and one-frame videos. ``metas``: each video's ``(num_frames, height, width, fps)``
-    from a table (``from_table`` reads Open-Sora's); without it every video is probed here, once.
+    from a table (``from_table`` reads Open-Sora's); without it every video is probed here, once
+    (in processes where there are many local files; ``probes="probes.csv"`` keeps the probes for
+    the next run, which probes only the files changed since).
     Where the files live and how they are read, as for every family (:class:`shmloader.Reading`):
     ``decoder``, ``decode_threads``, ``storage_options``, ``fetch``, ``allow_urls``.
     ``on_error="skip"``: a video that cannot be read is left out with a warning and listed in
     ``.skipped``; ``"raise"`` names every such video in one ValueError.
     """
     table = BucketTable(bucket_config)  # a config it cannot read is refused before any probe
-    return VideoBuckets(paths, captions, table, fps_max=fps_max, on_error=on_error, metas=metas,
+    return VideoBuckets(paths, captions, table, fps_max=fps_max, on_error=on_error, metas=metas, probes=probes,
                         reading=reading_of(decoder, decode_threads, storage_options, fetch, allow_urls))
 
 

@@ -24,7 +24,8 @@ from ..engine.source import Spec, seeded
 from ..video.arguments import checked_paths, path_list
 from ..video.decoding import Decoding
 from ..video.measuring import ChoiceLog, Cut, Measuring, measures
-from ..video.planned import left_out, probe_videos
+from ..video.planned import left_out
+from ..video.probing import probe_rows
 from ..video.reading import Reading
 from ..video.segments import SharedDescription
 from .buckets import BucketTable, interval_for
@@ -68,7 +69,7 @@ class VideoBuckets:
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]], captions: Sequence[str] | None, table: BucketTable,
                  *, fps_max: float, reading: Reading, on_error: str = "raise",
-                 metas: np.ndarray | None = None) -> None:
+                 metas: np.ndarray | None = None, probes: str | os.PathLike[str] | None = None) -> None:
         given = path_list(paths)
         if not given:
             raise ValueError("no videos given")
@@ -84,7 +85,7 @@ class VideoBuckets:
                              "(decoder='auto' or 'pyav')")
         self.storage = reading.storage()
         self.captions = None if captions is None else [str(c) for c in captions]
-        meta, reasons = _rows_of(metas, len(resolved)) if metas is not None else self._probed(resolved)
+        meta, reasons = _rows_of(metas, len(resolved)) if metas is not None else self._probed(resolved, probes)
         bad = [(i, self.storage.name(resolved[i]), reasons[i]) for i in sorted(reasons)]
         if bad and (on_error == "raise" or len(bad) == len(resolved)):
             hint = "" if on_error == "skip" else " (on_error='skip' leaves such videos out)"
@@ -104,15 +105,14 @@ class VideoBuckets:
         self._decoding: Decoding | None = None
         self._choice_log: ChoiceLog | None = None
 
-    def _probed(self, paths: list[str]) -> tuple[np.ndarray, dict[int, str]]:
+    def _probed(self, paths: list[str], probes: str | os.PathLike[str] | None) -> tuple[np.ndarray, dict[int, str]]:
         """Every video probed here: its (frames, height, width, fps) row, or why it cannot be read.
         A file of one frame (an image: FFmpeg gives it a nominal 25 fps) is a still, of no rate,
         as Open-Sora's tables list images: a one-frame bucket takes it."""
-        videos = probe_videos(paths, self.storage)
-        meta = np.array([(np.nan,) * 4 if isinstance(v, str) else
-                         (v.frames, v.height, v.width, np.nan if v.frames == 1 else v.fps) for v in videos],
-                        np.float64).reshape(-1, 4)
-        return meta, {i: v for i, v in enumerate(videos) if isinstance(v, str)}
+        rows = probe_rows(paths, self.storage, kept=probes)
+        meta = np.array([(np.nan,) * 4 if isinstance(r, str) else (r[0], r[2], r[3], np.nan if r[0] == 1 else r[1])
+                         for r in rows], np.float64).reshape(-1, 4)
+        return meta, {i: r for i, r in enumerate(rows) if isinstance(r, str)}
 
     @property
     def decoder(self) -> str:

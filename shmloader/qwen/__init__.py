@@ -16,7 +16,8 @@ anything is decoded; their defaults and names:
 - ``plan(num_frames, video_fps, height, width, ...)``: all of the above for one video, a ``VideoPlan``;
 - ``clips(paths, ...)``: a source for ``shmloader.Loader`` of one sample per video as the model
   takes it, decoded at the planned size (``Recipe``, over ``shmloader.video.planned``);
-  ``Loader(..., batch_tokens=N)`` packs as many videos as fit ``N`` tokens.
+  ``Loader(..., batch_tokens=N)`` packs as many videos as fit ``N`` tokens; ``from_manifest(scan.csv)``:
+  the same, planned from a ``shmloader scan`` manifest's columns, no video opened.
 
 ``model`` names the family: ``"qwen2-vl"`` and ``"qwen2.5-vl"`` (patch 14, CLIP's mean and std),
 ``"qwen3-vl"`` (patch 16, mean and std 0.5). The per-video budget follows the environment variable
@@ -35,7 +36,7 @@ planned families (``shmloader.video.planned``, ``.storage``, ``.arguments``), ne
 """
 from .inputs import (MODELS, VideoPlan, frame_indices, frame_size, grid_thw, normalize, patches, plan, sample_fps,
                    second_per_grid_ts)
-from .source import Recipe, clips
+from .source import Recipe, clips, from_manifest
 
-__all__ = ["MODELS", "Recipe", "VideoPlan", "clips", "frame_indices", "frame_size", "grid_thw", "normalize", "patches",
+__all__ = ["MODELS", "Recipe", "VideoPlan", "clips", "frame_indices", "from_manifest", "frame_size", "grid_thw", "normalize", "patches",
            "plan", "sample_fps", "second_per_grid_ts"]

@@ -14,7 +14,7 @@ from .inputs import FPS, FPS_MAX_FRAMES, FPS_MIN_FRAMES, FRAME_FACTOR, _model, p
 if TYPE_CHECKING:
     from ..video.planned import PlannedVideos
 
-__all__ = ["Recipe", "clips"]
+__all__ = ["Recipe", "clips", "from_manifest"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,8 @@ def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None 
           resized_width: int | None = None, spans: Sequence[tuple[float | None, float | None] | None] | None = None,
           decoder: str = "auto", decode_threads: int = 1, audio_rate: int | None = None,
           storage_options: Mapping[str, Any] | None = None, fetch: Mapping[str, Any] | None = None,
-          allow_urls: bool = False, on_error: str = "raise", threads: int | None = None) -> PlannedVideos:
+          allow_urls: bool = False, on_error: str = "raise", threads: int | None = None,
+          probes: str | os.PathLike[str] | None = None, metas: Sequence[Any] | None = None) -> PlannedVideos:
     """A source for ``shmloader.Loader`` of one sample per video, as Qwen-VL takes it: sample ``i``
     holds what ``qwen_vl_utils.fetch_video({"video": paths[i], "fps": fps, ...})`` and the model's
     video processor (``do_resize=False``) make of it — the same frame indices and size, the frames
@@ -100,6 +101,11 @@ def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None 
     frames) is left out with a warning and listed in ``.skipped`` as (position, path, reason);
     ``index`` stays its position in ``paths``. ``"raise"`` (the default) names every such video in
     one ValueError.
+
+    Every video is probed here before the first batch: in processes where there are many local
+    files, with a progress bar on a terminal. ``probes="probes.csv"`` keeps them: the next run
+    reads a video's row there while its file is unchanged and probes only the others.
+    ``from_manifest`` plans from a ``shmloader scan`` manifest's columns instead, no file opened.
     """
     from ..video.arguments import renamed_threads
     from ..video.planned import PlannedVideos
@@ -119,4 +125,18 @@ def clips(paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None 
             raise ImportError("qwen.clips(audio_rate=...) resamples the sound with soxr: pip install soxr") from e
     return PlannedVideos(paths, labels, Recipe(model, tuple(options.items()), audio_rate), spans=spans,
                          decoder=decoder, decode_threads=renamed_threads(decode_threads, threads),
-                         storage_options=storage_options, fetch=fetch, allow_urls=allow_urls, on_error=on_error)
+                         storage_options=storage_options, fetch=fetch, allow_urls=allow_urls, on_error=on_error,
+                         probes=probes, metas=metas)
+
+
+def from_manifest(manifest: str | os.PathLike[str], *, path_column: str = "path", label_column: str | None = None,
+                  **options: Any) -> PlannedVideos:
+    """``clips`` over the rows of a ``shmloader scan`` manifest (CSV or JSON; or a file of probes
+    ``clips(probes=...)`` kept): each video planned from its row's frames, rate, size and
+    duration, no file opened here, so a hundred thousand videos plan in seconds. A row the scan
+    could not read is a video that cannot be read (``on_error``); a file changed since the scan
+    fails the sample that reads it (its plan no longer matches). ``options``: ``clips``' own."""
+    from ..video.planned import manifest_videos
+
+    paths, labels, videos = manifest_videos(manifest, path_column, label_column)
+    return clips(paths, labels, metas=videos, **options)

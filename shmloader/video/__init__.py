@@ -8,6 +8,8 @@ What lives here, a module a line:
 - ``identity``: a description's digest, equal for equal descriptions in any process
 - ``manifest``: class folders, CSV/JSON manifests, the probe columns of a scan manifest
 - ``shards``: tar shard patterns and the samples their members make
+- ``probing``: many videos' frames, rates and sizes before the first batch: a scan manifest's rows,
+  probes kept by an earlier run, or probes in processes with a progress bar
 - ``planned``: ``PlannedVideos``, the house of planned families: whole videos each planned by a
   family's recipe (frames, size, rows), decoded at that size
 - ``decoding``: a reader's probes (cached), its choice of decoder per file, its counters

@@ -23,8 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -37,14 +36,12 @@ from .decoding import Decoding
 from .measuring import ChoiceLog, Cut, Measuring, measures
 from .reading import Reading
 from .segments import SharedDescription
-from .probe import VideoInfo, probe
+from .probe import VideoInfo
+from .probing import Row, manifest_rows, probe_rows
 from .storage import Storage
 
-__all__ = ["Planned", "PlannedReader", "PlannedVideos", "Recipe", "Video", "left_out", "probe_videos"]
+__all__ = ["Planned", "PlannedReader", "PlannedVideos", "Recipe", "Video", "as_video", "left_out", "manifest_videos", "probe_videos"]
 
-# Videos probed at once in the main process (the probe reads packets: I/O and libavformat, which
-# let go of the GIL for most of it).
-_PROBE_THREADS = 8
 # Files named in a warning or an error about the videos left out; the rest are counted (all of
 # them are in ``skipped``).
 _NAMED = 5
@@ -110,7 +107,8 @@ class PlannedVideos:
                  spans: Sequence[tuple[float | None, float | None] | None] | None = None,
                  decoder: str = "auto", decode_threads: int = 1, storage_options: Mapping[str, Any] | None = None,
                  fetch: Mapping[str, Any] | None = None, allow_urls: bool = False, on_error: str = "raise",
-                 metas: Sequence[Video] | None = None, threads: int | None = None) -> None:
+                 metas: Sequence[Video | str] | None = None, threads: int | None = None,
+                 probes: str | os.PathLike[str] | None = None) -> None:
         decode_threads = renamed_threads(decode_threads, threads)
         given = path_list(paths)
         if not given:
@@ -131,7 +129,8 @@ class PlannedVideos:
         self.recipe = recipe
         self.paths = resolved
         self.spans = None if spans is None else [None if s is None else (s[0], s[1]) for s in spans]
-        videos = list(metas) if metas is not None else self._probe_all()
+        videos = self._probe_all(probes) if metas is None else [
+            v if isinstance(v, str) or self.spans is None else replace(v, span=self.spans[i]) for i, v in enumerate(metas)]
         plans = [v if isinstance(v, str) else self._plan(v) for v in videos]
         bad = [(i, self.storage.name(resolved[i]), p) for i, p in enumerate(plans) if isinstance(p, str)]
         if bad and (on_error == "raise" or len(bad) == len(resolved)):
@@ -167,9 +166,9 @@ class PlannedVideos:
     def decode_threads(self) -> int:
         return self.reading.decode_threads
 
-    def _probe_all(self) -> list[Video | str]:
+    def _probe_all(self, probes: str | os.PathLike[str] | None) -> list[Video | str]:
         """Each video as probed, or why it cannot be (a string)."""
-        return probe_videos(self.paths, self.storage, self.spans)
+        return probe_videos(self.paths, self.storage, self.spans, probes=probes)
 
     def _span(self, i: int) -> tuple[float | None, float | None] | None:
         """Sample ``i``'s span as the recipe sees it (None: the whole video)."""
@@ -334,22 +333,28 @@ def _video(info: VideoInfo, span: tuple[float | None, float | None] | None, time
 
 
 def probe_videos(paths: Sequence[str], storage: Storage,
-                 spans: Sequence[tuple[float | None, float | None] | None] | None = None) -> list[Video | str]:
-    """Each of ``paths`` probed in this process (threads: the probe reads packets, I/O and
-    libavformat, which let go of the GIL for most of it), as a ``Video`` without timestamps, or
-    why it cannot be read (a string): what a family plans its videos from before the first read."""
+                 spans: Sequence[tuple[float | None, float | None] | None] | None = None, *,
+                 probes: str | os.PathLike[str] | None = None) -> list[Video | str]:
+    """Each of ``paths`` as a ``Video`` without timestamps (what a plan's sizes need), or why it
+    cannot be read (a string): probed here (``video.probing``: processes or threads, a progress
+    bar on a terminal), or taken from ``probes``, a file of probes an earlier run kept."""
+    return [row if isinstance(row, str) else as_video(row, paths[i], None if spans is None else spans[i])
+            for i, row in enumerate(probe_rows(paths, storage, kept=probes))]
 
-    def one(i: int) -> Video | str:
-        try:
-            info = probe(storage.resolve(paths[i]), storage=storage)
-        except Exception as e:
-            return f"cannot read it: {storage.redact(str(e))}"
-        return _video(info, None if spans is None else spans[i], timed=False)  # sizes need no timestamps
 
-    if not paths:
-        return []
-    with ThreadPoolExecutor(min(_PROBE_THREADS, len(paths))) as pool:
-        return list(pool.map(one, range(len(paths))))
+def manifest_videos(manifest: str | os.PathLike[str], path_column: str = "path", label_column: str | None = None
+                    ) -> tuple[list[str], list[int] | None, list[Video | str]]:
+    """A ``shmloader scan`` manifest's (or a file of kept probes') paths, labels and videos as a
+    recipe plans from them, no file opened (a changed file is found by the worker that reads it:
+    its plan no longer matches); a row the scan could not read is a string saying why."""
+    paths, labels, rows = manifest_rows(manifest, path_column, label_column)
+    return paths, labels, [r if isinstance(r, str) else as_video(r, p) for p, r in zip(paths, rows)]
+
+
+def as_video(row: Row, path: str, span: tuple[float | None, float | None] | None = None) -> Video:
+    """A probe's or a manifest's row as a recipe plans from it (no timestamps)."""
+    frames, fps, height, width, duration = row
+    return Video(frames=frames, fps=fps, height=height, width=width, span=span, path=path, duration=duration)
 
 
 def left_out(bad: list[tuple[int, str, str]], total: int, what: str) -> str:

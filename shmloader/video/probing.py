@@ -1,0 +1,247 @@
+"""Many videos probed before the first batch, as a family plans them (``PlannedVideos``, Open-Sora's
+buckets): each video's frames, rate, size as shown and duration, from a scan manifest's rows (no
+file opened), from a file of probes kept by an earlier run (a row reused while its file is
+unchanged), or probed here: in processes where there are many local files (the probe parses
+packets in Python, and threads share one core for it), in threads for remote ones (they wait on
+requests), with a progress bar on a terminal. A file that cannot be probed is a row saying why,
+which the family leaves out or names (``on_error``); a probe process that dies takes only its
+own files' rows with it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pickle
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterator, Sequence
+
+from .manifest import iter_manifest
+from .media import is_remote
+from .probe import probe
+from .storage import Storage
+
+__all__ = ["KEPT_COLUMNS", "Row", "manifest_rows", "probe_rows"]
+
+# What one video's plan needs: frames, average rate, height and width as shown, duration (s).
+Row = tuple[int, float, int, int, float]
+# A file of kept probes: the columns of a ``shmloader scan`` manifest it needs, so either reads
+# as the other (``manifest_rows``).
+KEPT_COLUMNS = ("path", "frames", "fps", "height", "width", "duration", "bytes", "mtime_ns", "problem")
+# Videos probed at once in threads (remote files: requests; or few local files).
+_THREADS = 8
+# Local files from which the probes go to processes; how long a probe process may go without
+# answering before it is killed (its file then a row saying so).
+_PROCESSES_FROM = 256
+_QUIET_S = 120.0
+# Videos from which a terminal shows a progress bar.
+_BAR_FROM = 500
+
+
+def probe_rows(paths: Sequence[str], storage: Storage, *, processes: int | None = None,
+               kept: str | os.PathLike[str] | None = None) -> list[Row | str]:
+    """Each of ``paths`` as a ``Row``, or why it cannot be probed (a string). ``kept``: a CSV of
+    probes, read first (a row whose file's size and modification time are unchanged is used as
+    it is) and written after with every row; ``processes``: probe processes for local files
+    (None: one per usable CPU where there are many files; 1: threads in this process)."""
+    n = len(paths)
+    out: list[Row | str | None] = [None] * n
+    earlier = _read_kept(os.fspath(kept)) if kept is not None and os.path.exists(kept) else {}
+    stamps: dict[int, tuple[int, int]] = {}
+    for i, path in enumerate(paths):
+        hit = earlier.get(path)
+        if hit is not None:
+            try:
+                stamp = storage.stamp(path)
+            except Exception:  # gone or unreachable: probed again, which says why
+                continue
+            if stamp == hit[1]:
+                out[i], stamps[i] = hit[0], stamp
+    todo = [i for i in range(n) if out[i] is None]
+    for i, row in zip(todo, _probe(paths, todo, storage, processes)):
+        out[i] = row
+    rows: list[Row | str] = [r if r is not None else "not probed" for r in out]
+    if kept is not None:
+        _write_kept(os.fspath(kept), paths, rows, stamps, storage)
+    return rows
+
+
+def _probe(paths: Sequence[str], todo: list[int], storage: Storage, processes: int | None) -> Iterator[Row | str]:
+    """The rows of ``paths[todo]``, in order, probed in processes or threads."""
+    if not todo:
+        return iter(())
+    local = not any(is_remote(paths[i]) for i in todo)
+    cpus = len(os.sched_getaffinity(0))
+    count = processes if processes is not None else (cpus if local and len(todo) >= _PROCESSES_FROM else 1)
+    bar = _bar(len(todo))
+    if count <= 1 or not local:
+        with ThreadPoolExecutor(min(_THREADS, len(todo))) as pool:
+            return _counted(list(pool.map(lambda i: _row(paths[i], storage), todo)), bar)
+    rows = _in_processes([paths[i] for i in todo], storage, count, bar)
+    if bar is not None:
+        bar.close()
+    return iter(rows)
+
+
+def _in_processes(paths: list[str], storage: Storage, count: int, bar: Any) -> list[Row | str]:
+    """Rows of ``paths`` probed by ``count`` fresh interpreters (``python -m
+    shmloader.video.probing``), each handed its share through a pipe and answering a line a file
+    as it goes. A process that dies, or says nothing for ``_QUIET_S`` seconds (killed), leaves
+    its file in progress a row saying so; the rest of its share goes to a new process."""
+    out: dict[int, Row | str] = {}
+    waiting = [list(range(k, len(paths), count)) for k in range(count)]
+    running: dict[Any, tuple[subprocess.Popen[bytes], list[int], list[float]]] = {}
+    selector = selectors.DefaultSelector()
+
+    def start(share: list[int]) -> None:
+        proc = subprocess.Popen([sys.executable, "-m", "shmloader.video.probing"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(pickle.dumps((storage, [paths[i] for i in share])))
+        proc.stdin.close()
+        running[proc.stdout] = (proc, share, [time.monotonic()])
+        selector.register(proc.stdout, selectors.EVENT_READ)
+
+    def ended(stream: Any, why: str) -> None:
+        proc, share, _ = running.pop(stream)
+        selector.unregister(stream)
+        proc.kill()
+        proc.wait()
+        stream.close()
+        left = [i for i in share if i not in out]
+        if left:
+            out[left[0]] = why
+            if bar is not None:
+                bar.update(1)
+            if left[1:]:
+                start(left[1:])
+
+    try:
+        for share in waiting:
+            if share:
+                start(share)
+        while running:
+            for key, _ in selector.select(timeout=1.0):
+                proc, share, heard = running[key.fileobj]
+                line = key.fileobj.readline()  # type: ignore[union-attr]
+                if not line:
+                    ended(key.fileobj, "its probe's process died reading it (the file may crash FFmpeg)")
+                    continue
+                k, row = json.loads(line)
+                out[share[k]] = row if isinstance(row, str) else tuple(row)
+                heard[0] = time.monotonic()
+                if bar is not None:
+                    bar.update(1)
+            for stream, (_, _, heard) in list(running.items()):
+                if time.monotonic() - heard[0] > _QUIET_S:
+                    ended(stream, f"probing it took more than {_QUIET_S:.0f} s")
+    finally:
+        for stream, (proc, _, _) in list(running.items()):
+            proc.kill()
+            proc.wait()
+            stream.close()
+        selector.close()
+    return [out[i] for i in range(len(paths))]
+
+
+def _counted(rows: list[Row | str], bar: Any) -> Iterator[Row | str]:
+    if bar is not None:
+        bar.update(len(rows))
+        bar.close()
+    return iter(rows)
+
+
+def _bar(total: int) -> Any:
+    """A progress bar on a terminal (tqdm's, on stderr), where there are many videos; else None."""
+    if total < _BAR_FROM:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="video", desc="probing videos", disable=None)
+
+
+def _row(path: str, storage: Storage) -> Row | str:
+    try:
+        info = probe(storage.resolve(path), storage=storage)
+    except Exception as e:
+        return f"cannot read it: {storage.redact(str(e))}"
+    return int(info.frames), float(info.fps), int(info.height), int(info.width), float(info.duration)
+
+
+def _read_kept(kept: str) -> dict[str, tuple[Row | str, tuple[int, int]]]:
+    """path -> (its row, or why it could not be probed; the file's (size, mtime_ns) then)."""
+    out: dict[str, tuple[Row | str, tuple[int, int]]] = {}
+    with open(kept, newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                stamp = (int(row["bytes"]), int(row["mtime_ns"]))
+                frames = int(row["frames"] or 0)
+                parsed: Row | str = (frames, float(row["fps"]), int(row["height"]), int(row["width"]),
+                                     float(row["duration"])) if frames > 0 else (row["problem"] or "cannot read it")
+            except (KeyError, TypeError, ValueError):
+                continue  # not a row of ours: probed again
+            out[row["path"]] = (parsed, stamp)
+    return out
+
+
+def _write_kept(kept: str, paths: Sequence[str], rows: list[Row | str], stamps: dict[int, tuple[int, int]],
+                storage: Storage) -> None:
+    """Every row, written to a temporary file beside ``kept`` and moved over it (a run cut short
+    leaves the earlier file whole)."""
+    folder = os.path.dirname(os.path.abspath(kept))
+    fd, tmp = tempfile.mkstemp(prefix=".probes-", suffix=".csv", dir=folder)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(KEPT_COLUMNS)
+            for i, (path, row) in enumerate(zip(paths, rows)):
+                try:
+                    size, mtime = stamps[i] if i in stamps else storage.stamp(path)
+                except Exception:
+                    continue  # gone: nothing to keep
+                if isinstance(row, str):
+                    w.writerow([path, 0, "", "", "", "", size, mtime, row])
+                else:
+                    w.writerow([path, row[0], repr(row[1]), row[2], row[3], repr(row[4]), size, mtime, ""])
+        os.replace(tmp, kept)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def manifest_rows(manifest: str | os.PathLike[str], path_column: str = "path", label_column: str | None = None
+                  ) -> tuple[list[str], list[int] | None, list[Row | str]]:
+    """A ``shmloader scan`` manifest's (or a file of kept probes') paths, labels and rows, as its
+    columns give them, no file opened: a row the scan could not read says why (its ``problem``)."""
+    paths, labels, rows = [], [], []
+    for path, label, row in iter_manifest(os.fspath(manifest), path_column, label_column):
+        paths.append(path)
+        labels.append(label)
+        try:
+            frames = int(row.get("frames") or 0)
+            parsed: Row | str = (frames, float(row["fps"]), int(row["height"]), int(row["width"]),
+                                 float(row.get("duration") or frames / float(row["fps"])))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            frames, parsed = 0, ""
+        if frames < 1 or isinstance(parsed, str):
+            parsed = f"the manifest has no probe of it ({row.get('problem') or 'no frames'})"
+        rows.append(parsed)
+    return paths, None if label_column is None else [int(x) for x in labels if x is not None], rows
+
+
+def _main() -> None:
+    """A probe process: its share from stdin (pickled by the process that started it), a JSON
+    line a file on stdout, ``[position in the share, row or why not]``, as each is probed."""
+    storage, share = pickle.load(sys.stdin.buffer)
+    for k, path in enumerate(share):
+        print(json.dumps([k, _row(path, storage)]), flush=True)
+
+
+if __name__ == "__main__":
+    _main()
