@@ -67,7 +67,7 @@ def probe_rows(paths: Sequence[str], storage: Storage, *, processes: int | None 
     for i, row in zip(todo, _probe(paths, todo, storage, processes)):
         out[i] = row
     rows: list[Row | str] = [r if r is not None else "not probed" for r in out]
-    if kept is not None:
+    if kept is not None and (todo or len(earlier) != n):  # something new to keep, or rows to drop
         _write_kept(os.fspath(kept), paths, rows, stamps, storage)
     return rows
 
@@ -81,8 +81,15 @@ def _probe(paths: Sequence[str], todo: list[int], storage: Storage, processes: i
     count = processes if processes is not None else (cpus if local and len(todo) >= _PROCESSES_FROM else 1)
     bar = _bar(len(todo))
     if count <= 1 or not local:
+        rows = []
         with ThreadPoolExecutor(min(_THREADS, len(todo))) as pool:
-            return _counted(list(pool.map(lambda i: _row(paths[i], storage), todo)), bar)
+            for row in pool.map(lambda i: _row(paths[i], storage), todo):
+                rows.append(row)
+                if bar is not None:
+                    bar.update(1)
+        if bar is not None:
+            bar.close()
+        return iter(rows)
     rows = _in_processes([paths[i] for i in todo], storage, count, bar)
     if bar is not None:
         bar.close()
@@ -95,66 +102,86 @@ def _in_processes(paths: list[str], storage: Storage, count: int, bar: Any) -> l
     as it goes. A process that dies, or says nothing for ``_QUIET_S`` seconds (killed), leaves
     its file in progress a row saying so; the rest of its share goes to a new process."""
     out: dict[int, Row | str] = {}
-    waiting = [list(range(k, len(paths), count)) for k in range(count)]
-    running: dict[Any, tuple[subprocess.Popen[bytes], list[int], list[float]]] = {}
+    running: dict[int, _Prober] = {}
     selector = selectors.DefaultSelector()
 
-    def start(share: list[int]) -> None:
-        proc = subprocess.Popen([sys.executable, "-m", "shmloader.video.probing"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(pickle.dumps((storage, [paths[i] for i in share])))
-        proc.stdin.close()
-        running[proc.stdout] = (proc, share, [time.monotonic()])
-        selector.register(proc.stdout, selectors.EVENT_READ)
+    def start(shares: list[list[int]]) -> None:
+        started = [_Prober(share) for share in shares if share]  # all started, then handed their shares
+        for prober in started:
+            prober.hand(storage, [paths[i] for i in prober.share])
+            running[prober.fd] = prober
+            selector.register(prober.fd, selectors.EVENT_READ)
 
-    def ended(stream: Any, why: str) -> None:
-        proc, share, _ = running.pop(stream)
-        selector.unregister(stream)
-        proc.kill()
-        proc.wait()
-        stream.close()
-        left = [i for i in share if i not in out]
+    def ended(prober: _Prober, why: str) -> None:
+        del running[prober.fd]
+        selector.unregister(prober.fd)
+        prober.stop()
+        left = [i for i in prober.share if i not in out]
         if left:
             out[left[0]] = why
             if bar is not None:
                 bar.update(1)
-            if left[1:]:
-                start(left[1:])
+            start([left[1:]])
 
     try:
-        for share in waiting:
-            if share:
-                start(share)
+        start([list(range(k, len(paths), count)) for k in range(count)])
         while running:
             for key, _ in selector.select(timeout=1.0):
-                proc, share, heard = running[key.fileobj]
-                line = key.fileobj.readline()  # type: ignore[union-attr]
-                if not line:
-                    ended(key.fileobj, "its probe's process died reading it (the file may crash FFmpeg)")
-                    continue
-                k, row = json.loads(line)
-                out[share[k]] = row if isinstance(row, str) else tuple(row)
-                heard[0] = time.monotonic()
-                if bar is not None:
-                    bar.update(1)
-            for stream, (_, _, heard) in list(running.items()):
-                if time.monotonic() - heard[0] > _QUIET_S:
-                    ended(stream, f"probing it took more than {_QUIET_S:.0f} s")
+                prober = running[key.fd]
+                lines = prober.lines()
+                for k, row in lines or ():
+                    out[prober.share[k]] = row if isinstance(row, str) else tuple(row)
+                if bar is not None and lines:
+                    bar.update(len(lines))
+                if lines is None:
+                    ended(prober, "its probe's process died reading it (the file may crash FFmpeg)")
+            for prober in list(running.values()):
+                if time.monotonic() - prober.heard > _QUIET_S:
+                    ended(prober, f"probing it took more than {_QUIET_S:.0f} s")
     finally:
-        for stream, (proc, _, _) in list(running.items()):
-            proc.kill()
-            proc.wait()
-            stream.close()
+        for prober in running.values():
+            prober.stop()
         selector.close()
     return [out[i] for i in range(len(paths))]
 
 
-def _counted(rows: list[Row | str], bar: Any) -> Iterator[Row | str]:
-    if bar is not None:
-        bar.update(len(rows))
-        bar.close()
-    return iter(rows)
+class _Prober:
+    """One probe process: its share of the files (positions in the list being probed), what it
+    said so far, and when it last said anything."""
+
+    def __init__(self, share: list[int]) -> None:
+        self.share = share
+        self.proc = subprocess.Popen([sys.executable, "-m", "shmloader.video.probing"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        assert self.proc.stdout is not None
+        self.fd = self.proc.stdout.fileno()
+        self.heard = time.monotonic()
+        self._partial = b""
+
+    def hand(self, storage: Storage, paths: list[str]) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(pickle.dumps((storage, paths)))
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it died at once: its pipe says so next
+        self.heard = time.monotonic()
+
+    def lines(self) -> list[tuple[int, Any]] | None:
+        """The whole lines it wrote since the last call (read from the pipe itself: a buffered
+        reader would keep lines the selector cannot see); None once it has closed its end."""
+        data = os.read(self.fd, 1 << 16)
+        if not data:
+            return None
+        self.heard = time.monotonic()
+        *whole, self._partial = (self._partial + data).split(b"\n")
+        return [tuple(json.loads(line)) for line in whole]
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
 
 
 def _bar(total: int) -> Any:
