@@ -10,6 +10,12 @@ stream of the workload's videos. What reaches the training process differs, as i
   with ``video_grid_thw``) in the shared-memory ring;
 * ``shmloader-tokens``: the same with ``batch_tokens=--batch-tokens`` (as many videos as fit the
   budget; Kinetics-style files only: a long video alone nearly fills the model's budget);
+* ``limit`` (issue 68): no loader, PyAV alone in W spawned processes decoding only what each
+  plan needs (``bench/qwen_limit.py``): the frames no wanted frame references left undecoded,
+  the wanted ones converted to rgb24 at the planned size, nothing laid out; videos/s summed over
+  the processes. The most W processes of this machine make of the plans: a loader can at best
+  deliver that. Timed over ``--duration`` s from a common start once every process has read
+  one video (on every workload: a long run's loaders are timed from their start).
 * ``decord``, ``torchcodec``: ``torch.utils.data.DataLoader(dataset, num_workers=W, batch_size=1,
   collate_fn=<a list as it comes>)`` whose dataset returns ``fetch_video({"video": path, "fps":
   fps})``: qwen-vl-utils' reader (``FORCE_QWENVL_VIDEO_READER``) decodes the frames at full size,
@@ -23,12 +29,15 @@ The processor's normalisation and patch layout run later, in the trainer, in bot
 consumer reads one value of every 4 KiB of what it is handed (a stand-in for the copy to the
 GPU) and drops it.
 
-Two workloads, each written once into ``--cache``:
+Three workloads, each written once into ``--cache``:
 
 * ``kinetics``: ``--kinetics-count`` textured frame-code videos (``workloads.write_textured``) of
   ``--kinetics-seconds`` s at 340x256, 30 fps, x264 preset medium, CRF 23, its default GOP
   (Kinetics as ffmpeg's defaults re-encode it). Runs of at least ``--duration`` s after
   ``--warmup`` videos.
+* ``textured12``: ``--textured12-count`` textured videos of 12 s at 30 fps, every third at
+  1280x720 and the others at 640x360, the same encode: files as a new user would try first
+  (Qwen's plan at 2 fps: 24 frames each). Runs as the Kinetics-style ones.
 * ``long``: ``--long-count`` videos of ``--long-minutes`` min at 640x480, 30 fps, the same
   encode: a ``--long-segment``-second textured segment per video, written by the encoder once and
   repeated by remuxing (packets copied, timestamps shifted: every repeat starts at a keyframe, so
@@ -51,9 +60,11 @@ and memory sampled every 0.1 s over the whole run (main process and every proces
 A run whose processes leave less than ``--memory-floor`` GiB available is stopped (its workers
 killed) and its row says so.
 
-    python bench/qwen.py                   # ~8 minutes on 2 cores after writing the videos (~3 min once)
-    python bench/qwen.py --kinetics-count 2 --kinetics-seconds 3 --long-count 2 --long-minutes 0.25 \\
-        --long-segment 5 --duration 3 --reps 1 --no-plots --name qwen-tiny   # it runs (~1 minute)
+    python bench/qwen.py                   # ~13 minutes on 2 cores after writing the videos (~5 min once)
+    python bench/qwen.py --kinetics-count 2 --kinetics-seconds 3 --textured12-count 1 --long-count 2 \\
+        --long-minutes 0.25 --long-segment 5 --duration 3 --reps 1 --no-plots --name qwen-tiny   # it runs (~2 minutes)
+    python bench/qwen.py --workloads textured12,kinetics --arms shmloader,decord,limit \\
+        --name qwen-limit-cpu2             # issue 68's rows (~5 minutes)
 """
 
 from __future__ import annotations
@@ -73,10 +84,12 @@ from measure import Sampler, cpu_shares
 from report import fmt, fmt_ratio, table
 from workloads import kinetics_video, write_textured, written
 
-ARMS = ("shmloader", "shmloader-tokens", "decord", "torchcodec")
+ARMS = ("shmloader", "shmloader-tokens", "decord", "torchcodec", "limit")
 OURS = ("shmloader", "shmloader-tokens")
-WORKLOADS = ("kinetics", "long")
-SPEED_TARGET = 2.0  # issue 55: ours >= 2x qwen-vl-utils' videos/s at W = 2
+WORKLOADS = ("kinetics", "textured12", "long")
+# (ratio, issue): ours >= ratio x qwen-vl-utils' videos/s at W = 2
+SPEED_TARGETS = ((2.0, "issue 55"), (4.0, "issue 68"))
+LIMIT_TARGET = 0.9  # issue 68: ours >= 0.9 x the limit's videos/s at W = 2
 MEMORY_TARGET = 0.5  # issue 55: ours <= 1/2 of qwen-vl-utils' peak memory on the long videos
 # One value read of every this many bytes of what the consumer is handed: every page touched.
 _TOUCH_BYTES = 4096
@@ -87,28 +100,51 @@ def options(p) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--fps", type=float, default=2.0, help="Qwen's frame rate (fetch_video's fps)")
     p.add_argument("--arms", type=harness.names(ARMS), default=list(ARMS))
-    p.add_argument("--workloads", type=harness.names(WORKLOADS), default=list(WORKLOADS))
-    p.add_argument("--kinetics-count", type=int, default=12)
-    p.add_argument("--kinetics-seconds", type=float, default=10.0)
-    p.add_argument("--long-count", type=int, default=4)
-    p.add_argument("--long-minutes", type=float, default=5.0)
-    p.add_argument("--long-segment", type=float, default=30.0,
-                   help="seconds encoded per long video, repeated by remuxing up to --long-minutes")
+    workload_options(p)
     p.add_argument("--long-videos", type=int, default=None, help="videos a long run delivers (default: --long-count)")
     p.add_argument("--batch-tokens", type=int, default=8192, help="shmloader-tokens' budget (Kinetics-style files)")
     p.add_argument("--slots", type=int, default=None, help="shmloader's ring slots (default: the loader's own)")
-    p.add_argument("--duration", type=float, default=15.0, help="seconds measured per Kinetics-style run, at least")
-    p.add_argument("--warmup", type=int, default=2, help="videos delivered before a Kinetics-style run's window")
+    p.add_argument("--duration", type=float, default=15.0,
+                   help="seconds measured per Kinetics-style or textured12 run (and per limit run), at least")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="videos delivered before a Kinetics-style or textured12 run's window")
     p.add_argument("--torch-start", default="fork", choices=("fork", "forkserver", "spawn"),
                    help="how the DataLoader's workers start")
     p.add_argument("--memory-floor", type=float, default=1.0,
                    help="GiB: a run that leaves less memory available is stopped")
+
+
+def workload_options(p) -> None:
+    """The workloads' options (``workload_files``' videos), shared with ``bench/qwen_stages.py``."""
+    p.add_argument("--workloads", type=harness.names(WORKLOADS), default=list(WORKLOADS))
+    p.add_argument("--kinetics-count", type=int, default=12)
+    p.add_argument("--kinetics-seconds", type=float, default=10.0)
+    p.add_argument("--textured12-count", type=int, default=6)
+    p.add_argument("--long-count", type=int, default=4)
+    p.add_argument("--long-minutes", type=float, default=5.0)
+    p.add_argument("--long-segment", type=float, default=30.0,
+                   help="seconds encoded per long video, repeated by remuxing up to --long-minutes")
     p.add_argument("--cache", default=os.path.join(harness.ROOT, ".cache", "qwen"))
 
 
 # ------------------------------------------------------------------------------- videos
 def _kinetics(args, i: int) -> str:
     return kinetics_video(args.cache, i, frames=round(30 * args.kinetics_seconds))
+
+
+def _textured12(args, i: int) -> str:
+    h, w = (720, 1280) if i % 3 == 2 else (360, 640)
+    path = os.path.join(args.cache, f"textured12_{i:03d}_360f_{h}x{w}.mp4")
+    return written(path, lambda tmp: write_textured(tmp, 200 + i, frames=360, size=(h, w), fps=30, gop=0,
+                                                    options={"preset": "medium", "crf": "23"}))
+
+
+def workload_files(args, name: str) -> list[str]:
+    """The videos of workload ``name`` (``WORKLOADS``), written into ``--cache`` where missing."""
+    os.makedirs(args.cache, exist_ok=True)
+    make, count = {"kinetics": (_kinetics, args.kinetics_count), "textured12": (_textured12, args.textured12_count),
+                   "long": (_long, args.long_count)}[name]
+    return [make(args, i) for i in range(count)]
 
 
 def _long(args, i: int) -> str:
@@ -279,10 +315,11 @@ class MemorySampler(Sampler):
 
 # ---------------------------------------------------------------------------- pipelines
 class Pipeline:
-    """``next()`` gives one delivered item as (videos, bytes touched); ``pids()``; ``close()``."""
+    """``next()`` gives one delivered item as (videos, bytes touched); ``pids()``; ``close()``;
+    ``stats()``: what the loader says of the run (shmloader's ``Loader.stats()``, in part), or {}."""
 
-    def __init__(self, items, pids, close, describe: dict) -> None:
-        self.items, self.pids, self._close, self.describe = items, pids, close, describe
+    def __init__(self, items, pids, close, describe: dict, stats=dict) -> None:
+        self.items, self.pids, self._close, self.describe, self.stats = items, pids, close, describe, stats
 
     def __next__(self) -> tuple[int, int]:
         return next(self.items)
@@ -294,6 +331,12 @@ class Pipeline:
 
 def _touch(flat: np.ndarray) -> None:
     _ = flat[:: max(1, _TOUCH_BYTES // flat.itemsize)].sum()
+
+
+# What a shmloader row keeps of ``Loader.stats()``: where the workers' time goes, the decoders chosen.
+_LOADER_STATS = ("consumer_wait_fraction", "worker_busy_fraction", "samples_per_worker_s", "decord", "pyav",
+                 "decoder_fallbacks", "probes", "measured_reads", "chose_decord", "chose_pyav", "decoder_shapes",
+                 "frames_decoded", "frames_delivered", "decoded_per_frame")
 
 
 def shm_pipeline(paths: list[str], args, tokens: bool) -> Pipeline:
@@ -313,7 +356,12 @@ def shm_pipeline(paths: list[str], args, tokens: bool) -> Pipeline:
             yield len(batch["video_grid_thw"]), rows.nbytes
 
     ring = {"ring_slots": loader._nslots, "ring_mib": loader._nslots * loader._layout.slot_bytes / 2**20}
-    return Pipeline(items(), loader.worker_pids, loader.close, ring)
+
+    def stats() -> dict:
+        s = loader.stats()
+        return {k: s.get(k) for k in _LOADER_STATS}
+
+    return Pipeline(items(), loader.worker_pids, loader.close, ring, stats)
 
 
 def torch_pipeline(paths: list[str], args, backend: str) -> Pipeline:
@@ -345,45 +393,58 @@ def make_pipeline(arm: str, paths: list[str], args) -> Pipeline:
 
 # -------------------------------------------------------------------------------- runs
 def prepare(args, notes: list[str]) -> dict:
-    import av
-
-    os.makedirs(args.cache, exist_ok=True)
     files, written_s = {}, {}
-    for name, make, count in (("kinetics", _kinetics, args.kinetics_count), ("long", _long, args.long_count)):
-        if name in args.workloads:
-            t0 = time.perf_counter()
-            files[name] = [make(args, i) for i in range(count)]
-            written_s[name] = time.perf_counter() - t0
+    for name in args.workloads:
+        t0 = time.perf_counter()
+        files[name] = workload_files(args, name)
+        written_s[name] = time.perf_counter() - t0
     missing = ""
     if "torchcodec" in args.arms and importlib.util.find_spec("torchcodec") is None:
         args.arms = [a for a in args.arms if a != "torchcodec"]
         missing = ("qwen-vl-utils' torchcodec reader was not measured: torchcodec is not installed "
                    "(`make peers` installs torchcodec 0.13).")
-    plans = {}
+    plans, reads = {}, {}
     for name, paths in files.items():
-        from shmloader import qwen
+        plans[name] = _describe(name, paths, args, written_s[name], notes)
+        if "limit" in args.arms:  # what each plan needs decoded, found once here
+            from qwen_limit import plan_reads
 
-        with av.open(paths[0]) as c:
-            s = c.streams.video[0]
-            frames, shape = s.frames, f"{s.codec_context.width}x{s.codec_context.height}"
-        mb = np.median([os.path.getsize(p) * 8 / (frames / 30) / 1e6 for p in paths])
-        plan = qwen.clips(paths[:1], fps=args.fps).plans()[0]
-        plans[name] = plan
-        wrote = f"; written in {written_s[name]:.0f} s" if written_s[name] > 1 else " (in the cache)"
-        notes.append(f"{name}: {len(paths)} x {frames} frames ({frames / 30:g} s) {shape} at 30 fps, libx264 "
-                     f"preset medium CRF 23, default GOP, {mb:.2f} Mbit/s median{wrote}. Qwen's plan at "
-                     f"{args.fps:g} fps: {len(plan.indices)} frames at {plan.size[1]}x{plan.size[0]}, "
-                     f"{plan.cost} tokens a video.")
+            reads[name] = plan_reads(paths, plans[name])
     # The same frames and size as qwen-vl-utils, checked once outside the runs (its decord reader).
-    if "kinetics" in files and any(a not in OURS for a in args.arms):
+    if "kinetics" in files and any(a not in (*OURS, "limit") for a in args.arms):
         video = vision_process("decord").fetch_video({"video": files["kinetics"][0], "fps": args.fps})
-        p = plans["kinetics"]
+        p = plans["kinetics"][0]
         same = tuple(video.shape) == (len(p.indices), 3, *p.size)
         notes.append(f"fetch_video gave {tuple(video.shape)} {video.dtype} for the first Kinetics-style file, the plan "
                      f"{len(p.indices)} frames at {p.size[0]}x{p.size[1]}: {'the same' if same else 'NOT the same'}.")
     if missing:
         notes.append(missing)
-    return {"files": files, "plans": plans}
+    return {"files": files, "plans": plans, "reads": reads}
+
+
+def _describe(name: str, paths: list[str], args, written_s: float, notes: list[str]) -> list:
+    """Every video's plan (``qwen.clips``, as the main process makes it); a note per frame size
+    of the workload: the files, their encode and bit rate, Qwen's plan of them."""
+    import av
+
+    from shmloader import qwen
+
+    plans = qwen.clips(paths, fps=args.fps).plans()
+    shapes: dict[str, list[int]] = {}
+    for i, path in enumerate(paths):
+        with av.open(path) as c:
+            s = c.streams.video[0]
+            shapes.setdefault(f"{s.codec_context.width}x{s.codec_context.height}:{s.frames}", []).append(i)
+    wrote = f"; written in {written_s:.0f} s" if written_s > 1 else " (in the cache)"
+    for key, which in shapes.items():
+        shape, frames = key.split(":")
+        mb = np.median([os.path.getsize(paths[i]) * 8 / (int(frames) / 30) / 1e6 for i in which])
+        plan = plans[which[0]]
+        notes.append(f"{name}: {len(which)} x {frames} frames ({int(frames) / 30:g} s) {shape} at 30 fps, libx264 "
+                     f"preset medium CRF 23, default GOP, {mb:.2f} Mbit/s median{wrote}. Qwen's plan at "
+                     f"{args.fps:g} fps: {len(plan.indices)} frames at {plan.size[1]}x{plan.size[0]}, "
+                     f"{plan.cost} tokens a video.")
+    return plans
 
 
 def cells(args, ctx: dict) -> list[list]:
@@ -394,48 +455,77 @@ def cells(args, ctx: dict) -> list[list]:
 
 def run(cell, rep: int, args, ctx: dict) -> dict:
     workload, arm = cell
-    paths = ctx["files"][workload]
     row: dict = {"workload": workload, "arm": arm, "rep": rep, "error": None}
-    long_run = workload == "long"
-    count = (args.long_videos or len(paths)) if long_run else None
-    warmup = 0 if long_run else args.warmup
     with MemorySampler(args.memory_floor * 2**30) as sampler:
-        t0 = time.perf_counter()
-        pipe = None
-        try:
-            pipe = make_pipeline(arm, paths, args)
-            sampler.pids = pipe.pids
-            row.update(pipe.describe)
-            a = sampler.window_start() if not warmup else None
-            videos, nbytes = next(pipe)
-            row["first_s"] = time.perf_counter() - t0
-            if warmup:
-                done = videos
-                while done < 1 + warmup:
-                    done += next(pipe)[0]
-                a, videos, nbytes = sampler.window_start(), 0, 0
-            while (videos < count) if count else (time.perf_counter() - a.t < args.duration):
-                v, b = next(pipe)
-                videos, nbytes = videos + v, nbytes + b
-            b = sampler.window_end()
-            main, workers, other = cpu_shares(a, b)
-            seconds = b.t - a.t
-            row.update(videos=videos, seconds=seconds, videos_per_s=videos / seconds,
-                       cpu_s_per_video=(main + workers) / 100 * seconds / videos, main_cpu_pct=main,
-                       workers_cpu_pct=workers, other_cpu_pct=other, delivered_mib_per_video=nbytes / videos / 2**20)
-        except Exception as e:  # noqa: BLE001  one broken row must not lose the others
-            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-        finally:
-            if pipe is not None:
-                t1 = time.perf_counter()
-                pipe.close()
-                row["close_s"] = time.perf_counter() - t1
+        if arm == "limit":
+            _limit_run(row, ctx["reads"][workload], args)
+        else:
+            _pipeline_run(row, ctx["files"][workload], args, sampler)
     if sampler.tripped:
         row["error"] = (f"stopped: less than {args.memory_floor:g} GiB of memory was left available "
                         f"(its processes then held {sampler.peak_mem / 2**30:.1f} GiB)")
     row.update(peak_mem_mib=sampler.peak_mem / 2**20, peak_rss_mib=sampler.peak_sum_rss / 2**20,
                added_mem_mib=(sampler.peak_mem - sampler.base_mem) / 2**20, base_mem_mib=sampler.base_mem / 2**20)
     return row
+
+
+def _error(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+
+
+def _pipeline_run(row: dict, paths: list[str], args, sampler: MemorySampler) -> None:
+    """One run of a loader's pipeline into ``row``: a long run delivers ``--long-videos`` videos
+    from the start, the others are measured over ``--duration`` s after ``--warmup`` videos."""
+    long_run = row["workload"] == "long"
+    count = (args.long_videos or len(paths)) if long_run else None
+    warmup = 0 if long_run else args.warmup
+    t0 = time.perf_counter()
+    pipe = None
+    try:
+        pipe = make_pipeline(row["arm"], paths, args)
+        sampler.pids = pipe.pids
+        row.update(pipe.describe)
+        a = sampler.window_start() if not warmup else None
+        videos, nbytes = next(pipe)
+        row["first_s"] = time.perf_counter() - t0
+        if warmup:
+            done = videos
+            while done < 1 + warmup:
+                done += next(pipe)[0]
+            a, videos, nbytes = sampler.window_start(), 0, 0
+        while (videos < count) if count else (time.perf_counter() - a.t < args.duration):
+            v, b = next(pipe)
+            videos, nbytes = videos + v, nbytes + b
+        b = sampler.window_end()
+        main, workers, other = cpu_shares(a, b)
+        seconds = b.t - a.t
+        row.update(videos=videos, seconds=seconds, videos_per_s=videos / seconds,
+                   cpu_s_per_video=(main + workers) / 100 * seconds / videos, main_cpu_pct=main,
+                   workers_cpu_pct=workers, other_cpu_pct=other, delivered_mib_per_video=nbytes / videos / 2**20)
+        row["loader_stats"] = pipe.stats()
+    except Exception as e:  # noqa: BLE001  one broken row must not lose the others
+        row["error"] = _error(e)
+    finally:
+        if pipe is not None:
+            t1 = time.perf_counter()
+            pipe.close()
+            row["close_s"] = time.perf_counter() - t1
+
+
+def _limit_run(row: dict, reads: list, args) -> None:
+    """The limit (``qwen_limit``) into ``row``: W processes for ``--duration`` s after each has
+    read one video (its first, outside the window)."""
+    from qwen_limit import physical_limit
+
+    try:
+        res = physical_limit(reads, args.workers, args.duration, row["workload"], row["rep"])
+    except Exception as e:  # noqa: BLE001
+        row["error"] = _error(e)
+        return
+    row.update(videos=res.clips, seconds=res.seconds, videos_per_s=res.clips_per_s, first_s=res.first_batch_s,
+               cpu_s_per_video=res.cpu_ms_per_clip / 1e3, main_cpu_pct=res.main_cpu_pct,
+               workers_cpu_pct=res.workers_cpu_pct, other_cpu_pct=res.other_cpu_pct,
+               delivered_mib_per_video=float(np.mean([r.nbytes for r in reads])) / 2**20)
 
 
 METRICS = ("videos_per_s", "first_s", "cpu_s_per_video", "workers_cpu_pct", "main_cpu_pct", "other_cpu_pct",
@@ -453,16 +543,8 @@ def finish(doc: dict, runs: list[dict], args, ctx: dict) -> None:
                 key = f"{w}: {ours} / {them}"
                 doc["ratios"][key] = {m: report.ratio(runs, {"workload": w, "arm": ours}, {"workload": w, "arm": them}, m)
                                       for m in ("videos_per_s", "peak_mem_mib")}
-                if ours != "shmloader":
-                    continue
-                speed, mem = doc["ratios"][key]["videos_per_s"], doc["ratios"][key]["peak_mem_mib"]
-                doc["targets"].append({"target": f"{w}, videos/s, shmloader / {them} >= {SPEED_TARGET:g}",
-                                       "ratio": speed and speed["ratio"],
-                                       "met": bool(speed and speed["ratio"] >= SPEED_TARGET)})
-                if w == "long":
-                    doc["targets"].append({"target": f"long, peak memory, shmloader / {them} <= {MEMORY_TARGET:g}",
-                                           "ratio": mem and mem["ratio"],
-                                           "met": bool(mem and mem["ratio"] <= MEMORY_TARGET)})
+                if ours == "shmloader":
+                    doc["targets"] += _targets(w, them, doc["ratios"][key])
     for w in args.workloads:
         for arm in OURS:
             ring = next((r for r in runs if r["workload"] == w and r["arm"] == arm and "ring_mib" in r), None)
@@ -475,9 +557,34 @@ def finish(doc: dict, runs: list[dict], args, ctx: dict) -> None:
                          + "; ".join(sorted({f"{r['workload']}/{r['arm']}: {r['error']}" for r in errors}))]
 
 
+def _targets(workload: str, them: str, ratios: dict) -> list[dict]:
+    """The targets shmloader / ``them`` on ``workload`` answers: the speed targets against
+    qwen-vl-utils, the share of the limit, the memory of long videos."""
+    speed, mem = ratios["videos_per_s"], ratios["peak_mem_mib"]
+    if them == "limit":
+        goals = [(f"{workload}, videos/s, shmloader / limit >= {LIMIT_TARGET:g} (issue 68)", speed, LIMIT_TARGET)]
+    else:
+        goals = [(f"{workload}, videos/s, shmloader / {them} >= {t:g} ({issue})", speed, t) for t, issue in SPEED_TARGETS]
+    out = [{"target": name, "ratio": r and r["ratio"], "met": bool(r and r["ratio"] >= t)} for name, r, t in goals]
+    if workload == "long" and them != "limit":
+        out.append({"target": f"long, peak memory, shmloader / {them} <= {MEMORY_TARGET:g}",
+                    "ratio": mem and mem["ratio"], "met": bool(mem and mem["ratio"] <= MEMORY_TARGET)})
+    return out
+
+
 ABOUT = {"shmloader": "shmloader, `batch_size=1`", "shmloader-tokens": "shmloader, `batch_tokens={tokens}`",
          "decord": "qwen-vl-utils `fetch_video`, decord reader, torch DataLoader",
-         "torchcodec": "qwen-vl-utils `fetch_video`, torchcodec reader, torch DataLoader"}
+         "torchcodec": "qwen-vl-utils `fetch_video`, torchcodec reader, torch DataLoader",
+         "limit": "limit: PyAV alone, the plans' frames only, W processes (no loader)"}
+
+
+def _about(w: str, c: dict) -> str:
+    if w == "kinetics":
+        return f"Kinetics-style: {c['kinetics_count']} x {c['kinetics_seconds']:g} s, 340x256"
+    if w == "textured12":
+        n = c.get("textured12_count", 0)
+        return f"Textured 12-s files: {n - n // 3} x 640x360 and {n // 3} x 1280x720, 30 fps"
+    return f"Long videos: {c['long_count']} x {c['long_minutes']:g} min, 640x480"
 
 
 def markdown(doc: dict) -> str:
@@ -485,7 +592,8 @@ def markdown(doc: dict) -> str:
     c = doc["config"]
     lines += [(f"W={c['workers']} worker processes, Qwen's frames at {c['fps']:g} fps and its default pixel budget. "
                "shmloader delivers uint8 patch rows in shared memory; qwen-vl-utils float32 frames `[n, 3, H, W]` "
-               "(the processor's normalising and patching run later, in the trainer, for both). Medians (min–max) "
+               "(the processor's normalising and patching run later, in the trainer, for both)"
+               f"{'; the limit keeps rgb24 frames in its own processes' if 'limit' in c['arms'] else ''}. Medians (min–max) "
                f"over {c['reps']} interleaved repetitions; memory: the peak over the run of the processes' own "
                "memory (PSS without shared memory) plus their shared memory counted once, main process and workers."),
               ""]
@@ -499,35 +607,63 @@ def markdown(doc: dict) -> str:
                         f"{fmt(s.get('first_s'), 1)} | {fmt(s.get('cpu_s_per_video'), 2)} | "
                         f"{fmt(s.get('peak_mem_mib'), 0, comma=True)} | {fmt(s.get('added_mem_mib'), 0, comma=True)} | "
                         f"{fmt(s.get('peak_rss_mib'), 0, comma=True)} | {fmt(s.get('delivered_mib_per_video'), 1)} |")
-        about = (f"Kinetics-style: {c['kinetics_count']} x {c['kinetics_seconds']:g} s, 340x256" if w == "kinetics" else
-                 f"Long videos: {c['long_count']} x {c['long_minutes']:g} min, 640x480")
-        lines += [f"## {about}", ""]
+        lines += [f"## {_about(w, c)}", ""]
         lines += table("| pipeline | videos/s | first video s | CPU s/video | peak memory MiB | added MiB | "
                        "summed RSS MiB | delivered MiB/video |", rows)
         lines += [""]
     if doc["ratios"]:
-        lines += table("| shmloader / qwen-vl-utils | videos/s | peak memory |",
+        lines += table("| shmloader / qwen-vl-utils or the limit | videos/s | peak memory |",
                        [f"| {k} | {fmt_ratio(r['videos_per_s'])} | {fmt_ratio(r['peak_mem_mib'])} |"
                         for k, r in doc["ratios"].items()])
         lines += [""]
     lines += report.target_lines(doc["targets"])
+    lines += ["", *_per_rep(doc)]
     lines += ["", ("`added`: the peak less the main process's own memory before the run (its imports: torch, "
                    "qwen-vl-utils, shmloader). `summed RSS`: every process's RSS added up, shared pages once per "
-                   "process (for comparison). `delivered`: bytes the training process is handed per video."), ""]
+                   "process (for comparison). `delivered`: bytes the training process is handed per video "
+                   "(the limit: its frames' rgb24 bytes)."), ""]
     return "\n".join(lines + report.tail(doc))
+
+
+def _per_rep(doc: dict) -> list[str]:
+    """Videos/s of every run, by repetition; shmloader's own view of its runs (``Loader.stats()``)."""
+    runs, reps = doc["runs"], range(doc["config"]["reps"])
+    cells = sorted({(r["workload"], r["arm"]) for r in runs}, key=lambda k: (k[0], ARMS.index(k[1])))
+
+    def value(w: str, a: str, rep: int) -> str:
+        r = next((r for r in runs if (r["workload"], r["arm"], r["rep"]) == (w, a, rep)), None)
+        return "–" if r is None or r.get("error") or "videos_per_s" not in r else f"{r['videos_per_s']:.2f}"
+
+    lines = ["## Every run", ""]
+    lines += table("| workload | pipeline | " + " | ".join(f"rep {k + 1} videos/s" for k in reps) + " |",
+                   [f"| {w} | {a} | " + " | ".join(value(w, a, k) for k in reps) + " |" for w, a in cells])
+    seen = [r for r in runs if r.get("loader_stats")]
+    if seen:
+        lines += ["", ("shmloader's `Loader.stats()` at the end of each run: consumer wait, each worker's busy "
+                       "share, decodes by decord / PyAV, decoded frames per delivered frame."), ""]
+        for r in seen:
+            s = r["loader_stats"]
+            busy = "/".join(f"{b:.2f}" for b in s.get("worker_busy_fraction") or [])
+            dpf = s.get("decoded_per_frame")
+            lines.append(f"- {r['workload']}, {r['arm']}, rep {r['rep'] + 1}: wait {s.get('consumer_wait_fraction', 0):.2f}, "
+                         f"busy {busy}, decord {s.get('decord')} / pyav {s.get('pyav')}, "
+                         f"{'–' if dpf is None else format(dpf, '.2f')} decoded per delivered frame")
+    return lines
 
 
 def plot(doc: dict, folder: str, name: str) -> list[str]:
     plt = report.pyplot()
     c = doc["config"]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    panels = [("kinetics", "videos_per_s", "Kinetics-style: videos/s"), ("long", "videos_per_s", "long: videos/s"),
-              ("long", "peak_mem_mib", "long: peak memory, GiB")]
-    for ax, (w, metric, title) in zip(axes, panels):
+    panels = [(w, "videos_per_s", f"{w}: videos/s") for w in c["workloads"]]
+    if "long" in c["workloads"]:
+        panels.append(("long", "peak_mem_mib", "long: peak memory, GiB"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
+    for ax, (w, metric, title) in zip(axes[0], panels):
         arms = [a for a in c["arms"] if doc["summary"].get(w, {}).get(a, {}).get(metric)]
         scale = 1 / 1024 if metric == "peak_mem_mib" else 1
         spreads = [{k: (v * scale if k != "n" else v) for k, v in doc["summary"][w][a][metric].items()} for a in arms]
-        report.bars(ax, arms, spreads, ["#3182bd" if a in OURS else "#bdbdbd" for a in arms], horizontal=True)
+        colors = ["#3182bd" if a in OURS else "black" if a == "limit" else "#bdbdbd" for a in arms]
+        report.bars(ax, arms, spreads, colors, horizontal=True)
         ax.set_title(title)
     fig.tight_layout()
     return [report.savefig(fig, folder, f"{name}.png")]
