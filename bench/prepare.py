@@ -208,10 +208,11 @@ def _alone(s: dict, args, wl: Workload, res) -> float | None:
                                   frame_step=wl.frame_step, clips_per_video=CLIPS_PER_VIDEO, size=wl.size,
                                   sampling="random").reader()
     step = reader_step(reader, len(clips.paths), CLIPS_PER_VIDEO)
-    warm = dict(reader.frames)
+    warm = reader.counters()
     run_timed(step, args.alone_duration, res)
-    delivered = reader.frames["frames_delivered"] - warm["frames_delivered"]
-    return (reader.frames["frames_decoded"] - warm["frames_decoded"]) / delivered if delivered else None
+    now = reader.counters()
+    delivered = now["frames_delivered"] - warm["frames_delivered"]
+    return (now["frames_decoded"] - warm["frames_decoded"]) / delivered if delivered else None
 
 
 def run(cell, rep: int, args, ctx: dict) -> dict:

@@ -58,6 +58,8 @@ _GROUP_WINDOW_BATCHES = 4
 # batch keeps the ring needed to keep them all busy (and its memory) 4x smaller.
 _WORKERS_PER_RUN = 8
 _TASKS_PER_BATCH = 4
+# A bucketed source is refused when none of its first epochs holds a batch.
+_CHECKED_EPOCHS = 4
 
 
 class Loader:
@@ -65,8 +67,8 @@ class Loader:
 
     Iterating yields dicts of numpy arrays with a leading batch axis: views into shared
     memory, valid for as long as you hold them (see NOTE [ Slot lease ] in ``engine.ring``).
-    ``len(loader)`` is the number of batches per epoch (with ``batch_tokens``, of the epoch it starts
-    in: each epoch's order cuts its own); ``epochs=None`` repeats forever.
+    ``len(loader)`` is the number of batches per epoch (with ``batch_tokens`` or buckets, of the epoch
+    being read, or after a pass the next one: each epoch cuts its own); ``epochs=None`` repeats forever.
     ``span_epochs=True`` cuts batches across epoch ends (``repeat().batch()``): every batch is
     whole but the last of a run, and ``len(loader)`` is the batches of ``epochs`` epochs.
 
@@ -189,8 +191,8 @@ class Loader:
 
     # ----------------------------------------------------------------- public
     def __len__(self) -> int:
-        if not self._plan.span_epochs:
-            return self._plan.batches_per_epoch(self._start[0])
+        if not self._plan.span_epochs:  # with a budget or buckets, the coming epoch's own count
+            return self._plan.batches_per_epoch(self._engine.upcoming_epoch)
         if self._epochs is None:
             raise TypeError("a loader with span_epochs=True and epochs=None has no length: its batches "
                             "run on across epochs for ever")
@@ -275,7 +277,7 @@ class Loader:
         """
         stats = self._engine.stats(usable_cpus())
         if self._buckets is not None:  # samples no bucket held in the epoch under way (all shards')
-            stats["left_out"] = self._plan.left_out(int(stats.get("epoch", 0)))
+            stats["left_out"] = self._plan.left_out(int(stats.get("epoch", self._start[0])))
         return stats
 
     def stats_line(self) -> str:
@@ -346,7 +348,7 @@ class Loader:
         """
         if not self._ordered:
             raise LoaderError("state() needs ordered=True: unordered delivery has no resumable position")
-        delivered = self._engine.counters["batches"]
+        delivered = int(self._engine.counters["batches"])
         done = delivered if consumed is None else int(consumed)
         if not 0 <= done <= delivered:
             raise ValueError(f"consumed={consumed} but only {delivered} batches were delivered")
@@ -399,12 +401,16 @@ def _check_has_batches(plan: EpochPlan, epochs: int | None) -> None:
     n = plan.samples_per_epoch()
     if plan.span_epochs:
         has_batches = n and (epochs is None or plan.batches_per_pass(epochs))
-    else:
-        has_batches = plan.batches_per_epoch()
+    else:  # a bucketed plan's epochs each hold their own batches: one of the first few will do
+        has_batches = any(plan.batches_per_epoch(e) for e in range(_CHECKED_EPOCHS if plan.buckets is not None else 1))
     if has_batches:
         return
     index, count = plan.shard
     where = f" in shard {index} of {count}" if count > 1 else ""
+    if plan.buckets is not None:
+        raise ValueError(f"no batch{where} in the first {_CHECKED_EPOCHS} epochs: no video fits a bucket often enough "
+                         "to fill its batch (too few pixels or frames for every bucket, or chances too low; "
+                         "drop_remainder=True drops a bucket's short batch)")
     if not n:
         raise ValueError(f"no samples{where}: the loader would deliver no batch")
     if plan.span_epochs:

@@ -256,13 +256,16 @@ class _HostBuffers:
         base = np.frombuffer(mem, np.uint8)
         # Each array at its field's place in the buffer, in the batch's own shape (a field of rows
         # holds this batch's rows; a bucketed source's, its bucket's shape: within the room).
-        at = {f.name: f.offset for f in self._layout.fields}
+        at = {f.name: f for f in self._layout.fields}
         out: dict[str, Any] = {}
         for name, a in batch.items():
             if a.dtype == object:  # str from the main process (captions): a list
                 out[name] = a.tolist()
                 continue
-            view = base[at[name] : at[name] + a.nbytes].view(a.dtype).reshape(a.shape)
+            f = at[name]
+            if a.nbytes > f.nbytes:
+                raise ValueError(f"batch field {name!r} of {a.nbytes} bytes does not fit its room ({f.nbytes})")
+            view = base[f.offset : f.offset + a.nbytes].view(a.dtype).reshape(a.shape)
             np.copyto(view, a)
             out[name] = torch.from_numpy(view)
         self._lent.watch(base, mem)

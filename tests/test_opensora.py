@@ -355,10 +355,31 @@ def test_an_evaluation_pass_keeps_every_video_in_its_largest_bucket(files, tmp_p
     assert [evaluation.table.names[k].split()[:2] for k in ids[:5]] == [["96px", "17x96x96"]] * 5
     assert evaluation.table.names[ids[8]].startswith("64px 1x")
     with eval_loader(v, workers=1) as loader:
-        got = {}
+        got, seen = {}, []
         for b in loader:
             for i, frames, caption in zip(b["index"].tolist(), b["frames"], b["caption"].tolist()):
-                got.setdefault(i, (frames.tolist(), caption))
-    assert sorted(got) == [0, 1, 2, 3, 4, 5, 6, 8] and got[8] == ([0], "a still")
+                got[i] = (frames.tolist(), caption)
+                seen.append(i)
+    assert sorted(seen) == [0, 1, 2, 3, 4, 5, 6, 8] and got[8] == ([0], "a still")  # each once: no padding
     # 17 frames every 2nd of 40: the window of 34 starts at the middle of [0, 5]
     assert got[0][0] == np.linspace(2, 35, 17).astype(int).tolist()
+
+
+def test_an_epoch_no_batch_holds_is_passed_over_not_the_end_of_the_run(files):
+    """Each epoch draws its buckets: with a chance of 0.5 and drop_remainder=True an epoch may hold
+    no whole batch; the run goes on to the next epochs, and len(loader) follows each epoch's count."""
+    _, paths, _ = files
+    v = opensora.clips(paths[:5], bucket_config={"96px": {17: (0.5, 3)}})
+
+    def counts(seed: int) -> list[int]:
+        return [len(bucket_plan(v.assign(seed, e), v.table.batch_sizes, seed=seed, epoch=e, shuffle=True,
+                                drop_remainder=True, shard=(0, 1))[1]) - 1 for e in range(6)]
+
+    seed = next(s for s in range(200) if 0 in counts(s)[1:5] and counts(s)[0] and counts(s)[5])
+    want = counts(seed)
+    with Loader(v, shuffle=True, seed=seed, epochs=6, workers=1, drop_remainder=True) as loader:
+        assert len(loader) == want[0]
+        assert sum(1 for _ in loader) == sum(want)
+    with Loader(v, shuffle=True, seed=seed, epochs=1, workers=1, drop_remainder=True) as loader:
+        for epoch in range(3):
+            assert len(loader) == want[epoch] and sum(1 for _ in loader) == want[epoch]

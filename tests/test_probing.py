@@ -79,7 +79,7 @@ def test_kept_probes_are_reused_while_their_file_is_unchanged(folder, tmp_path):
     with pytest.warns(UserWarning, match="1 of 4 videos left out"):
         first = qwen.clips(paths, on_error="skip", probes=kept)
     rows = {row["path"]: row for row in csv.DictReader(open(kept))}
-    assert sorted(rows) == sorted(paths) and rows[paths[3]]["frames"] == "0" and "cannot read it" in rows[paths[3]]["problem"]
+    assert sorted(rows) == sorted(paths[:3])  # a file that could not be probed is tried again next time
     assert [int(rows[p]["frames"]) for p in paths[:3]] == [30, 45, 60]
     # a kept row is used as it is: one saying 12 frames plans 12 (no probe read the file again)
     rows[paths[0]]["frames"] = "12"

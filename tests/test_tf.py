@@ -194,7 +194,9 @@ def test_keras_checkpoint_callback_resumes_exactly(videos, tmp_path):
     with shmloader.Loader(clips, **kw) as loader:
         tiny_model().fit(loader.as_dataset(prefetch=3).map(xy), epochs=1, steps_per_epoch=len(loader), verbose=0,
                          shuffle=False, callbacks=[LoaderCheckpoint(loader, str(state_file))])
-        assert loader.stats()["batches"] > len(loader)  # prefetch ran ahead of training
+        # prefetch runs ahead of training where the machine lets it (not always on a busy one):
+        # the state counts the batches Keras trained on either way
+        assert loader.stats()["batches"] >= len(loader)
     state = json.loads(state_file.read_text())
     assert (state["epoch"], state["batch"]) == (1, 0)
     with shmloader.Loader(clips, **kw, state=state) as loader:

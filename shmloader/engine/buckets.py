@@ -48,6 +48,9 @@ class Buckets:
     shapes: dict[str, np.ndarray]
     names: tuple[str, ...]
     assign: Callable[[int, int], np.ndarray] = field(compare=False)
+    pad: bool = True
+    """Pad each bucket's last batch with repeats (training); False: leave it short (evaluation:
+    every sample once)."""
 
     def __post_init__(self) -> None:
         k = len(self.batch_sizes)
@@ -73,11 +76,11 @@ class Bucketed(Protocol):
 
 
 def bucket_plan(ids: np.ndarray, batch_sizes: np.ndarray, *, seed: int, epoch: int, shuffle: bool,
-                drop_remainder: bool, shard: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+                drop_remainder: bool, shard: tuple[int, int], pad: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """One epoch's order of samples and where each batch starts in it (and the order's end), for
     samples in buckets ``ids`` (``-1``: none) of ``batch_sizes``, served to ``shard`` (index,
-    count): NOTE [ Buckets ]."""
-    rng = seeded((seed, epoch, 1 << 20)) if shuffle else None  # apart from the sample streams
+    count): NOTE [ Buckets ]. ``pad=False``: a bucket's last batch is left short instead."""
+    rng = seeded((seed, epoch, 0, 1)) if shuffle else None  # apart from every sample's stream (seed, epoch, i)
     ids = np.asarray(ids, np.int64)
     members = np.argsort(ids, kind="stable")
     counts = np.bincount(ids[ids >= 0], minlength=len(batch_sizes))
@@ -89,11 +92,11 @@ def bucket_plan(ids: np.ndarray, batch_sizes: np.ndarray, *, seed: int, epoch: i
         left = count % size
         if left and drop_remainder:
             mine = mine[: count - left]
-        elif left:
+        elif left and pad:
             mine = np.resize(mine, count + size - left)  # the bucket's first samples again
         if rng is not None:
             mine = rng.permutation(mine)
-        batches.extend(mine.reshape(-1, size))
+        batches.extend(np.split(mine, range(size, len(mine), size)) if len(mine) else [])
     access = rng.permutation(len(batches)) if rng is not None else np.arange(len(batches))
     index, shards = shard
     left = len(access) % shards

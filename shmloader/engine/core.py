@@ -107,6 +107,7 @@ class Engine:
         self._stats = dict(batches=0, samples=0, skipped=0, dropped=0, copied=0,
                            consumer_wait_s=0.0, worker_busy_s=0.0, worker_restarts=0, epoch=0,
                            decoded=0, tasks=0, **dict.fromkeys(COUNTS, 0))
+        self.counters: dict[str, Any] = self._stats  # the loader's counts, read by state()
         self._last_liveness = time.monotonic()
         # (epoch, sample, reason) of the most recent skips; the count of all is in stats().
         self.skipped: Skips = Skips(maxlen=SKIPS_KEPT)
@@ -114,7 +115,7 @@ class Engine:
                                 drop_remainder=drop_remainder, describe=source.describe,
                                 stats=self._stats, skipped=self.skipped, run=run)
         self._rows = [f for f in layout.fields if f.offsets]  # fields of rows
-        if self._rows:
+        if self._rows or plan.buckets is not None:  # a bucketed source's samples take their bucket here too
             self._sizes, self._sched.placed = sizes, self._place
 
     def close(self) -> None:
@@ -132,13 +133,13 @@ class Engine:
         """Has the plan handed out a batch yet?"""
         return bool(self._sched.seq)
 
-    @property
-    def counters(self) -> dict[str, Any]:
-        return self._stats
-
     def start_at(self, start: tuple[int, int]) -> None:
         """Begin the stream at (epoch, batch) instead; before the first batch."""
         self._sched.start_at(start)
+
+    @property
+    def upcoming_epoch(self) -> int:  # the epoch being cut, or the next pass's first (Scheduler.upcoming)
+        return self._sched.upcoming
 
     def set_plan(self, plan: EpochPlan) -> None:
         self._plan = self._sched.plan = plan

@@ -46,6 +46,7 @@ class EpochPlan:
         self.costs, self.budget = costs, budget
         self.buckets = buckets
         self._cuts: dict[int, np.ndarray] = {}
+        self._counts: dict[int, int] = {}  # each epoch's batch count, once cut
         self._bucketed: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         if buckets is not None:
             for what, bad in (("batch_tokens=", budget is not None), ("span_epochs=True", span_epochs),
@@ -144,7 +145,8 @@ class EpochPlan:
             if ids.shape != (self.num_samples,):
                 raise ValueError(f"the source's buckets assigned {ids.shape} samples, it has {self.num_samples}")
             order, cuts = bucket_plan(ids, self.buckets.batch_sizes, seed=self.seed, epoch=epoch,
-                                      shuffle=self.shuffle, drop_remainder=self.drop_remainder, shard=self.shard)
+                                      shuffle=self.shuffle, drop_remainder=self.drop_remainder, shard=self.shard,
+                                      pad=self.buckets.pad)
             if len(self._bucketed) > 2:  # the epoch being cut, and one a late refill or state() may read
                 del self._bucketed[min(self._bucketed)]
             got = self._bucketed[epoch] = (ids, order, cuts)
@@ -214,9 +216,13 @@ class EpochPlan:
         return cuts
 
     def batches_per_epoch(self, epoch: int = 0) -> int:
-        """Batches an epoch holds (with a budget, ``epoch``'s own: orders differ)."""
+        """Batches an epoch holds (with a budget or buckets, ``epoch``'s own: orders differ; kept,
+        so that ``state()`` counting through many epochs cuts none of them again)."""
         if self.cut:
-            return len(self.cuts(epoch)) - 1
+            count = self._counts.get(epoch)
+            if count is None:
+                count = self._counts[epoch] = len(self.cuts(epoch)) - 1
+            return count
         n, b = self.samples_per_epoch(), self.batch_size
         return n // b if self.drop_remainder else -(-n // b)
 

@@ -51,6 +51,9 @@ _REASONS_QUOTED = 3
 _SKIPS_LOGGED = 5
 # Samples named in the error for a worker that died on a task of several.
 _SAMPLES_NAMED = 8
+# Epochs in a row without a batch after which a bucketed plan is refused (each epoch draws its
+# samples' buckets anew: one may hold none where another holds some).
+_EMPTY_EPOCHS = 100
 
 
 Cursor = EpochCursor | StreamCursor
@@ -156,6 +159,13 @@ class Scheduler:
     def epoch(self) -> int | None:
         return None if self._cursor is None else self._cursor.epoch
 
+    @property
+    def upcoming(self) -> int:
+        """The epoch being cut, or after a finished pass the one the next pass begins with."""
+        if self._cursor is None:
+            return self._start[0]
+        return self._cursor.epoch + 1 if self.plan_done and not self.inflight else self._cursor.epoch
+
     def start_at(self, start: tuple[int, int]) -> None:
         """Where the stream begins (epoch, batch); only before the first batch is planned."""
         assert not self.seq, "the plan has begun"
@@ -183,15 +193,23 @@ class Scheduler:
                 first = 0 if self._epochs is None or self._pass_end is None else self._pass_end - self._epochs
                 cur = self._cursor = StreamCursor(self.plan, start, first, self._pass_end)
             return cur if cur.has_batch() else None
+        empty = 0  # epochs in a row without a batch (a bucketed plan's: each epoch draws its own)
         while cur is None or not cur.has_batch():
             epoch = self._start[0] if cur is None else cur.epoch + 1
-            if (self._pass_end is not None and epoch >= self._pass_end) or (cur is not None and cur.limit == 0):
+            if (self._pass_end is not None and epoch >= self._pass_end) or (
+                    cur is not None and cur.limit == 0 and not self.plan.cut):
                 return None
             fresh = self._cursor = EpochCursor(self.plan, epoch)
             if cur is None:  # resuming mid-epoch: the batches before were delivered already
                 fresh.seek(self._start[1])
-            if fresh.limit == 0:  # fewer samples than one batch, none kept
+            if fresh.limit == 0 and not self.plan.cut:  # fewer samples than one batch, none kept
                 return None
+            if fresh.limit == 0:
+                empty += 1
+                if empty >= _EMPTY_EPOCHS:
+                    raise LoaderError(f"{empty} epochs in a row from epoch {epoch - empty + 1} hold no batch: no "
+                                      "sample fits its bucket's batch (too few samples, chances too low, or "
+                                      "drop_remainder=True dropping them all)")
             if self.plan.group > 1:
                 self._groups[epoch] = _Groups(fresh, self.plan)
             cur = fresh

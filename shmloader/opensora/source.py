@@ -154,7 +154,7 @@ class VideoBuckets:
         lengths = self.table.shapes[:, :1]
         return Buckets(batch_sizes=self.table.batch_sizes, rows={"video": t * h * w, "frames": t, "times": t},
                        shapes={"video": self.table.shapes, "frames": lengths, "times": lengths},
-                       names=self.table.names, assign=self.assign)
+                       names=self.table.names, assign=self.assign, pad=not self.centred)
 
     def assign(self, seed: int, epoch: int) -> np.ndarray:
         """Every sample's bucket in ``epoch`` under ``seed`` (``-1``: none holds it)."""
@@ -167,9 +167,9 @@ class VideoBuckets:
         return [(int(self.positions[i]), self.describe(i)) for i in np.flatnonzero(self.assign(seed, epoch) < 0).tolist()]
 
     def for_eval(self) -> VideoBuckets:
-        """This dataset as ``eval_loader`` reads it: every video in the largest bucket that holds
-        it (each length kept with certainty, no skipping), its frames from the middle of the
-        window's range rather than a seeded place."""
+        """This dataset as ``eval_loader`` reads it: every video once, in the largest bucket that
+        holds it (each length kept with certainty, no skipping), its frames from the middle of the
+        window's range rather than a seeded place; a bucket's last batch short, not padded."""
         copy = VideoBuckets.__new__(VideoBuckets)
         copy.__dict__.update(self.__dict__)
         copy.table, copy.centred = self.table.certain(), True
@@ -249,11 +249,14 @@ class BucketReader:
 
     def __init__(self, videos: VideoBuckets) -> None:
         self.clips = videos
+        self._assigned: tuple[int, int, np.ndarray] | None = None  # the last (seed, epoch)'s buckets
 
     def read(self, samples: Sequence[int], *, seed: int = 0, epoch: int = 0) -> dict[str, np.ndarray]:
         vc, spec = self.clips, self.clips.spec()
         buckets = vc.buckets()
-        ids = vc.assign(seed, epoch)
+        if self._assigned is None or self._assigned[:2] != (seed, epoch):  # a task's samples share them
+            self._assigned = (seed, epoch, vc.assign(seed, epoch))
+        ids = self._assigned[2]
         outs = []
         for s in (int(s) for s in samples):
             if not 0 <= s < len(vc):

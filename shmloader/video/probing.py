@@ -48,7 +48,7 @@ def probe_rows(paths: Sequence[str], storage: Storage, *, processes: int | None 
                kept: str | os.PathLike[str] | None = None) -> list[Row | str]:
     """Each of ``paths`` as a ``Row``, or why it cannot be probed (a string). ``kept``: a CSV of
     probes, read first (a row whose file's size and modification time are unchanged is used as
-    it is) and written after with every row; ``processes``: probe processes for local files
+    it is) and written after with every video probed (a failure is probed again next time); ``processes``: probe processes for local files
     (None: one per usable CPU where there are many files; 1: threads in this process)."""
     n = len(paths)
     out: list[Row | str | None] = [None] * n
@@ -67,7 +67,7 @@ def probe_rows(paths: Sequence[str], storage: Storage, *, processes: int | None 
     for i, row in zip(todo, _probe(paths, todo, storage, processes)):
         out[i] = row
     rows: list[Row | str] = [r if r is not None else "not probed" for r in out]
-    if kept is not None and (todo or len(earlier) != n):  # something new to keep, or rows to drop
+    if kept is not None and (any(not isinstance(rows[i], str) for i in todo) or len(earlier) != len(stamps)):
         _write_kept(os.fspath(kept), paths, rows, stamps, storage)
     return rows
 
@@ -81,12 +81,7 @@ def _probe(paths: Sequence[str], todo: list[int], storage: Storage, processes: i
     count = processes if processes is not None else (cpus if local and len(todo) >= _PROCESSES_FROM else 1)
     bar = _bar(len(todo))
     if count <= 1 or not local:
-        rows = []
-        with ThreadPoolExecutor(min(_THREADS, len(todo))) as pool:
-            for row in pool.map(lambda i: _row(paths[i], storage), todo):
-                rows.append(row)
-                if bar is not None:
-                    bar.update(1)
+        rows = _in_threads([paths[i] for i in todo], storage, bar)
         if bar is not None:
             bar.close()
         return iter(rows)
@@ -94,6 +89,16 @@ def _probe(paths: Sequence[str], todo: list[int], storage: Storage, processes: i
     if bar is not None:
         bar.close()
     return iter(rows)
+
+
+def _in_threads(paths: list[str], storage: Storage, bar: Any = None) -> list[Row | str]:
+    rows = []
+    with ThreadPoolExecutor(min(_THREADS, len(paths))) as pool:
+        for row in pool.map(lambda p: _row(p, storage), paths):
+            rows.append(row)
+            if bar is not None:
+                bar.update(1)
+    return rows
 
 
 def _in_processes(paths: list[str], storage: Storage, count: int, bar: Any) -> list[Row | str]:
@@ -117,7 +122,12 @@ def _in_processes(paths: list[str], storage: Storage, count: int, bar: Any) -> l
         selector.unregister(prober.fd)
         prober.stop()
         left = [i for i in prober.share if i not in out]
-        if left:
+        if left and not prober.said:  # it never got going (no interpreter, no shmloader): no file's fault
+            for i, row in zip(left, _in_threads([paths[i] for i in left], storage)):
+                out[i] = row
+            if bar is not None:
+                bar.update(len(left))
+        elif left:
             out[left[0]] = why
             if bar is not None:
                 bar.update(1)
@@ -151,8 +161,11 @@ class _Prober:
 
     def __init__(self, share: list[int]) -> None:
         self.share = share
+        # The parent's sys.path: a script or notebook may have found shmloader by a path it added.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self.proc = subprocess.Popen([sys.executable, "-m", "shmloader.video.probing"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+        self.said = False  # has it answered for a file yet
         assert self.proc.stdout is not None
         self.fd = self.proc.stdout.fileno()
         self.heard = time.monotonic()
@@ -175,6 +188,7 @@ class _Prober:
             return None
         self.heard = time.monotonic()
         *whole, self._partial = (self._partial + data).split(b"\n")
+        self.said = self.said or bool(whole)
         return [tuple(json.loads(line)) for line in whole]
 
     def stop(self) -> None:
@@ -228,13 +242,13 @@ def _write_kept(kept: str, paths: Sequence[str], rows: list[Row | str], stamps: 
             w = csv.writer(f)
             w.writerow(KEPT_COLUMNS)
             for i, (path, row) in enumerate(zip(paths, rows)):
+                if isinstance(row, str):
+                    continue
                 try:
                     size, mtime = stamps[i] if i in stamps else storage.stamp(path)
                 except Exception:
                     continue  # gone: nothing to keep
-                if isinstance(row, str):
-                    w.writerow([path, 0, "", "", "", "", size, mtime, row])
-                else:
+                if not isinstance(row, str):  # a failure is not kept: it may pass next time (a timeout)
                     w.writerow([path, row[0], repr(row[1]), row[2], row[3], repr(row[4]), size, mtime, ""])
         os.replace(tmp, kept)
     except BaseException:
