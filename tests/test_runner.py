@@ -224,3 +224,22 @@ def test_ctrl_c_ends_every_worker_once(tmp_path):
     assert p.returncode == 130 and err.strip() == "stopped", err
     assert out.split() == ["0", "1"]
     assert not psutil.wait_procs(kids, timeout=10)[1]
+
+
+def test_a_stop_hands_back_the_answers_not_given_yet(tmp_path):
+    """The caller stops reading (a Ctrl-C in its loop) while later items have answered already:
+    their outcomes go to ``answered``, in order, so that what their tries made is listed (prepare
+    writes their rows); a try still running is ended, not waited for."""
+    folder = str(tmp_path)
+    backend = ProcessBackend(2, 4)
+    late: list[Outcome] = []
+    items = [Work(square, (folder, 0), meta=0), Work(square, (folder, 1, 0.2), meta=1),
+             Work(square, (folder, 2, 30.0), meta=2)]
+    outcomes = run(items, backend, timeout=None, answered=late)
+    assert next(outcomes).value == 0
+    deadline = time.monotonic() + 20
+    while tries(folder, 2) == 0 and time.monotonic() < deadline:  # item 1 answered, item 2 running
+        time.sleep(0.02)
+    time.sleep(0.5)
+    outcomes.close()
+    assert [(o.meta, o.value) for o in late] == [(1, 1)]

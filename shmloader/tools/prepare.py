@@ -274,14 +274,17 @@ def _prepare_files(sources, out, spec: CopySpec, workers: int | None, timeout: f
         backend = ProcessBackend(min(workers or usable_cpus(), max(1, len(todo))), _IN_FLIGHT)
     attempt = prepare_tagged if tagged else prepare_one
     work = (Work(attempt, (item, spec, storage), meta=item) for item in todo)
+    late: list[Outcome] = []  # answered as a stop came: their copies are whole, their rows still written
     try:
         with tqdm(total=len(listed), initial=len(rows), unit=" files", desc="prepare", disable=not progress) as bar, \
-                contextlib.closing(run(work, backend, timeout)) as outcomes:
+                contextlib.closing(run(work, backend, timeout, answered=late)) as outcomes:
             for outcome in outcomes:
                 rows[outcome.meta.source] = _row(outcome, spec, storage)
                 bar.update(1)
     finally:
         with held():  # the workers are gone (the runner's stop): what they left, then the manifest
+            for outcome in late:
+                rows.setdefault(outcome.meta.source, _row(outcome, spec, storage))
             remove_temporaries(todo, tagged)
             _write(manifest, listed, rows, earlier)
     summary: dict[str, Any] = {"manifest": manifest, "rows": 0, "prepared": 0, "kept": 0, "unreadable": 0,

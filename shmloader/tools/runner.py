@@ -136,11 +136,13 @@ class _Try:
 
 
 def run(items: Iterable[Work | Ready], backend: Backend, timeout: float | None,
-        reuse: int = 0) -> Generator[Outcome, None, None]:
+        reuse: int = 0, answered: list[Outcome] | None = None) -> Generator[Outcome, None, None]:
     """Each item's outcome, in input order (NOTE [ Running per-file work ]): a Work's answer,
     or a Failure after its retry; a Ready's value. ``timeout``: seconds a try may run from when
     it is the oldest unanswered one (None: no limit). Closing the iterator early, or a stop
-    while it waits, ends the tries in flight (``backend.close``)."""
+    while it waits, ends the tries in flight (``backend.close``); ``answered`` then gets the
+    outcomes of the tries that had answered but were not given back yet (a copy finished just
+    as the stop came, whose row the caller still writes)."""
     source = iter(items)
     waiting: collections.deque[tuple[Work | Ready, _Try | None]] = collections.deque()
     recent: collections.OrderedDict[str, _Try] = collections.OrderedDict()
@@ -187,6 +189,10 @@ def run(items: Iterable[Work | Ready], backend: Backend, timeout: float | None,
             oldest = None
     finally:
         with held():  # NOTE [ A stop that leaves every output whole ]: no worker left writing
+            if answered is not None:
+                for handle in backend.wait(list(flying), 0):  # answered already, not waited for
+                    settle(handle)
+                answered += [_outcome(item, t) for item, t in waiting if t is None or (t.done and _stands(t, backend))]
             backend.close()
 
 
