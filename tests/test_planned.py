@@ -66,6 +66,43 @@ def test_each_video_its_own_frames_decoded_at_the_planned_size(lengths_videos):
     assert seen == {0: 4, 1: 6, 2: 6, 3: 6}
 
 
+@dataclass(frozen=True)
+class Repeating(Uniform):
+    """``n`` frames spread over the video even where it has fewer (frames repeat)."""
+
+    def plan(self, video: Video) -> Planned:
+        indices = np.linspace(0, video.frames - 1, self.n).round().astype(np.int64)
+        return Planned(indices=indices, size=self.size, rows={"video": self.n}, cost=self.n)
+
+
+@dataclass(frozen=True)
+class InParts(Repeating):
+    """``Repeating``, its rows filled three frames at a time as they are decoded."""
+
+    part = 3
+
+    def fill_part(self, frames, k, planned, out) -> None:
+        assert len(frames) == min(3, self.n - 3 * k)
+        out["video"][3 * k : 3 * k + len(frames)] = frames
+
+    def fill(self, frames, planned, video, out) -> None:
+        assert frames is None
+
+
+@pytest.mark.parametrize("decoder", ["pyav", "decord"])
+def test_a_recipe_filled_in_parts_gets_the_frames_a_whole_read_gives(lengths_videos, decoder):
+    """Parts of 3 of 8 planned frames (the last one short), repeats where a video has 4 frames, the
+    frames of every part as decoded whole, by either decoder."""
+    paths, _ = lengths_videos
+    size = (64, 128)  # a width decord's copy can produce
+    whole = PlannedVideos(paths, None, Repeating(n=8, size=size), decoder=decoder).reader().read([0, 1, 3])
+    parts = PlannedVideos(paths, None, InParts(n=8, size=size), decoder=decoder).reader().read([0, 1, 3])
+    for a, b in zip(whole["video"], parts["video"]):
+        assert a.shape == (8, 64, 128, 3)
+        np.testing.assert_array_equal(a, b)
+    assert whole["frames"][0].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
 def test_a_video_that_cannot_be_planned_or_read_is_named(lengths_videos, tmp_path):
     paths, _ = lengths_videos
 

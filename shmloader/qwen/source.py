@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -27,6 +27,8 @@ class Recipe:
     model: str = "qwen2.5-vl"
     options: tuple[tuple[str, Any], ...] = ()
     audio_rate: int | None = None
+    # Frames a temporal patch takes: its rows are filled as soon as they are decoded.
+    part: ClassVar[int] = FRAME_FACTOR
 
     def spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         patch = _model(self.model)[0]
@@ -52,9 +54,15 @@ class Recipe:
             rows["audio"] = bound(video.duration, self.audio_rate)
         return Planned(indices=p.indices, size=(p.height, p.width), rows=rows, cost=p.tokens, extra=p)
 
-    def fill(self, frames: np.ndarray, planned: Any, video: Any, out: dict[str, np.ndarray]) -> None:
+    def fill_part(self, frames: np.ndarray, k: int, planned: Any, out: dict[str, np.ndarray]) -> None:
+        """The rows of temporal patch ``k`` from its frames."""
+        _, gh, gw = planned.extra.grid_thw
+        patches(frames, model=self.model, out=out["pixel_values_videos"][k * gh * gw : (k + 1) * gh * gw])
+
+    def fill(self, frames: np.ndarray | None, planned: Any, video: Any, out: dict[str, np.ndarray]) -> None:
         p = planned.extra
-        patches(frames, model=self.model, out=out["pixel_values_videos"])
+        if frames is not None:
+            patches(frames, model=self.model, out=out["pixel_values_videos"])
         out["video_grid_thw"][:] = p.grid_thw
         out["second_per_grid_ts"][...] = p.second_per_grid_ts
         if self.audio_rate is not None:

@@ -19,7 +19,7 @@ import numpy as np
 from ..engine.native_log import damage_seen
 from .audio import read_audio
 from .audiobytes import audio_only, audio_ranges
-from .decoders import DecoderLimit
+from .decoders import DecoderLimit, FrameSink
 from .decord import Decord
 from .measuring import Measuring, Shape, decode_cost, measurable, timed
 from .probe import VideoInfo, probe
@@ -240,7 +240,16 @@ class Decoding:
 
     def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
                out: np.ndarray | None = None) -> np.ndarray:
-        """Frames ``frames`` (ascending, unique) of the video at ``size`` (None: as shown)."""
+        """Frames ``frames`` (ascending, unique) of the video at ``size`` (None: as shown), in
+        ``out`` where it has their shape."""
+        return cast(np.ndarray, self._decode(info, size, frames, out))
+
+    def decode_to(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray, sink: FrameSink) -> None:
+        """``decode``, each frame handed to ``sink`` as it comes out (``video.decoders.FrameSink``)."""
+        self._decode(info, size, frames, sink)
+
+    def _decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
+                out: np.ndarray | FrameSink | None) -> np.ndarray | FrameSink:
         name = info.decoder if self._choice == "auto" else self._choice
         if info.media is not None and info.media.remote:
             name = "pyav"  # decord reads whole local files only (refused up front for decoder="decord")

@@ -22,13 +22,16 @@ from types import ModuleType
 
 import numpy as np
 
-from .decoders import DecoderLimit, scratch
+from .decoders import DecoderLimit, FrameSink, scratch
 from .probe import VideoInfo
 
 __all__ = ["Decord", "import_decord"]
 
 # Files whose keyframes decord's index gave (a scan manifest's rows hold none) kept per worker.
 _KEYFRAMES_KEPT = 1024
+# Frames one get_batch call decodes for a FrameSink: the reader goes on from where it stopped, so
+# reading in parts decodes no frame twice and holds a few frames rather than the whole read.
+_SINK_FRAMES = 8
 
 
 def import_decord() -> ModuleType:
@@ -81,7 +84,7 @@ class Decord:
         self.keyframes: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
 
     def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
-               out: np.ndarray | None = None) -> np.ndarray:
+               out: np.ndarray | FrameSink | None = None) -> np.ndarray | FrameSink:
         if size is None:
             reader = self._decord.VideoReader(info.path, num_threads=self._threads)
         else:
@@ -91,6 +94,12 @@ class Decord:
                 self.keyframes[info.path] = np.asarray(reader.get_key_indices(), np.int64)
                 if len(self.keyframes) > _KEYFRAMES_KEPT:
                     self.keyframes.popitem(last=False)
+            if isinstance(out, FrameSink):
+                for at in range(0, len(frames), _SINK_FRAMES):
+                    part = self._copied(reader.get_batch(frames[at : at + _SINK_FRAMES].tolist()), None)
+                    for i, frame in enumerate(part):
+                        out[at + i] = frame
+                return out
             nd = reader.get_batch(frames.tolist())
         except self._decord.DECORDError as e:
             if "size must exactly match" in str(e):  # decord cannot copy rows of this width out
@@ -98,6 +107,11 @@ class Decord:
             raise
         finally:
             del reader  # an idle reader keeps decoding ahead in its own thread
+        assert not isinstance(out, FrameSink)
+        return self._copied(nd, out)
+
+    def _copied(self, nd, out: np.ndarray | None) -> np.ndarray:
+        """decord's frames in ``out`` where it has their shape, else in the scratch buffer."""
         shape = tuple(int(x) for x in nd.shape)
         dest = out if out is not None and out.shape == shape else scratch(self, shape)
         self._copy(nd, dest.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(dest.nbytes))

@@ -8,7 +8,10 @@ The main process probes every video once (or takes a scan manifest's rows) to pl
 before the first read, so a loader can cut batches by cost; a worker plans its video again, with
 the frames' timestamps, and the two agree because the plan is a function of the same probe.
 Frames are decoded at the planned size by the file's decoder (decord or PyAV, as
-``video.probe`` chooses), never at full size and resized afterwards.
+``video.probe`` chooses), never at full size and resized afterwards. A recipe that fills its rows
+a few frames at a time (``Recipe.part``: Qwen's temporal patches) is handed them as they come out
+of the decoder (``Parts``), so a worker holds a part's frames, not the plan's (an hour-long video's
+768 frames would be half a GiB).
 
 What clips have, planned videos have by the same keywords (``video.reading.Reading``): local files
 or fsspec URLs read by byte range with ``storage_options`` and ``fetch``, ``decoder``,
@@ -24,7 +27,7 @@ import hashlib
 import os
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -32,6 +35,7 @@ from .._checks import check_choice
 from ..engine.skips import ON_ERROR
 from ..engine.source import Sizes, Spec
 from .arguments import checked_labels, checked_paths, path_list, renamed_threads
+from .decoders import FrameSink
 from .decoding import Decoding
 from .measuring import ChoiceLog, Cut, Measuring, measures
 from .reading import Reading
@@ -40,7 +44,7 @@ from .probe import VideoInfo
 from .probing import Row, manifest_rows, probe_rows
 from .storage import Storage
 
-__all__ = ["Planned", "PlannedReader", "PlannedVideos", "Recipe", "Video", "as_video", "left_out", "manifest_videos", "probe_videos"]
+__all__ = ["Parts", "Planned", "PlannedReader", "PlannedVideos", "Recipe", "Video", "as_video", "left_out", "manifest_videos", "probe_videos"]
 
 # Files named in a warning or an error about the videos left out; the rest are counted (all of
 # them are in ``skipped``).
@@ -83,7 +87,11 @@ class Planned:
 
 
 class Recipe(Protocol):
-    """What a family of models makes of a video (``shmloader.qwen.Recipe``)."""
+    """What a family of models makes of a video (``shmloader.qwen.Recipe``).
+
+    A recipe may also have ``part`` (an int) and ``fill_part(frames, k, planned, out)``: then the
+    planned frames ``[k * part, (k + 1) * part)`` (fewer for the last part) are handed to
+    ``fill_part`` as soon as they are decoded, and ``fill`` gets ``frames=None`` for the rest."""
 
     def spec(self) -> Spec:
         """The recipe's own fields (fields of rows with first dimension -1)."""
@@ -91,8 +99,53 @@ class Recipe(Protocol):
     def plan(self, video: Video) -> Planned:
         """The video's plan; a ValueError in words where the video cannot give one."""
 
-    def fill(self, frames: np.ndarray, planned: Planned, video: Video, out: dict[str, np.ndarray]) -> None:
-        """Write the recipe's fields of a sample from its decoded ``frames`` ``[n, h, w, 3]``."""
+    def fill(self, frames: np.ndarray | None, planned: Planned, video: Video, out: dict[str, np.ndarray]) -> None:
+        """Write the recipe's fields of a sample from its decoded ``frames`` ``[n, h, w, 3]``
+        (None where ``fill_part`` had them)."""
+
+
+class Parts(FrameSink):
+    """Takes a read's frames as the decoder puts them out and hands ``fill(frames, k)`` each part
+    of ``part`` planned frames as soon as it is whole. ``where[p]``: the read's frame that planned
+    position ``p`` shows (ascending; a frame may fill several positions). A frame that comes before
+    its turn is kept until then; a decoder's second pass starts the parts again."""
+
+    def __init__(self, where: np.ndarray, size: tuple[int, int], part: int,
+                 fill: Callable[[np.ndarray, int], None]) -> None:
+        self._where, self._part, self._fill = where, part, fill
+        self.shape = (int(where[-1]) + 1 if len(where) else 0, *size, 3)
+        self._buf = np.empty((part, *size, 3), np.uint8)
+        self._pos = 0  # the next planned position to fill
+        self._early: dict[int, np.ndarray] = {}
+
+    def __setitem__(self, j: int, frame: np.ndarray) -> None:
+        if j == 0 and self._pos:
+            self._pos, self._early = 0, {}  # the read again from the start
+        want = int(self._where[self._pos]) if self._pos < len(self._where) else len(self._where)
+        if j < want:
+            raise RuntimeError(f"the decoder put out frame {j} of the read twice")
+        if j > want:
+            self._early[j] = np.array(frame)
+            return
+        self._take(j, frame)
+        while self._pos < len(self._where) and int(self._where[self._pos]) in self._early:
+            self._take(int(self._where[self._pos]), self._early.pop(int(self._where[self._pos])))
+
+    def _take(self, j: int, frame: np.ndarray) -> None:
+        while self._pos < len(self._where) and self._where[self._pos] == j:
+            k, r = divmod(self._pos, self._part)
+            self._buf[r] = frame
+            self._pos += 1
+            if r == self._part - 1:
+                self._fill(self._buf, k)
+
+    def finish(self) -> None:
+        """Hand over the last part where it is short of frames."""
+        if self._pos < len(self._where):
+            raise RuntimeError(f"the decoder put out {self._pos} of the read's {len(self._where)} planned frames")
+        k, r = divmod(self._pos, self._part)
+        if r:
+            self._fill(self._buf[:r], k)
 
 
 class PlannedVideos:
@@ -265,9 +318,17 @@ class PlannedVideos:
         union, where = np.unique(planned.indices, return_inverse=True)
         if self.remote:  # the bytes of every frame decoded, in one round of requests
             self._decoding.prefetch([(info, union, None)])
-        decoded = self._decoding.decode(info, planned.size, union)
+        part = getattr(self.recipe, "part", 0)
+        frames: np.ndarray | None = None
+        if part:
+            parts = Parts(where.reshape(-1), planned.size, part,
+                          lambda got, k: self.recipe.fill_part(got, k, planned, out))  # type: ignore[attr-defined]
+            self._decoding.decode_to(info, planned.size, union, parts)
+            parts.finish()
+        else:
+            decoded = self._decoding.decode(info, planned.size, union)
+            frames = decoded if np.array_equal(union, planned.indices) else decoded[where.reshape(-1)]
         self._decoding.count(union, self._decoding.keyframes(info), len(planned.indices))
-        frames = decoded if np.array_equal(union, planned.indices) else decoded[where.reshape(-1)]
         self.recipe.fill(frames, planned, video, out)
         out["frames"][:] = planned.indices
         assert video.times is not None

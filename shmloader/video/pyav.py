@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .decoders import scratch
+from .decoders import FrameSink, scratch
 from .media import Media
 from .packets import index_of
 from .probe import SKIPS_NONREF, VideoInfo, probe
@@ -130,7 +130,7 @@ class PyAV:
         return 0.0 if s.start_time is None else float(s.start_time * s.time_base)
 
     def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
-               out: np.ndarray | None = None) -> np.ndarray:
+               out: np.ndarray | FrameSink | None = None) -> np.ndarray | FrameSink:
         h, w = size if size is not None else (info.height, info.width)
         turns = info.rotation // 90
         shape = (len(frames), h, w, 3)
@@ -153,8 +153,8 @@ class PyAV:
             raise ValueError(f"the file ends at frame {cut[0]} of the {cut[1]} its index lists (truncated?); "
                              f"{first_line(e, 160)}") from e
 
-    def _decode(self, info: VideoInfo, frames: np.ndarray, dest: np.ndarray, sw: int, sh: int,
-                turns: int) -> np.ndarray:
+    def _decode(self, info: VideoInfo, frames: np.ndarray, dest: np.ndarray | FrameSink, sw: int, sh: int,
+                turns: int) -> np.ndarray | FrameSink:
         got, damaged = np.zeros(len(frames), bool), []
         # Seeking by timestamps, a container is kept open for the next clip: opening parses the
         # whole index (2.7 ms for a 30 000-frame MP4). Counting from the start needs a fresh one.
