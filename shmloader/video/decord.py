@@ -19,6 +19,7 @@ import collections
 import ctypes
 import sys
 from types import ModuleType
+from typing import overload
 
 import numpy as np
 
@@ -83,6 +84,12 @@ class Decord:
         # ``Loader.stats()`` counts frames decoded per delivered frame from
         self.keyframes: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
 
+    @overload
+    def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
+               out: np.ndarray | None = None) -> np.ndarray: ...
+    @overload
+    def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
+               out: FrameSink) -> FrameSink: ...
     def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
                out: np.ndarray | FrameSink | None = None) -> np.ndarray | FrameSink:
         if size is None:

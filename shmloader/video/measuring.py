@@ -37,7 +37,7 @@ import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -214,7 +214,9 @@ class Measuring:
                          "reads": dict(t.reads)} for k, t in self._trials.items()}
 
 
-def timed(fn: Callable[[], np.ndarray]) -> tuple[np.ndarray, float]:
+_T = TypeVar("_T")
+
+def timed(fn: Callable[[], _T]) -> tuple[_T, float]:
     """``fn()`` and the process CPU seconds it took."""
     t0 = time.process_time()
     got = fn()

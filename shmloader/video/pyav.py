@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -129,6 +129,12 @@ class PyAV:
         s = self.container(info).streams.video[0]
         return 0.0 if s.start_time is None else float(s.start_time * s.time_base)
 
+    @overload
+    def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
+               out: np.ndarray | None = None) -> np.ndarray: ...
+    @overload
+    def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
+               out: FrameSink) -> FrameSink: ...
     def decode(self, info: VideoInfo, size: tuple[int, int] | None, frames: np.ndarray,
                out: np.ndarray | FrameSink | None = None) -> np.ndarray | FrameSink:
         h, w = size if size is not None else (info.height, info.width)
