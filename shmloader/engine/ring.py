@@ -3,8 +3,19 @@
 The main process creates the segment and is its only owner; workers attach to the file
 descriptor they inherit and never create or free anything. The segment has no name
 (``memfd_create``, or ``O_TMPFILE`` inside a directory the user picks), so nothing is left in
-``/dev/shm`` whatever kills us; its pages are reserved up front so that a small shared-memory
-mount fails here, with a clear error, instead of raising SIGBUS on first touch.
+``/dev/shm`` whatever kills us; its pages are reserved by the main process before any worker
+writes them, so that a small shared-memory mount fails with a clear error instead of raising
+SIGBUS on first touch.
+
+NOTE [ Slots of several sizes ]
+A slot of samples of several sizes (fields of rows) has room for the largest batch the plan can
+make, while most batches are smaller: whole videos range from seconds to an hour. Its pages are
+therefore reserved batch by batch (``Ring.fit``, when the main process writes a batch's offsets,
+before any task goes out): each field of rows is backed up to the rows this batch holds, and the
+pages past them are given back (``MADV_REMOVE``), so the ring takes what its batches in flight
+hold rather than slots times the largest. A batch larger than the slot's last costs the kernel
+zeroing its new pages once (a few ms for tens of MB); fields of a fixed size stay reserved from
+the start.
 
 NOTE [ Slot lease ]
 TensorFlow does not copy the arrays a ``from_generator`` generator yields: the tensor aliases
@@ -164,6 +175,33 @@ def rows_capacity(sizes: Any, batch_size: int, budget: int | None) -> dict[str, 
     return out
 
 
+def _row_bytes(f: Field) -> int:
+    return math.prod(f.shape) * f.dtype.itemsize
+
+
+def _fixed_ranges(layout: Layout) -> list[tuple[int, int]]:
+    """(offset, length) within a slot of everything but its fields of rows: reserved up front."""
+    out, at = [], 0
+    for f in sorted((f for f in layout.fields if f.offsets), key=lambda f: f.offset):
+        if f.offset > at:
+            out.append((at, f.offset - at))
+        at = max(at, f.offset + f.nbytes)
+    if layout.slot_bytes > at:
+        out.append((at, layout.slot_bytes - at))
+    return out
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(offset, length) ranges with those that touch made one."""
+    out: list[tuple[int, int]] = []
+    for offset, length in ranges:
+        if out and out[-1][0] + out[-1][1] == offset:
+            out[-1] = (out[-1][0], out[-1][1] + length)
+        else:
+            out.append((offset, length))
+    return out
+
+
 def _available_memory() -> int:
     """The memory available now: the one figure both checks below read (a test pins it)."""
     return psutil.virtual_memory().available
@@ -179,7 +217,8 @@ def memory_for_ring(shm_dir: str | None) -> int:
     return available
 
 
-def _create_segment(nbytes: int, shm_dir: str | None) -> int:
+def _create_segment(nbytes: int, shm_dir: str | None, reserve: list[tuple[int, int]]) -> int:
+    """The segment, ``reserve``'s (offset, length) ranges reserved."""
     available = _available_memory()
     if nbytes > available:
         raise LoaderError(f"the ring needs {nbytes / 2**30:.2f} GiB but only {available / 2**30:.2f} GiB "
@@ -193,22 +232,28 @@ def _create_segment(nbytes: int, shm_dir: str | None) -> int:
     try:
         os.fchmod(fd, 0o600)  # ours alone, even through /proc/<pid>/fd
         os.ftruncate(fd, nbytes)
-        os.posix_fallocate(fd, 0, nbytes)  # ftruncate reserves nothing: see module docstring
+        for offset, length in reserve:
+            os.posix_fallocate(fd, offset, length)  # ftruncate reserves nothing: see module docstring
     except OSError as e:
         os.close(fd)
-        if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
-            where = "memory for shared segments" if shm_dir is None else f"space in {shm_dir}"
-            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-            if e.errno == errno.EFBIG and limit != resource.RLIM_INFINITY:
-                # A file size limit (ulimit -f) applies to memfd and tmpfs files too.
-                where += f" under this process's file size limit (ulimit -f: {limit / 2**20:.1f} MiB)"
-            raise LoaderError(
-                f"not enough {where}: the ring needs {nbytes / 2**20:.1f} MiB "
-                f"({os.strerror(e.errno)}). Use fewer slots or a smaller batch, or give the "
-                f"container more shared memory (docker run --shm-size=...)"
-            ) from e
+        raise _no_room(e, shm_dir, f"the ring needs {nbytes / 2**20:.1f} MiB") from e
+    except BaseException:
+        os.close(fd)
         raise
     return fd
+
+
+def _no_room(e: OSError, shm_dir: str | None, need: str) -> Exception:
+    """What to raise for ``e`` met reserving pages: a LoaderError in words where there was no room."""
+    if e.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+        return e
+    where = "memory for shared segments" if shm_dir is None else f"space in {shm_dir}"
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if e.errno == errno.EFBIG and limit != resource.RLIM_INFINITY:
+        # A file size limit (ulimit -f) applies to memfd and tmpfs files too.
+        where += f" under this process's file size limit (ulimit -f: {limit / 2**20:.1f} MiB)"
+    return LoaderError(f"not enough {where}: {need} ({os.strerror(e.errno)}). Use fewer slots or a smaller "
+                       "batch, or give the container more shared memory (docker run --shm-size=...)")
 
 
 class Ring:
@@ -218,7 +263,13 @@ class Ring:
         self.layout = layout
         self.slots = slots
         self.nbytes = layout.slot_bytes * slots
-        self.fd = _create_segment(self.nbytes, shm_dir)
+        self._shm_dir = shm_dir
+        # NOTE [ Slots of several sizes ]: fields of rows are reserved batch by batch (fit).
+        self._rows = [f for f in layout.fields if f.offsets]
+        self._backed = [[0] * len(self._rows) for _ in range(slots)]  # bytes reserved per slot, field
+        fixed = _fixed_ranges(layout)
+        self.fd = _create_segment(self.nbytes, shm_dir, _merged([(s * layout.slot_bytes + a, n) for s in range(slots)
+                                                                 for a, n in fixed]))
         self._mm: mmap.mmap | None = mmap.mmap(self.fd, self.nbytes)
         whole = np.frombuffer(self._mm, np.uint8)
         self.address = whole.ctypes.data
@@ -227,6 +278,28 @@ class Ring:
         self.slot_views = [layout.views(buf) for buf in self.slot_bufs]
         del whole
         self._leases = Returns()
+
+    def fit(self, slot: int, n: int) -> None:
+        """Back each field of rows of ``slot`` up to the rows of its ``n`` samples (their offsets
+        are written), giving back the pages past them (NOTE [ Slots of several sizes ])."""
+        assert self._mm is not None, "the ring is closed"
+        views, base = self.slot_views[slot], slot * self.layout.slot_bytes
+        for i, f in enumerate(self._rows):
+            need = min(f.nbytes, -(-int(views[f.offsets][n]) * _row_bytes(f) // _PAGE) * _PAGE)
+            have = self._backed[slot][i]
+            if need > have:
+                try:
+                    os.posix_fallocate(self.fd, base + f.offset + have, need - have)
+                except OSError as e:
+                    raise _no_room(e, self._shm_dir, f"a batch of {n} samples needs "
+                                   f"{(need - have) / 2**20:.1f} MiB more for {f.name!r}") from e
+            elif need < have:
+                # Whole pages only: the field's first page may hold the field before it.
+                start = -(-(base + f.offset + need) // _PAGE) * _PAGE
+                end = (base + f.offset + have) // _PAGE * _PAGE
+                if end > start:
+                    self._mm.madvise(mmap.MADV_REMOVE, start, end - start)
+            self._backed[slot][i] = need
 
     def lease(self, slot: int, n: int) -> dict[str, np.ndarray]:
         """Arrays for the first ``n`` samples of ``slot``; the slot comes back when they die.

@@ -90,6 +90,14 @@ class Decoding:
             d = self._decoders[name] = Decord(self._threads) if name == "decord" else PyAV(self._threads, self.storage)
         return d
 
+    def close_file(self, path: str) -> None:
+        """Close what is kept open of ``path`` for a next read (PyAV's container, and its
+        decoder's frames: tens of MB at 720p), where none is due soon: a whole video is read
+        once an epoch."""
+        pyav = self._decoders.get("pyav")
+        if pyav is not None:
+            cast(PyAV, pyav).forget(path)
+
     def keyframes(self, info: VideoInfo) -> np.ndarray:
         """The keyframes a pass over ``info``'s file decoded from: the probe's; else (a scan
         manifest's row) those decord's index gave where decord read it, or frame 0 alone, where

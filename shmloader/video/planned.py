@@ -329,6 +329,7 @@ class PlannedVideos:
             decoded = self._decoding.decode(info, planned.size, union)
             frames = decoded if np.array_equal(union, planned.indices) else decoded[where.reshape(-1)]
         self._decoding.count(union, self._decoding.keyframes(info), len(planned.indices))
+        self._decoding.close_file(info.path)
         self.recipe.fill(frames, planned, video, out)
         out["frames"][:] = planned.indices
         assert video.times is not None
