@@ -45,7 +45,10 @@ _DEPTH = 2
 _CONSUMER_HELD = 6
 # Samples of several sizes (a whole video's frames): a slot can take hundreds of MB, and their
 # consumers (a torch training step) hold the batch in hand and one ahead; more is slots= away.
+# Such a sample takes a worker tens of ms to minutes, so one task a worker keeps it busy (a
+# reply's round trip is well under a ms): no second task queued behind it (bench/results/qwen-slots-cpu2).
 _HELD_ROWS = 2
+_DEPTH_ROWS = 1
 # Share of the memory (or of shm_dir's free space) a default ring may take: the rest is for the
 # training process, TensorFlow's buffers and the batches a consumer copies or keeps.
 _RING_MEMORY_SHARE = 0.5
@@ -169,8 +172,10 @@ class Loader:
         if slots is None:
             # A grouped source's shuffle window must fit in the ring besides the usual slots.
             window = -(-self._plan.window * group // batch_size) + 1 if group > 1 else 0
+            rows = capacity is not None
             slots = _default_slots(nworkers, batch_size, self._layout.slot_bytes, shm_dir, extra=window,
-                                  run=run if group == 1 else 1, held=_HELD_ROWS if capacity is not None else _CONSUMER_HELD)
+                                   run=run if group == 1 else 1, held=_HELD_ROWS if rows else _CONSUMER_HELD,
+                                   depth=_DEPTH_ROWS if rows else _DEPTH)
         self._nslots = slots
         self._log_every = log_every
         self._last_log = time.monotonic()
@@ -422,10 +427,12 @@ def _check_has_batches(plan: EpochPlan, epochs: int | None) -> None:
 
 
 def _default_slots(workers: int, batch_size: int, slot_bytes: int, shm_dir: str | None,
-                   extra: int = 0, run: int = 1, held: int = _CONSUMER_HELD) -> int:
+                   extra: int = 0, run: int = 1, held: int = _CONSUMER_HELD, depth: int = _DEPTH) -> int:
     """Enough slots to keep every worker busy and cover what a consumer holds, as long as they
     take at most ``_RING_MEMORY_SHARE`` of the memory the ring would live in; never fewer than 2."""
-    filling = -(-workers * _DEPTH * run // batch_size) + 1  # _DEPTH tasks of `run` samples each
+    filling = -(-workers * depth * run // batch_size)  # `depth` tasks of `run` samples each
+    if depth > 1:
+        filling += 1  # a batch the queued tasks have begun besides
     usual = filling + held + 1 + extra
     fit = int(memory_for_ring(shm_dir) * _RING_MEMORY_SHARE // slot_bytes)
     if fit >= usual:

@@ -4,6 +4,7 @@ every sample once an epoch, resume, skips, and the adapters (torch, tf.data), th
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -92,6 +93,54 @@ def test_batch_size_caps_a_budgeted_batch_and_the_ring_is_sized_from_the_budget(
         assert loader.layout.capacity("x") == 20
         assert loader.element_spec["x"] == ((None, 3), np.dtype(np.uint8))
         assert loader.element_spec["x_offsets"] == ((None,), np.dtype(np.int64))
+
+
+class Pages(Ragged):
+    """``Ragged`` with rows of a page each: sample 0 holds 300 of them, the others 1 to 5."""
+
+    def __init__(self, n: int = 12) -> None:
+        super().__init__(n)
+        self.rows[0] = 300
+
+    def spec(self):
+        return {"x": ((-1, 4096), np.uint8), "t": ((-1,), np.float32), "id": ((), np.int64)}
+
+    def read(self, i, rng, out) -> None:
+        out["x"][:] = i + 1
+        out["t"][:] = i * 100 + np.arange(2 * self.rows[i])
+        out["id"][...] = i
+
+
+def ring_bytes() -> int:
+    """The bytes this process's ring segment has taken (pages allocated, not its size)."""
+    sizes = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:shmloader"):
+                st = os.fstat(int(fd))
+                sizes[st.st_dev, st.st_ino] = st.st_blocks * 512
+        except OSError:
+            pass
+    assert len(sizes) == 1, sizes
+    return next(iter(sizes.values()))
+
+
+def test_the_ring_holds_its_batches_rows_not_slots_times_the_largest():
+    """Slots have room for the 1.2 MB sample; the ring takes what the batches in it hold, pages
+    given back and taken again as small and large samples pass through a slot, rows intact."""
+    src = Pages()
+    with shmloader.Loader(src, batch_size=1, workers=2, slots=6, shuffle=True, seed=1, epochs=4) as loader:
+        room = loader.layout.slot_bytes * 6
+        taken, ids = [], []
+        for batch in loader:
+            ids += [int(i) for i in batch["id"]]
+            x = np.asarray(batch["x"])
+            assert len(x) == src.rows[ids[-1]] and (x == ids[-1] + 1).all()
+            np.testing.assert_array_equal(batch["t"], ids[-1] * 100 + np.arange(2 * src.rows[ids[-1]]))
+            taken.append(ring_bytes())
+    assert sorted(ids) == sorted(list(range(12)) * 4)
+    assert max(taken) >= 300 * 4096  # the large sample's pages were there while it was in the ring
+    assert max(taken) < room / 2, (max(taken), room)  # never all slots at its size
 
 
 def test_resume_mid_epoch_gives_the_rest_of_the_stream():

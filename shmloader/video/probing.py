@@ -10,6 +10,7 @@ own files' rows with it.
 
 from __future__ import annotations
 
+import ctypes
 import csv
 import json
 import os
@@ -98,7 +99,17 @@ def _in_threads(paths: list[str], storage: Storage, bar: Any = None) -> list[Row
             rows.append(row)
             if bar is not None:
                 bar.update(1)
+    _trim()
     return rows
+
+
+def _trim() -> None:
+    """Give back the free memory the probe threads' malloc arenas keep (glibc keeps one an
+    active thread, and their pages stay with the training process: ~8 MB for 6 threads)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc
 
 
 def _in_processes(paths: list[str], storage: Storage, count: int, bar: Any) -> list[Row | str]:
