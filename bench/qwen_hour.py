@@ -91,8 +91,9 @@ def prepare(args, notes: list[str]) -> dict:
     times = max(1, round(args.minutes * 60 / 12))
     hour = os.path.join(args.cache, f"hour_{times * 360}f_360x640.mp4")
     if not os.path.exists(hour):
-        qwen.repeat_segment(short, hour + ".tmp", times)
-        os.replace(hour + ".tmp", hour)
+        tmp = hour.replace(".mp4", ".tmp.mp4")
+        qwen.repeat_segment(short, tmp, times)
+        os.replace(tmp, hour)
     notes.append(f"short: {os.path.basename(short)}; hour: its video {times} times in a row "
                  f"({times * 360} frames, {times * 12 / 60:g} min), remuxed.")
     return {"paths": {"short": short, "hour": hour}}
