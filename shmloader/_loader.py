@@ -46,7 +46,7 @@ _CONSUMER_HELD = 6
 # Samples of several sizes (a whole video's frames): a slot can take hundreds of MB, and their
 # consumers (a torch training step) hold the batch in hand and one ahead; more is slots= away.
 # Such a sample takes a worker tens of ms to minutes, so one task a worker keeps it busy (a
-# reply's round trip is well under a ms): no second task queued behind it (bench/results/qwen-slots-cpu2).
+# reply's round trip is well under a ms): no second task queued behind it (bench/results/qwen-slots{4,5,6}-cpu2).
 _HELD_ROWS = 2
 _DEPTH_ROWS = 1
 # Share of the memory (or of shm_dir's free space) a default ring may take: the rest is for the
