@@ -35,6 +35,14 @@ ROOT = os.path.dirname(HERE)
 # Set in the run that --commit starts: the commit its shmloader was archived from, and the folder
 # the command was given in (relative paths in it are relative to that folder).
 _SNAPSHOT_ENV, _CWD_ENV = "SCALE_BENCH_COMMIT", "BENCH_COMMIT_CWD"
+# In that run the commit's shmloader, first on PYTHONPATH, must come before the repository's root,
+# which a script that imports this module may have put first on sys.path (to import shmloader
+# when run from anywhere): else its own process would import the working tree's.
+if os.environ.get(_SNAPSHOT_ENV):
+    for _path in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
+        while _path in sys.path:
+            sys.path.remove(_path)
+        sys.path.insert(0, _path)
 
 
 @dataclass

@@ -162,16 +162,17 @@ def batching(source: Any, batch_size: int | None, batch_tokens: int | None
 
 
 
-def place(layout: Any, views: dict[str, np.ndarray], plan: Any, sizes: Sizes | None, epoch: int,
-          samples: list[int]) -> None:
-    """Write where each of a batch's ``samples`` puts its rows into its slot's ``views``
-    (``Layout.place``), before any of its tasks goes out; a bucketed source's samples, their
-    bucket too (NOTE [ Buckets ])."""
+def place(ring: Any, slot: int, plan: Any, sizes: Sizes | None, epoch: int, samples: list[int]) -> None:
+    """Write where each of a batch's ``samples`` puts its rows into ``ring``'s ``slot``
+    (``Layout.place``), and reserve them (``Ring.fit``), before any of its tasks goes out; a
+    bucketed source's samples, their bucket too (NOTE [ Buckets ])."""
+    layout, views = ring.layout, ring.slot_views[slot]
     fields = [f.name for f in layout.fields if f.offsets]
     if plan.buckets is None:
         assert sizes is not None
         layout.place(views, {name: sizes.rows[name][samples] for name in fields})
-        return
-    ids = plan.bucket_of(epoch, samples)
-    views[BUCKET][: len(ids)] = ids
-    layout.place(views, {name: plan.buckets.rows[name][ids] for name in fields})
+    else:
+        ids = plan.bucket_of(epoch, samples)
+        views[BUCKET][: len(ids)] = ids
+        layout.place(views, {name: plan.buckets.rows[name][ids] for name in fields})
+    ring.fit(slot, len(samples))

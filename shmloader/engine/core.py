@@ -221,8 +221,7 @@ class Engine:
 
     def _place(self, b: Batch) -> None:
         """Where each sample of ``b`` puts its rows, in the slot before any task (``buckets.place``)."""
-        place(self._ring.layout, self._ring.slot_views[b.slot], self._sched.plan, self._sizes, b.epoch, b.samples)
-        self._ring.fit(b.slot, len(b.samples))
+        place(self._ring, b.slot, self._sched.plan, self._sizes, b.epoch, b.samples)
 
     def _compact(self, b: Batch, valid: list[int]) -> None:
         """Close the holes skipped samples left: kept positions move to the front."""
