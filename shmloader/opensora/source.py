@@ -12,28 +12,21 @@ from __future__ import annotations
 
 import hashlib
 import os
-import warnings
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .._checks import check_choice
 from ..engine.buckets import BUCKET, Buckets
-from ..engine.skips import ON_ERROR
 from ..engine.source import Spec, seeded
-from ..video.arguments import checked_paths, path_list
-from ..video.decoding import Decoding
-from ..video.measuring import ChoiceLog, Cut, Measuring, measures
-from ..video.planned import left_out
+from ..video.measuring import Cut, measures
 from ..video.probing import probe_rows
 from ..video.reading import Reading
 from ..video.segments import SharedDescription
+from ..video.whole import WholeVideos, stacked
 from .buckets import BucketTable, interval_for
 
 __all__ = ["BucketReader", "SharedBucketVideos", "VideoBuckets", "fill_size", "frame_indices"]
 
-# What the decoders are measured for (NOTE [ Measuring the decoder ]): each sample its bucket's frames.
-_CUT = Cut("each video's frames at its bucket's size", 0, 0, 1)
 
 
 def frame_indices(frames: int, length: int, interval: int, rng: np.random.Generator | None) -> np.ndarray:
@@ -58,7 +51,7 @@ def fill_size(height: int, width: int, target: tuple[int, int]) -> tuple[tuple[i
     return (sh, sw), ((sh - th) // 2, 0)
 
 
-class VideoBuckets:
+class VideoBuckets(WholeVideos):
     """A bucketed source (NOTE [ Buckets ] in ``engine.buckets``) of videos in Open-Sora's buckets:
     ``video`` ``[B, T, H, W, 3]`` uint8, ``frames`` and ``times`` ``[B, T]`` (each frame's index
     and start in seconds), ``thw`` ``[B, 3]``, ``fps`` (the rate after the interval), ``bucket``,
@@ -66,44 +59,25 @@ class VideoBuckets:
     process). Build it with ``shmloader.opensora.clips`` or ``from_table``."""
 
     worker_imports = ("shmloader.video.preload", "shmloader.opensora.source")  # for the fork server
+    _cut = Cut("each video's frames at its bucket's size", 0, 0, 1)
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]], captions: Sequence[str] | None, table: BucketTable,
                  *, fps_max: float, reading: Reading, on_error: str = "raise",
                  metas: np.ndarray | None = None, probes: str | os.PathLike[str] | None = None) -> None:
-        given = path_list(paths)
-        if not given:
-            raise ValueError("no videos given")
-        check_choice("on_error", on_error, ON_ERROR)
+        given = self._open(paths, on_error)
         if captions is not None and len(captions) != len(given):
             raise ValueError(f"{len(captions)} captions for {len(given)} videos: one caption per video")
         if not fps_max > 0:
             raise ValueError(f"fps_max must be a positive rate, got {fps_max!r}")
-        self.reading, self.table, self.fps_max = reading, table, float(fps_max)
-        resolved, self.remote = checked_paths(given, reading.allow_urls)
-        if self.remote and reading.decoder == "decord":
-            raise ValueError("decoder='decord' reads local files only; remote paths are read by PyAV "
-                             "(decoder='auto' or 'pyav')")
-        self.storage = reading.storage()
+        self.table, self.fps_max = table, float(fps_max)
+        resolved = self._read(given, reading)
         self.captions = None if captions is None else [str(c) for c in captions]
         meta, reasons = _rows_of(metas, len(resolved)) if metas is not None else self._probed(resolved, probes)
-        bad = [(i, self.storage.name(resolved[i]), reasons[i]) for i in sorted(reasons)]
-        if bad and (on_error == "raise" or len(bad) == len(resolved)):
-            hint = "" if on_error == "skip" else " (on_error='skip' leaves such videos out)"
-            raise ValueError(left_out(bad, len(resolved), "cannot be read") + hint)
-        self.skipped: list[tuple[int, str, str]] = bad  # (position in the paths given, path, reason)
-        if bad:
-            warnings.warn(left_out(bad, len(resolved), "left out (on_error='skip'): they cannot be read; every "
-                                   "one is in .skipped"), stacklevel=3)
-        kept = np.ones(len(resolved), bool)
-        kept[list(reasons)] = False
-        self.positions = np.flatnonzero(kept).astype(np.int64)
-        self.paths = resolved if not reasons else [resolved[i] for i in self.positions.tolist()]
+        kept = self._keep(resolved, reasons, on_error, "read")
         meta = meta[kept]  # frames, height, width, fps
         self.counts, self.heights, self.widths = (meta[:, j].astype(np.int64) for j in range(3))
         self.rates = meta[:, 3].copy()
         self._digest = self._fingerprint()
-        self._decoding: Decoding | None = None
-        self._choice_log: ChoiceLog | None = None
 
     def _probed(self, paths: list[str], probes: str | os.PathLike[str] | None) -> tuple[np.ndarray, dict[int, str]]:
         """Every video probed here: its (frames, height, width, fps) row, or why it cannot be read.
@@ -114,10 +88,6 @@ class VideoBuckets:
                          for r in rows], np.float64).reshape(-1, 4)
         return meta, {i: r for i, r in enumerate(rows) if isinstance(r, str)}
 
-    @property
-    def decoder(self) -> str:
-        return self.reading.decoder
-
     def _fingerprint(self) -> str:
         h = hashlib.sha256("\0".join(self.paths).encode("utf-8", "surrogateescape"))
         for part in (self.positions, self.counts, self.heights, self.widths, self.rates,
@@ -127,23 +97,12 @@ class VideoBuckets:
                                       for ln in self.table.lengths[r]])).encode())
         return h.hexdigest()[:16]
 
-    def fingerprint(self) -> str:
-        """A hash of the videos kept, their frames, sizes and rates, and the bucket config, which a
-        loader's saved state carries: a state saved over other videos or buckets is refused."""
-        return self._digest
-
     def __repr__(self) -> str:
         left = f", {len(self.skipped)} left out" if self.skipped else ""
         return (f"{type(self).__name__}({len(self)} videos{left}, {len(self.table)} buckets, "
                 f"fps_max={self.fps_max:g}, decoder={self.decoder!r})")
 
     # --------------------------------------------------------------- the source
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_decoding": None, "_choice_log": None}
-
     def spec(self) -> Spec:
         i64 = np.dtype(np.int64)
         return {"video": ((-1, 3), np.dtype(np.uint8)), "frames": ((-1,), i64), "times": ((-1,), np.dtype(np.float64)),
@@ -184,30 +143,16 @@ class VideoBuckets:
         caption[:] = [""] * len(index) if self.captions is None else [self.captions[int(i)] for i in index]
         return {"caption": caption}
 
-    def describe(self, index: int) -> str:
-        return self.storage.name(self.paths[index])
-
-    group_size = 1
-
     def reader(self) -> BucketReader:
         return BucketReader(self)
 
     def for_workers(self) -> SharedBucketVideos:
         return SharedBucketVideos(self)
 
-    def worker_init(self) -> None:
-        measured = measures(self.decoder, self.remote)  # NOTE [ Measuring the decoder ]
-        self._decoding = self.reading.decoding(self.storage, Measuring(_CUT, self._choice_log) if measured else None)
-
-    def counters(self) -> dict[str, int]:
-        return self.storage.counters() if self._decoding is None else self._decoding.counters()
-
     def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
-        if self._decoding is None:
-            self.worker_init()
-        assert self._decoding is not None
+        decoding = self._worker_decoding()
         length, height, width = (int(x) for x in self.table.shapes[int(out[BUCKET])])
-        info = self._decoding.info(self.paths[index])
+        info = decoding.info(self.paths[index])
         rate = float(self.rates[index])
         interval = interval_for(rate, self.fps_max)
         if info.frames < length * interval:
@@ -217,9 +162,9 @@ class VideoBuckets:
         size, (top, left) = fill_size(info.height, info.width, (height, width))
         union, where = np.unique(picked, return_inverse=True)
         if self.remote:
-            self._decoding.prefetch([(info, union, None)])
-        decoded = self._decoding.decode(info, size, union)
-        self._decoding.count(union, self._decoding.keyframes(info), length)
+            decoding.prefetch([(info, union, None)])
+        decoded = decoding.decode(info, size, union)
+        decoding.count(union, decoding.keyframes(info), length)
         video = out["video"].reshape(length, height, width, 3)
         crop = decoded[:, top : top + height, left : left + width]
         np.copyto(video, crop if len(union) == length else crop[where.reshape(-1)])
@@ -270,14 +215,7 @@ class BucketReader:
             vc.read(s, seeded((seed, epoch, s)), out)
             out["video"] = out["video"].reshape(*buckets.shapes["video"][k].tolist(), 3)
             outs.append(out)
-        batch: dict[str, np.ndarray] = {}
-        for name, (shape, dtype) in spec.items():
-            if shape[:1] == (-1,):
-                column = np.empty(len(outs), dtype=object)
-                column[:] = [o[name] for o in outs] if outs else []
-                batch[name] = column
-            else:
-                batch[name] = np.stack([o[name] for o in outs]) if outs else np.zeros((0, *shape), dtype)
+        batch = stacked(outs, spec)
         batch.update(vc.extras(batch["index"]))
         return batch
 

@@ -12,6 +12,8 @@ What lives here, a module a line:
   probes kept by an earlier run, or probes in processes with a progress bar
 - ``planned``: ``PlannedVideos``, the house of planned families: whole videos each planned by a
   family's recipe (frames, size, rows), decoded at that size
+- ``whole``: what every source of whole videos shares (planned videos, Open-Sora's buckets): paths
+  read, the videos that cannot be read left out or named, a worker's decoding, a reader's batch
 - ``decoding``: a reader's probes (cached), its choice of decoder per file, its counters
 - ``segments``: a family's worker source's shared table and log of measured decoders, their life
 - ``measuring``: the faster decoder per shape of file, measured in each worker (``decoder="auto"``)

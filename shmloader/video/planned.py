@@ -25,32 +25,24 @@ from __future__ import annotations
 
 import hashlib
 import os
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from .._checks import check_choice
-from ..engine.skips import ON_ERROR
 from ..engine.source import Sizes, Spec
-from .arguments import checked_labels, checked_paths, path_list, renamed_threads
+from .arguments import checked_labels, renamed_threads
 from .decoders import FrameSink
-from .decoding import Decoding
-from .measuring import ChoiceLog, Cut, Measuring, measures
+from .measuring import Cut, measures
 from .reading import Reading
 from .segments import SharedDescription
 from .probe import VideoInfo
 from .probing import Row, manifest_rows, probe_rows
 from .storage import Storage
+from .whole import WholeVideos, stacked
 
-__all__ = ["Parts", "Planned", "PlannedReader", "PlannedVideos", "Recipe", "Video", "as_video", "left_out", "manifest_videos", "probe_videos"]
+__all__ = ["Parts", "Planned", "PlannedReader", "PlannedVideos", "Recipe", "Video", "as_video", "manifest_videos", "probe_videos"]
 
-# Files named in a warning or an error about the videos left out; the rest are counted (all of
-# them are in ``skipped``).
-_NAMED = 5
-# What the decoders are measured for (NOTE [ Measuring the decoder ]): each video its own plan.
-_CUT = Cut("each video's planned frames and size", 0, 0, 1)
 
 
 @dataclass(frozen=True)
@@ -148,13 +140,14 @@ class Parts(FrameSink):
             self._fill(self._buf[:r], k)
 
 
-class PlannedVideos:
+class PlannedVideos(WholeVideos):
     """A source of whole videos planned by ``recipe`` (sample ``i`` is video ``i``): the recipe's
     fields, and ``frames`` (int64 rows: each delivered frame's index in the video), ``times``
     (float64 rows: its start in seconds from the first frame's, by the file's timestamps),
     ``label`` and ``index`` (int64)."""
 
     worker_imports = ("shmloader.video.preload", "shmloader.video.planned")  # for the fork server (engine.forkserver)
+    _cut = Cut("each video's planned frames and size", 0, 0, 1)
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]], labels: Sequence[int] | None, recipe: Recipe, *,
                  spans: Sequence[tuple[float | None, float | None] | None] | None = None,
@@ -163,40 +156,22 @@ class PlannedVideos:
                  metas: Sequence[Video | str] | None = None, threads: int | None = None,
                  probes: str | os.PathLike[str] | None = None) -> None:
         decode_threads = renamed_threads(decode_threads, threads)
-        given = path_list(paths)
-        if not given:
-            raise ValueError("no videos given")
-        check_choice("on_error", on_error, ON_ERROR)
+        given = self._open(paths, on_error)
         codes = None if labels is None else checked_labels(labels, len(given))
         if spans is not None and len(spans) != len(given):
             raise ValueError(f"{len(spans)} spans for {len(given)} videos")
         if metas is not None and len(metas) != len(given):
             raise ValueError(f"{len(metas)} metas for {len(given)} videos")
-        self.reading = Reading(decoder=decoder, decode_threads=decode_threads, storage_options=storage_options,
-                               fetch=fetch, allow_urls=allow_urls)
-        resolved, self.remote = checked_paths(given, allow_urls)
-        if self.remote and decoder == "decord":
-            raise ValueError("decoder='decord' reads local files only; remote paths are read by PyAV "
-                             "(decoder='auto' or 'pyav')")
-        self.storage = self.reading.storage()
+        resolved = self._read(given, Reading(decoder=decoder, decode_threads=decode_threads,
+                                             storage_options=storage_options, fetch=fetch, allow_urls=allow_urls))
         self.recipe = recipe
         self.paths = resolved
         self.spans = None if spans is None else [None if s is None else (s[0], s[1]) for s in spans]
         videos = self._probe_all(probes) if metas is None else [
             v if isinstance(v, str) or self.spans is None else replace(v, span=self.spans[i]) for i, v in enumerate(metas)]
         plans = [v if isinstance(v, str) else self._plan(v) for v in videos]
-        bad = [(i, self.storage.name(resolved[i]), p) for i, p in enumerate(plans) if isinstance(p, str)]
-        if bad and (on_error == "raise" or len(bad) == len(resolved)):
-            hint = "" if on_error == "skip" else " (on_error='skip' leaves such videos out)"
-            raise ValueError(left_out(bad, len(resolved), "cannot be read or planned") + hint)
-        # (position in the paths given, path, reason) of each video left out
-        self.skipped: list[tuple[int, str, str]] = bad
-        if bad:
-            warnings.warn(left_out(bad, len(resolved), "left out (on_error='skip'): they cannot be read or "
-                                    "planned; every one is in .skipped"), stacklevel=3)
-        kept = np.array([i for i, p in enumerate(plans) if not isinstance(p, str)], np.int64)
-        self.positions = kept  # each sample's video's position in the paths given (its ``index``)
-        self.paths = [resolved[i] for i in kept]
+        kept = self._keep(resolved, {i: p for i, p in enumerate(plans) if isinstance(p, str)}, on_error,
+                          "read or planned")
         self.labels = None if codes is None else np.ascontiguousarray(codes[kept])
         self.spans = None if self.spans is None else [self.spans[i] for i in kept]
         self._plans = [p for p in plans if not isinstance(p, str)]
@@ -208,16 +183,6 @@ class PlannedVideos:
             [(np.nan, np.nan) if s is None else tuple(np.nan if t is None else float(t) for t in s)
              for s in self.spans], np.float64).reshape(-1, 2)
         self._digest = self._fingerprint()
-        self._decoding: Decoding | None = None
-        self._choice_log: ChoiceLog | None = None  # in a loader's worker: where its measured decoders go
-
-    @property
-    def decoder(self) -> str:
-        return self.reading.decoder
-
-    @property
-    def decode_threads(self) -> int:
-        return self.reading.decode_threads
 
     def _probe_all(self, probes: str | os.PathLike[str] | None) -> list[Video | str]:
         """Each video as probed, or why it cannot be (a string)."""
@@ -245,24 +210,12 @@ class PlannedVideos:
         h.update(repr(self.spans).encode())
         return h.hexdigest()[:16]
 
-    def fingerprint(self) -> str:
-        """A hash of the videos kept, in order, their labels, spans and plans (frames, sizes,
-        costs), which a loader's saved state carries: a state saved over other videos, or the
-        same videos planned otherwise (another ``fps``, pixel budget or model), is refused."""
-        return self._digest
-
     def __repr__(self) -> str:
         left = f", {len(self.skipped)} left out" if self.skipped else ""
         return (f"{type(self).__name__}({len(self)} videos{left}, {type(self.recipe).__name__}: "
                 f"{int(self._sizes.cost.sum())} cost in all, decoder={self.decoder!r})")
 
     # --------------------------------------------------------------- the source
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_decoding": None, "_choice_log": None}
-
     def spec(self) -> Spec:
         i64 = np.dtype(np.int64)
         return {**self.recipe.spec(), "frames": ((-1,), i64), "times": ((-1,), np.dtype(np.float64)),
@@ -281,11 +234,6 @@ class PlannedVideos:
         """Every video's plan, as the main process made it."""
         return list(self._plans)
 
-    def describe(self, index: int) -> str:
-        return self.storage.name(self.paths[index])
-
-    group_size = 1  # one sample a video (the plan of a loader, or of Ray's tasks)
-
     def reader(self) -> PlannedReader:
         """Samples as new arrays in any process (a Ray task): ``reader().read(ids)``."""
         return PlannedReader(self)
@@ -295,20 +243,9 @@ class PlannedVideos:
         loader that asks owns it."""
         return SharedPlanned(self)
 
-    def worker_init(self) -> None:
-        measured = measures(self.decoder, self.remote)  # NOTE [ Measuring the decoder ]
-        self._decoding = self.reading.decoding(self.storage, Measuring(_CUT, self._choice_log) if measured else None)
-
-    def counters(self) -> dict[str, int]:
-        """Decodes by decord and by PyAV, decodes decord handed to PyAV, probes, bytes and requests
-        fetched from remote storage so far (``engine.protocol.COUNTS``)."""
-        return self.storage.counters() if self._decoding is None else self._decoding.counters()
-
     def read(self, index: int, rng: np.random.Generator, out: dict[str, np.ndarray]) -> None:
-        if self._decoding is None:
-            self.worker_init()
-        assert self._decoding is not None
-        info = self._decoding.info(self.paths[index])
+        decoding = self._worker_decoding()
+        info = decoding.info(self.paths[index])
         video = _video(info, self._span(index), storage=self.storage if self.remote else None)
         planned = self.recipe.plan(video)
         h, w, n = (int(x) for x in self._planned[index])
@@ -317,19 +254,19 @@ class PlannedVideos:
                              f"{len(planned.indices)} frames, planned {(h, w)} {n} frames")
         union, where = np.unique(planned.indices, return_inverse=True)
         if self.remote:  # the bytes of every frame decoded, in one round of requests
-            self._decoding.prefetch([(info, union, None)])
+            decoding.prefetch([(info, union, None)])
         part = getattr(self.recipe, "part", 0)
         frames: np.ndarray | None = None
         if part:
             parts = Parts(where.reshape(-1), planned.size, part,
                           lambda got, k: self.recipe.fill_part(got, k, planned, out))  # type: ignore[attr-defined]
-            self._decoding.decode_to(info, planned.size, union, parts)
+            decoding.decode_to(info, planned.size, union, parts)
             parts.finish()
         else:
-            decoded = self._decoding.decode(info, planned.size, union)
+            decoded = decoding.decode(info, planned.size, union)
             frames = decoded if np.array_equal(union, planned.indices) else decoded[where.reshape(-1)]
-        self._decoding.count(union, self._decoding.keyframes(info), len(planned.indices))
-        self._decoding.close_file(info.path)
+        decoding.count(union, decoding.keyframes(info), len(planned.indices))
+        decoding.close_file(info.path)
         self.recipe.fill(frames, planned, video, out)
         out["frames"][:] = planned.indices
         assert video.times is not None
@@ -372,15 +309,7 @@ class PlannedReader:
                    for k, (shape, dtype) in spec.items()}
             vc.read(s, seeded((seed, epoch, s)), out)
             outs.append(out)
-        batch = {}
-        for k, (shape, dtype) in spec.items():
-            if shape[:1] == (-1,):
-                column = np.empty(len(outs), dtype=object)
-                column[:] = [o[k] for o in outs] if outs else []
-                batch[k] = column
-            else:
-                batch[k] = np.stack([o[k] for o in outs]) if outs else np.zeros((0, *shape), dtype)
-        return batch
+        return stacked(outs, spec)
 
     def counters(self) -> dict[str, int]:
         return self.clips.counters()
@@ -417,10 +346,3 @@ def as_video(row: Row, path: str, span: tuple[float | None, float | None] | None
     """A probe's or a manifest's row as a recipe plans from it (no timestamps)."""
     frames, fps, height, width, duration = row
     return Video(frames=frames, fps=fps, height=height, width=width, span=span, path=path, duration=duration)
-
-
-def left_out(bad: list[tuple[int, str, str]], total: int, what: str) -> str:
-    """One message for the videos of ``bad`` ((position, name, reason)): the first few named."""
-    named = "; ".join(f"{name}: {reason}" for _, name, reason in bad[:_NAMED])
-    more = f"; and {len(bad) - _NAMED} more" if len(bad) > _NAMED else ""
-    return f"{len(bad)} of {total} videos {what}: {named}{more}"
