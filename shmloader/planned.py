@@ -5,7 +5,8 @@ loader's workers. ``shmloader.qwen.clips`` is one such recipe; another family's 
 - ``Video``: what a recipe plans from (frames, fps, height, width as shown; in a worker each
   frame's start in seconds; the span asked for);
 - ``Planned``: a plan (frame indices, decode size, rows of each field of rows, cost);
-- ``Recipe``: ``spec()``, ``plan(video)``, ``fill(frames, planned, video, out)``;
+- ``Recipe``: ``spec()``, ``plan(video)``, ``fill(frames, planned, video, out)``; optionally
+  ``part`` and ``fill_part(frames, k, planned, out)``, to be handed the frames a part at a time;
 - ``PlannedVideos(paths, labels, recipe, spans=, decoder=, decode_threads=, storage_options=,
   fetch=, on_error=)``: the source, with
   ``frames``, ``times``, ``label`` and ``index`` beside the recipe's fields.
