@@ -216,6 +216,7 @@ class Measuring:
 
 _T = TypeVar("_T")
 
+
 def timed(fn: Callable[[], _T]) -> tuple[_T, float]:
     """``fn()`` and the process CPU seconds it took."""
     t0 = time.process_time()
