@@ -75,7 +75,7 @@ def test_linspace_indices_without_fused_multiply_add_match_torchs_plain_kernel(t
     done = subprocess.run([sys.executable, "-c", script], input=json.dumps(spans), capture_output=True,
                           text=True, timeout=120, env=dict(os.environ, ATEN_CPU_CAPABILITY="default"), check=True)
     capability, values = done.stdout.splitlines()
-    assert capability == "DEFAULT"
+    assert capability in ("DEFAULT", "NO AVX")  # the plain kernel: torch before 2.4 names it "NO AVX"
     plain = json.loads(values)
     differ = 0
     for (first, last, n), want in zip(spans, plain):
