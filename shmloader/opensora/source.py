@@ -165,6 +165,7 @@ class VideoBuckets(WholeVideos):
             decoding.prefetch([(info, union, None)])
         decoded = decoding.decode(info, size, union)
         decoding.count(union, decoding.keyframes(info), length)
+        decoding.close_file(info.path)  # read once an epoch: its decoder's frames need not stay
         video = out["video"].reshape(length, height, width, 3)
         crop = decoded[:, top : top + height, left : left + width]
         np.copyto(video, crop if len(union) == length else crop[where.reshape(-1)])
